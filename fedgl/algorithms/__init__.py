@@ -1,0 +1,18 @@
+"""Algorithm registry: config name -> function running one seeded repeat."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+from fedgl.algorithms.baselines.centralized import run_centralized
+from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
+from fedgl.algorithms.runner import run_federated
+from fedgl.results import RepeatResult
+
+RepeatFn = Callable[..., RepeatResult]
+
+REGISTRY: dict[str, RepeatFn] = {
+    "fedgcn": partial(run_federated, client_cls=FedGCNClient, server_cls=FedGCNServer),
+    "centralized": run_centralized,
+}

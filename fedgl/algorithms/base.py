@@ -1,0 +1,198 @@
+"""Mechanics shared by the horizontal FedAvg-style algorithms: the client's local training and
+evaluation, and the server's round loop. Algorithms subclass these and supply only what differs
+(a client's model inputs, a server's pre-training round).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fedgl.config import Config
+from fedgl.data.client_data import ClientData
+from fedgl.federation.aggregate import FedAvg, State
+from fedgl.federation.runtime import Runtime
+from fedgl.models import build_model
+
+SPLITS = ("train", "val", "test")
+
+
+@dataclass
+class ModelInputs:
+    """What a client feeds its model: rows ``x`` (raw features or first-layer aggregates), the
+    edges among those rows with normalised weights, and which rows are the client's own nodes
+    (``own_rows[i]`` is the row of ``data.node_ids[i]``)."""
+
+    x: Tensor
+    edge_index: Tensor
+    edge_weight: Tensor | None
+    own_rows: Tensor
+    pre_aggregated: bool = False
+
+
+def client_seed(seed: int, client_id: int) -> int:
+    return (seed * 1_000_003 + client_id * 7_919 + 17) % (2**63 - 1)
+
+
+class GNNClient(ABC):
+    """A client that trains a copy of the global model on data it owns.
+
+    Subclasses implement :meth:`model_inputs`. Training uses SGD with the configured learning rate
+    and weight decay (no momentum, so the optimiser carries no state across rounds).
+    """
+
+    def __init__(self, data: ClientData, config: Config, seed: int) -> None:
+        self.data = data
+        self.config = config
+        self.device = torch.device(config.device)
+        self.model = build_model(config.model, data.num_features, config.hidden, data.num_classes,
+                                 config.layers, config.dropout).to(self.device)
+        self.generator = torch.Generator(device=self.device).manual_seed(
+            client_seed(seed, data.client_id))
+        self._inputs: ModelInputs | None = None
+        self._train_cache: ModelInputs | None = None
+        self._y = data.y.to(self.device)
+        self._masks = {s: getattr(data, f"{s}_mask").to(self.device) for s in SPLITS}
+
+    # ----------------------------------------------------------------- subclass hook
+    @abstractmethod
+    def model_inputs(self) -> ModelInputs:
+        """The rows, edges and weights this client's model runs on."""
+
+    def _cached_inputs(self) -> ModelInputs:
+        if self._inputs is None:
+            inp = self.model_inputs()
+            self._inputs = ModelInputs(
+                inp.x.to(self.device), inp.edge_index.to(self.device),
+                None if inp.edge_weight is None else inp.edge_weight.to(self.device),
+                inp.own_rows.to(self.device), inp.pre_aggregated)
+        return self._inputs
+
+    def _train_inputs(self) -> ModelInputs:
+        """The inputs restricted to the receptive field of the training nodes.
+
+        Message passing in layers >= 2 (and in layer 1 unless it is pre-aggregated) only needs
+        rows within that many in-hops of a training node; on the induced subgraph, with the
+        original edge weights, the outputs at the training nodes are exactly those of the full
+        inputs, at a fraction of the cost. ``own_rows`` then lists the training nodes' rows.
+        """
+        if self._train_cache is None:
+            inp = self._cached_inputs()
+            train_rows = inp.own_rows[self._masks["train"]]
+            depth = self.config.layers - (1 if inp.pre_aggregated else 0)
+            self._train_cache = restrict_to_receptive_field(inp, train_rows, depth)
+        return self._train_cache
+
+    def _forward(self, inp: ModelInputs) -> Tensor:
+        kwargs = {"pre_aggregated": True} if inp.pre_aggregated else {}
+        return self.model(inp.x, inp.edge_index, inp.edge_weight, generator=self.generator,
+                          out_rows=inp.own_rows, **kwargs)
+
+    def load_weights(self, weights: State) -> None:
+        self.model.load_state_dict({k: v.to(self.device) for k, v in weights.items()})
+
+    def get_weights(self) -> State:
+        return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+    # ----------------------------------------------------------------- protocol methods
+    def fit(self, weights: State, local_steps: int) -> dict:
+        """Load the global model, take ``local_steps`` SGD steps on own training nodes, and
+        return the new weights, the number of training nodes and the mean training loss."""
+        self.load_weights(weights)
+        train = self._masks["train"].nonzero().flatten()
+        if train.numel() == 0:
+            return {"weights": self.get_weights(), "num_train": 0, "loss": float("nan")}
+        self.model.train()
+        opt = torch.optim.SGD(self.model.parameters(), lr=self.config.lr,
+                              weight_decay=self.config.weight_decay)
+        losses = []
+        inp, y_train = self._train_inputs(), self._y[train]
+        for _ in range(local_steps):
+            opt.zero_grad(set_to_none=True)
+            loss = F.nll_loss(self._forward(inp), y_train)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return {"weights": self.get_weights(), "num_train": int(train.numel()),
+                "loss": sum(losses) / len(losses)}
+
+    @torch.no_grad()
+    def evaluate(self, weights: State) -> dict:
+        """Correct predictions and node counts of the given model on own train/val/test nodes."""
+        self.load_weights(weights)
+        self.model.eval()
+        pred = self._forward(self._cached_inputs()).argmax(dim=-1)
+        hit = pred == self._y
+        return {"correct": [int(hit[self._masks[s]].sum()) for s in SPLITS],
+                "total": [int(self._masks[s].sum()) for s in SPLITS]}
+
+
+def restrict_to_receptive_field(inp: ModelInputs, rows: Tensor, depth: int) -> ModelInputs:
+    """Induced subgraph on the rows within ``depth`` in-hops of ``rows`` (see ``_train_inputs``)."""
+    n = inp.x.size(0)
+    keep = torch.zeros(n, dtype=torch.bool, device=rows.device)
+    keep[rows] = True
+    src, dst = inp.edge_index
+    for _ in range(depth):
+        keep[src[keep[dst]]] = True
+    sel = keep[src] & keep[dst]
+    new_id = torch.cumsum(keep, 0) - 1
+    weight = None if inp.edge_weight is None else inp.edge_weight[sel]
+    return ModelInputs(inp.x[keep], new_id[inp.edge_index[:, sel]], weight, new_id[rows],
+                       inp.pre_aggregated)
+
+
+class FedAvgServer:
+    """Drives FedAvg rounds through a runtime; holds no graph data, only the global model.
+
+    :meth:`rounds` is a generator so that whoever drives the run (and may hold an oracle
+    evaluator) sees each round's global model without the server ever holding that evaluator.
+    """
+
+    def __init__(self, runtime: Runtime, strategy: FedAvg, init_weights: State,
+                 config: Config) -> None:
+        self.runtime = runtime
+        self.strategy = strategy
+        self.weights = {k: v.clone() for k, v in init_weights.items()}
+        self.config = config
+
+    def pretrain(self) -> None:
+        """Optional pre-training communication round; FedAvg itself has none."""
+
+    def rounds(self) -> Iterator[tuple[int, State, dict]]:
+        """Yield ``(round, global_weights, metrics)`` after every round; metrics include the
+        mean training loss and, on evaluation rounds, the federated accuracies."""
+        cfg = self.config
+        ledger = self.runtime.ledger
+        for t in range(1, cfg.rounds + 1):
+            with ledger.timer("train"):
+                results = self.runtime.call(
+                    "fit", {"weights": self.weights, "local_steps": cfg.local_steps},
+                    phase="train")
+                ordered = [results[k] for k in sorted(results)]
+                self.weights = self.strategy.aggregate([r["weights"] for r in ordered],
+                                                       [r["num_train"] for r in ordered])
+            trained = [r for r in ordered if r["num_train"] > 0]
+            n = sum(r["num_train"] for r in trained)
+            metrics: dict = {"train_loss": (sum(r["loss"] * r["num_train"] for r in trained) / n
+                                            if n else float("nan"))}
+            if t % cfg.eval_every == 0 or t == cfg.rounds:
+                metrics.update(self.evaluate())
+            yield t, self.weights, metrics
+
+    def evaluate(self) -> dict:
+        """Federated accuracy: every client scores the global model on its own nodes; the server
+        pools the counts (the paper's metric: per-client accuracy weighted by node counts)."""
+        with self.runtime.ledger.timer("eval"):
+            res = self.runtime.call("evaluate", {"weights": self.weights}, phase="eval")
+        out = {}
+        for i, split in enumerate(SPLITS):
+            correct = sum(r["correct"][i] for r in res.values())
+            total = sum(r["total"][i] for r in res.values())
+            out[f"{split}_acc"] = correct / total if total else float("nan")
+        return out

@@ -1,0 +1,105 @@
+"""Drives one repeat of an algorithm: set-up, pre-training, rounds, oracle scoring, result.
+
+The driver is the experimenter, not a party: it partitions the graph, hands each client its
+:class:`ClientData`, starts the server, and (outside the federation) scores each round's global
+model on the full graph for the labelled oracle metric.
+"""
+
+from __future__ import annotations
+
+import math
+import resource
+import time
+
+import torch
+
+from fedgl.algorithms.base import FedAvgServer, GNNClient
+from fedgl.config import Config
+from fedgl.data.client_data import split_graph
+from fedgl.data.graph import GraphData
+from fedgl.data.partition import Partition, partition
+from fedgl.evaluation import OracleEvaluator
+from fedgl.federation.aggregate import FedAvg
+from fedgl.federation.ledger import Ledger
+from fedgl.federation.runtime import LocalRuntime
+from fedgl.models import build_model
+from fedgl.progress import RoundProgress
+from fedgl.results import RepeatResult
+
+
+def make_partition(graph: GraphData, cfg: Config, seed: int) -> Partition:
+    return partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=seed,
+                     min_size=cfg.min_client_size)
+
+
+def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch.Tensor]:
+    torch.manual_seed(seed)
+    model = build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes,
+                        cfg.layers, cfg.dropout)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
+                  client_cls: type[GNNClient], server_cls: type[FedAvgServer],
+                  progress: RoundProgress) -> RepeatResult:
+    """One seeded run of a FedAvg-style algorithm on a :class:`LocalRuntime`."""
+    t0 = time.perf_counter()
+    part = make_partition(graph, cfg, seed)
+    clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
+    runtime = LocalRuntime(clients, Ledger())
+    server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed), cfg)
+    oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
+    setup_seconds = time.perf_counter() - t0
+    server.pretrain()
+    progress.start(f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
+    history = []
+    oracle_seconds = 0.0
+    for t, weights, metrics in server.rounds():
+        row = {"round": t, **metrics}
+        if oracle is not None and "test_acc" in metrics:
+            o0 = time.perf_counter()
+            row.update(oracle(weights))
+            oracle_seconds += time.perf_counter() - o0
+        history.append(row)
+        progress.advance(_progress_info(row))
+    ledger = runtime.ledger
+    seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+               "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
+               "oracle": oracle_seconds, "total": time.perf_counter() - t0}
+    return finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
+
+
+def finish_repeat(repeat: int, seed: int, part_stats: dict, history: list[dict],
+                  ledger: dict, seconds: dict) -> RepeatResult:
+    """Final metrics from a history: last evaluated round and the best-validation round."""
+    evaluated = [h for h in history if "test_acc" in h]
+    last = evaluated[-1] if evaluated else {}
+    best = max(evaluated, key=lambda h: (_num(h.get("val_acc")), -h["round"]), default={})
+    final = {
+        "rounds": len(history),
+        "train_loss": history[-1]["train_loss"] if history else float("nan"),
+        "test_acc": last.get("test_acc", float("nan")),
+        "val_acc": last.get("val_acc", float("nan")),
+        "selected_round": best.get("round"),
+        "selected_test_acc": best.get("test_acc", float("nan")),
+        "oracle_test_acc": last.get("oracle_test_acc", float("nan")),
+        "oracle_selected_test_acc": best.get("oracle_test_acc", float("nan")),
+        "pretrain_bytes": ledger["bytes"]["pretrain"]["up"] + ledger["bytes"]["pretrain"]["down"],
+        "train_bytes": ledger["bytes"]["train"]["up"] + ledger["bytes"]["train"]["down"],
+        "pretrain_seconds": seconds.get("pretrain", 0.0),
+        "train_seconds": seconds.get("train", 0.0),
+    }
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+    return RepeatResult(repeat=repeat, seed=seed, partition=part_stats, history=history,
+                        final=final, ledger=ledger, seconds=seconds, peak_rss_mb=peak)
+
+
+def _num(v: object) -> float:
+    return float(v) if isinstance(v, int | float) and not math.isnan(v) else -1.0
+
+
+def _progress_info(row: dict) -> str:
+    parts = [f"loss {row['train_loss']:.3f}"] if not math.isnan(row["train_loss"]) else []
+    if "test_acc" in row:
+        parts.append(f"test {row['test_acc']:.3f}")
+    return " ".join(parts)

@@ -1,0 +1,209 @@
+"""One validated configuration schema shared by every algorithm.
+
+A :class:`Config` can be built from keyword arguments, a dict, or a YAML file; CLI flags override
+YAML values (``fedgl run config.yaml --rounds 50``). Every field is validated in
+:meth:`Config.validate`, which raises :class:`~fedgl.errors.ConfigError` with a message naming the
+field and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedgl.errors import ConfigError
+
+ALGORITHMS = ("fedgcn", "centralized")
+MODELS = ("gcn", "sage")
+PARTITIONS = ("dirichlet", "iid")
+AGGREGATIONS = ("uniform", "weighted")
+NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm")
+
+
+def _f(default: Any, help: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass
+class Config:
+    """All settings of a run. Field names are the YAML keys; ``--field-name`` are the CLI flags."""
+
+    # what to run
+    algorithm: str = _f("fedgcn", f"algorithm: one of {', '.join(ALGORITHMS)}")
+    dataset: str = _f("sbm", "dataset: cora, citeseer, pubmed, sbm or npz:PATH")
+    data_root: str | None = _f(None, "folder holding datasets (default: $FEDGL_DATA, else cache)")
+    # federation
+    clients: int = _f(10, "number of clients K")
+    partition: str = _f("dirichlet", "node split: dirichlet (label skew) or iid")
+    beta: float = _f(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
+    min_client_size: int = _f(10, "redraw the split until every client has at least this many nodes")
+    hops: int = _f(2, "FedGCN communication hops L (0, 1, 2, ...; at most --layers)")
+    aggregation: str = _f("uniform", "FedAvg weights: uniform (1/K, paper eq. 2) or weighted")
+    # model
+    model: str = _f("gcn", "GNN: gcn or sage")
+    layers: int = _f(2, "number of GNN layers")
+    hidden: int = _f(16, "hidden units")
+    dropout: float = _f(0.5, "dropout between layers")
+    normalize_features: bool = _f(False, "row-normalise node features (Kipf & Welling; FedGCN uses raw)")
+    # optimisation
+    rounds: int = _f(300, "communication rounds T (centralised: T x local_steps steps)")
+    local_steps: int = _f(3, "local SGD steps E per round")
+    lr: float = _f(0.5, "learning rate η")
+    weight_decay: float = _f(5e-4, "L2 regularisation")
+    # experiment
+    repeats: int = _f(1, "independent repeats (seeds seed, seed+1, ...)")
+    seed: int = _f(0, "base random seed")
+    eval_every: int = _f(1, "evaluate every N rounds (the last round is always evaluated)")
+    oracle_eval: bool = _f(True, "also score the global model on the full graph (oracle metric)")
+    device: str = _f("cpu", "torch device: cpu or cuda")
+    progress: bool = _f(True, "show a progress bar over rounds")
+    out: str | None = _f(None, "results folder (CLI default: runs/<algorithm>-<dataset>-<time>)")
+    # synthetic stochastic block model (dataset: sbm), FedGCN appendix D.3
+    sbm_nodes: int = _f(2708, "SBM: number of nodes N")
+    sbm_classes: int = _f(7, "SBM: number of classes C")
+    sbm_alpha: float = _f(0.01, "SBM: within-class edge probability α")
+    sbm_mu: float = _f(0.1, "SBM: between-class probability is μα")
+    sbm_features: int = _f(64, "SBM: feature dimension d")
+    sbm_noise: float = _f(1.0, "SBM: feature noise σ (x ~ N(H y, σ²))")
+
+    # ------------------------------------------------------------------ construction
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in fields(cls)]
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], *, source: str = "config") -> Config:
+        """Build a config from a mapping; unknown keys are an error naming the closest valid key."""
+        names = cls.field_names()
+        clean: dict[str, Any] = {}
+        for key, value in values.items():
+            name = str(key).replace("-", "_")
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise ConfigError(f"{source}: unknown key '{key}'{hint}; valid keys: see `fedgl run --help`")
+            clean[name] = value
+        cfg = cls(**clean)
+        cfg.validate()
+        return cfg
+
+    @classmethod
+    def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
+        """Read a YAML mapping of config keys; ``overrides`` (e.g. CLI flags) win over the file."""
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file '{p}' not found; pass an existing YAML file")
+        try:
+            data = yaml.safe_load(p.read_text())
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" at line {mark.line + 1}" if mark is not None else ""
+            raise ConfigError(f"config file '{p}' is not valid YAML{where}; fix its syntax") from None
+        if data is None:
+            data = {}
+        if not isinstance(data, dict):
+            raise ConfigError(f"config file '{p}' must hold a mapping of keys to values, "
+                              f"not a {type(data).__name__}")
+        merged = {**data, **(overrides or {})}
+        return cls.from_dict(merged, source=f"config file '{p}'")
+
+    def replace(self, **changes: Any) -> Config:
+        cfg = dataclasses.replace(self, **changes)
+        cfg.validate()
+        return cfg
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    # ------------------------------------------------------------------ validation
+    def validate(self) -> None:
+        """Check types and ranges of every field; raise ConfigError naming the first bad one."""
+        for f in fields(self):
+            self._check_type(f.name, getattr(self, f.name), f.type)
+        self._choice("algorithm", ALGORITHMS)
+        self._choice("model", MODELS)
+        self._choice("partition", PARTITIONS)
+        self._choice("aggregation", AGGREGATIONS)
+        ds = self.dataset.lower()
+        if not (ds in NAMED_DATASETS or ds.startswith("npz:")):
+            close = difflib.get_close_matches(ds, NAMED_DATASETS, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown dataset '{self.dataset}'{hint}; use one of "
+                              f"{', '.join(NAMED_DATASETS)} or npz:PATH")
+        if ds.startswith("npz:") and len(self.dataset) <= 4:
+            raise ConfigError("dataset 'npz:' needs a path, e.g. --dataset npz:data/cora_ml.npz")
+        self._at_least("clients", 1)
+        self._at_least("min_client_size", 1)
+        self._at_least("layers", 1)
+        self._at_least("hidden", 1)
+        self._at_least("rounds", 0)
+        self._at_least("local_steps", 1)
+        self._at_least("repeats", 1)
+        self._at_least("eval_every", 1)
+        self._at_least("seed", 0)
+        if self.beta <= 0:
+            raise ConfigError(f"beta must be > 0 (got {self.beta}); use e.g. 1 (non-i.i.d.) "
+                              "or 10000 (i.i.d.)")
+        if self.hops < 0:
+            raise ConfigError(f"hops must be 0, 1, 2, ... (got {self.hops})")
+        if self.hops > self.layers:
+            raise ConfigError(f"hops ({self.hops}) cannot exceed layers ({self.layers}); "
+                              f"use --hops {self.layers} or more --layers")
+        if self.algorithm == "fedgcn" and self.model == "sage" and self.hops > 0:
+            raise ConfigError("FedGCN with model 'sage' supports only --hops 0 (SAGE's root term "
+                              "would need remote raw features); use --model gcn for 1/2-hop")
+        if self.lr <= 0:
+            raise ConfigError(f"lr must be > 0 (got {self.lr})")
+        if self.weight_decay < 0:
+            raise ConfigError(f"weight_decay must be >= 0 (got {self.weight_decay})")
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
+        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
+            raise ConfigError(f"device must be cpu or cuda (got '{self.device}')")
+        self._at_least("sbm_nodes", 2)
+        self._at_least("sbm_classes", 2)
+        self._at_least("sbm_features", 1)
+        if not 0 < self.sbm_alpha <= 1:
+            raise ConfigError(f"sbm_alpha must be in (0, 1] (got {self.sbm_alpha})")
+        if not 0 <= self.sbm_mu <= 1:
+            raise ConfigError(f"sbm_mu must be in [0, 1] (got {self.sbm_mu})")
+        if self.sbm_noise < 0:
+            raise ConfigError(f"sbm_noise must be >= 0 (got {self.sbm_noise})")
+
+    def _choice(self, name: str, choices: tuple[str, ...]) -> None:
+        value = getattr(self, name)
+        if value not in choices:
+            close = difflib.get_close_matches(str(value), choices, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"unknown {name} '{value}'{hint}; choose one of {', '.join(choices)}")
+
+    def _at_least(self, name: str, low: int) -> None:
+        value = getattr(self, name)
+        if value < low:
+            raise ConfigError(f"{name} must be >= {low} (got {value})")
+
+    def _check_type(self, name: str, value: Any, annotation: Any) -> None:
+        ann = str(annotation)
+        optional = "None" in ann
+        if value is None:
+            if optional:
+                return
+            raise ConfigError(f"{name} must be set (got null)")
+        if ann.startswith("bool"):
+            ok = isinstance(value, bool)
+        elif ann.startswith("int"):
+            ok = isinstance(value, int) and not isinstance(value, bool)
+        elif ann.startswith("float"):
+            ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if ok:
+                object.__setattr__(self, name, float(value))
+        else:  # str or str | None
+            ok = isinstance(value, str)
+        if not ok:
+            kind = ann.split(" ")[0]
+            raise ConfigError(f"{name} must be of type {kind} (got {value!r})")

@@ -1,0 +1,83 @@
+"""Per-client views of a partitioned graph: what one organisation owns, and nothing more.
+
+A :class:`ClientData` holds its own node ids (global), their features, labels and split masks,
+and the edges incident to its own nodes, including cross-client edges whose remote endpoint id
+(but not features) it knows. :func:`split_graph` is the set-up step that hands each organisation
+its data; after it, the full graph must not be reachable from any client or server object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedgl.data.graph import GraphData
+from fedgl.data.partition import Partition
+
+
+@dataclass
+class ClientData:
+    """Data owned by one client (horizontal setting).
+
+    ``edge_index`` is ``[2, E_k]`` in global ids, each column ``(j, i)`` an edge into an owned node
+    ``i`` from a neighbour ``j`` (owned or remote). As the graph is undirected this lists every
+    edge incident to an owned node, once per direction that ends at an owned node.
+    """
+
+    client_id: int
+    node_ids: Tensor
+    x: Tensor
+    y: Tensor
+    train_mask: Tensor
+    val_mask: Tensor
+    test_mask: Tensor
+    edge_index: Tensor
+    num_classes: int
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.node_ids.numel())
+
+    @property
+    def num_features(self) -> int:
+        return int(self.x.size(1))
+
+    def degrees(self) -> Tensor:
+        """Full-graph degree (without self-loop) of each owned node, in ``node_ids`` order."""
+        local = self.global_to_local(self.edge_index[1])
+        return torch.bincount(local, minlength=self.num_nodes)
+
+    def global_to_local(self, ids: Tensor) -> Tensor:
+        """Position of owned global ids in ``node_ids`` (which is sorted); ids must be owned."""
+        return torch.searchsorted(self.node_ids, ids)
+
+    def owns(self, ids: Tensor) -> Tensor:
+        pos = torch.searchsorted(self.node_ids, ids).clamp(max=max(self.num_nodes - 1, 0))
+        return self.node_ids[pos] == ids if self.num_nodes else torch.zeros_like(ids, dtype=torch.bool)
+
+    def remote_neighbors(self) -> Tensor:
+        """Sorted global ids of non-owned nodes adjacent to an owned node."""
+        src = self.edge_index[0]
+        return torch.unique(src[~self.owns(src)])
+
+    def tensors(self) -> dict[str, Tensor]:
+        return {k: getattr(self, k) for k in ("node_ids", "x", "y", "train_mask", "val_mask",
+                                               "test_mask", "edge_index")}
+
+
+def split_graph(graph: GraphData, part: Partition) -> list[ClientData]:
+    """Give each client its own nodes, features, labels, masks and incident edges (copies)."""
+    owner = torch.from_numpy(part.owner)
+    dst_owner = owner[graph.edge_index[1]]
+    out = []
+    for k in range(part.num_clients):
+        ids = torch.from_numpy(part.nodes_of(k))
+        out.append(ClientData(
+            client_id=k, node_ids=ids.clone(), x=graph.x[ids].clone(), y=graph.y[ids].clone(),
+            train_mask=graph.train_mask[ids].clone(), val_mask=graph.val_mask[ids].clone(),
+            test_mask=graph.test_mask[ids].clone(),
+            edge_index=graph.edge_index[:, dst_owner == k].clone(),
+            num_classes=graph.num_classes))
+    return out

@@ -1,0 +1,197 @@
+"""Dataset registry and loaders: Planetoid (Cora, CiteSeer, PubMed), gnn-benchmark npz, SBM.
+
+The data root is ``data_root`` if given, else ``$FEDGL_DATA``, else ``~/.cache/fedgl``. Planetoid
+raw files are read in place with PyG's reader (nothing is written next to them, so a read-only
+root works). When files are missing, a Planetoid dataset is downloaded into the user cache, but
+only if the machine is online and ``FEDGL_OFFLINE`` is not set.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fedgl.data.graph import GraphData, clean_edge_index
+from fedgl.data.sbm import stochastic_block_model
+from fedgl.errors import DataError
+
+PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
+PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "fedgl"
+
+
+def resolve_data_root(data_root: str | None = None) -> Path:
+    """``data_root`` argument, else ``$FEDGL_DATA``, else the user cache folder."""
+    if data_root:
+        return Path(data_root).expanduser()
+    env = os.environ.get("FEDGL_DATA")
+    if env:
+        return Path(env).expanduser()
+    return default_cache_dir()
+
+
+def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
+                 **sbm_options: float) -> GraphData:
+    """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm`` or ``npz:PATH``.
+
+    ``sbm_options`` are passed to :func:`~fedgl.data.sbm.stochastic_block_model` (``nodes``,
+    ``classes``, ``alpha``, ``mu``, ``features``, ``noise``); ``seed`` seeds the SBM graph and the
+    random split of npz datasets (which ship without one).
+    """
+    key = name.lower()
+    if key in PLANETOID:
+        return load_planetoid(key, data_root)
+    if key == "sbm":
+        return stochastic_block_model(seed=seed, **sbm_options)
+    if key.startswith("npz:"):
+        path = Path(name[4:]).expanduser()
+        if not path.is_absolute() and not path.exists():
+            path = resolve_data_root(data_root) / path
+        return load_npz(path, seed=seed)
+    raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm or npz:PATH")
+
+
+def available_datasets(data_root: str | None = None) -> dict[str, bool]:
+    """Which named datasets can be loaded offline from the data root."""
+    root = resolve_data_root(data_root)
+    out = {k: _planetoid_raw_dir(root, k) is not None for k in PLANETOID}
+    out["sbm"] = True
+    return out
+
+
+# ---------------------------------------------------------------------- Planetoid
+def _planetoid_raw_dir(root: Path, key: str) -> Path | None:
+    folder = PLANETOID[key]
+    for cand in (root / folder / "raw", root / key / "raw", root / folder, root):
+        if all((cand / f"ind.{key}.{s}").is_file() for s in PLANETOID_SUFFIXES):
+            return cand
+    return None
+
+
+def _online(host: str = "github.com", timeout: float = 2.0) -> bool:
+    if os.environ.get("FEDGL_OFFLINE"):
+        return False
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def load_planetoid(key: str, data_root: str | None = None) -> GraphData:
+    """Cora / CiteSeer / PubMed with the public split (20 per class, 500 val, 1000 test)."""
+    from torch_geometric.io import read_planetoid_data  # heavy import, keep lazy
+
+    root = resolve_data_root(data_root)
+    raw = _planetoid_raw_dir(root, key)
+    if raw is None:
+        raw = _download_planetoid(key, root)
+    try:
+        data = read_planetoid_data(str(raw), key)
+    except Exception as exc:  # noqa: BLE001 - any reader failure means a corrupt file
+        raise DataError(f"{PLANETOID[key]} files in '{raw}' could not be read "
+                        f"({type(exc).__name__}); replace them with intact Planetoid files") from None
+    n = int(data.x.size(0))
+    y = data.y.long()
+    return GraphData(
+        name=key, x=data.x.float(), y=y, edge_index=clean_edge_index(data.edge_index, n),
+        train_mask=data.train_mask.bool(), val_mask=data.val_mask.bool(),
+        test_mask=data.test_mask.bool(), num_classes=int(y.max()) + 1)
+
+
+def _download_planetoid(key: str, root: Path) -> Path:
+    folder = PLANETOID[key]
+    if not _online():
+        raise DataError(f"{folder} files (ind.{key}.*) not found under '{root}' and the machine is "
+                        f"offline; put them in '{root / folder / 'raw'}' or set FEDGL_DATA / "
+                        "--data-root")
+    from torch_geometric.datasets import Planetoid
+
+    cache = default_cache_dir() / "planetoid"
+    try:
+        Planetoid(str(cache), folder)
+    except Exception as exc:  # noqa: BLE001
+        raise DataError(f"downloading {folder} failed ({exc}); put the raw files in "
+                        f"'{root / folder / 'raw'}' or set FEDGL_DATA") from None
+    raw = _planetoid_raw_dir(cache, key)
+    if raw is None:
+        raise DataError(f"download of {folder} left no raw files in '{cache}'; set FEDGL_DATA")
+    return raw
+
+
+# ---------------------------------------------------------------------- gnn-benchmark npz
+NPZ_KEYS = ("adj_data", "adj_indices", "adj_indptr", "adj_shape", "labels")
+
+
+def load_npz(path: str | Path, *, seed: int = 0) -> GraphData:
+    """A gnn-benchmark ``.npz`` graph (CSR adjacency and attributes, integer labels).
+
+    These files carry no split, so a seeded Planetoid-style one is drawn: 20 training nodes per
+    class, 500 validation and 1000 test nodes (fewer if the graph is small).
+    """
+    import scipy.sparse as sp
+
+    p = Path(path)
+    if not p.is_file():
+        raise DataError(f"npz file '{p}' not found; give an existing path after 'npz:'")
+    try:
+        with np.load(p, allow_pickle=False) as f:
+            missing = [k for k in NPZ_KEYS if k not in f.files]
+            if missing:
+                raise DataError(f"npz file '{p}' lacks {', '.join(missing)}; it must be in the "
+                                "gnn-benchmark format (adj_*, attr_* or none, labels)")
+            adj = sp.csr_matrix((f["adj_data"], f["adj_indices"], f["adj_indptr"]),
+                                shape=tuple(f["adj_shape"]))
+            if "attr_data" in f.files:
+                attr = sp.csr_matrix((f["attr_data"], f["attr_indices"], f["attr_indptr"]),
+                                     shape=tuple(f["attr_shape"])).toarray()
+            elif "attr_matrix" in f.files:
+                attr = np.asarray(f["attr_matrix"])
+            else:
+                attr = np.eye(adj.shape[0], dtype=np.float32)
+            labels = np.asarray(f["labels"])
+    except DataError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - zip/format errors mean a corrupt file
+        raise DataError(f"npz file '{p}' is corrupt or not an npz archive "
+                        f"({type(exc).__name__}); re-create it") from None
+    n = adj.shape[0]
+    if adj.shape[0] != adj.shape[1] or attr.shape[0] != n or labels.shape[0] != n:
+        raise DataError(f"npz file '{p}' has inconsistent shapes (adjacency {adj.shape}, "
+                        f"attributes {attr.shape}, labels {labels.shape}); re-create it")
+    coo = adj.tocoo()
+    ei = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
+    y = torch.from_numpy(labels.astype(np.int64))
+    num_classes = int(y.max()) + 1
+    train, val, test = planetoid_style_split(y, num_classes, seed=seed)
+    return GraphData(name=p.stem, x=torch.from_numpy(attr.astype(np.float32)), y=y,
+                     edge_index=clean_edge_index(ei, n), train_mask=train, val_mask=val,
+                     test_mask=test, num_classes=num_classes)
+
+
+def planetoid_style_split(y: torch.Tensor, num_classes: int, *, seed: int, per_class: int = 20,
+                          num_val: int = 500, num_test: int = 1000
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Seeded split: ``per_class`` training nodes per class, then validation and test nodes."""
+    n = int(y.numel())
+    rng = np.random.default_rng(seed)
+    yn = y.numpy()
+    train_idx = np.concatenate([
+        rng.permutation(np.flatnonzero(yn == c))[:per_class] for c in range(num_classes)])
+    rest = rng.permutation(np.setdiff1d(np.arange(n), train_idx))
+    num_val = min(num_val, len(rest) // 2)
+    num_test = min(num_test, len(rest) - num_val)
+    masks = []
+    for idx in (train_idx, rest[:num_val], rest[num_val:num_val + num_test]):
+        m = torch.zeros(n, dtype=torch.bool)
+        m[torch.from_numpy(idx.astype(np.int64))] = True
+        masks.append(m)
+    return masks[0], masks[1], masks[2]

@@ -1,0 +1,20 @@
+"""User-facing errors.
+
+Every problem caused by the user's input (a config value, a CLI flag, a data file, a graph that
+cannot be split) raises a :class:`FedglError`. The CLI turns it into one line on stderr and exit
+code 2; the Python API lets it propagate so callers can catch it.
+"""
+
+from __future__ import annotations
+
+
+class FedglError(Exception):
+    """Base class for errors caused by bad user input. The message names the problem and the fix."""
+
+
+class ConfigError(FedglError):
+    """An invalid configuration value, key, or file."""
+
+
+class DataError(FedglError):
+    """A dataset that is missing, corrupt, or cannot be partitioned as asked."""

@@ -1,0 +1,65 @@
+"""The ledger: every byte that crosses between parties, and the wall time of each phase."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+PHASES = ("pretrain", "train", "eval")
+DIRECTIONS = ("up", "down")  # up: client -> server, down: server -> client
+
+
+class Ledger:
+    """Counts bytes and messages by (phase, direction, client) and seconds by phase."""
+
+    def __init__(self) -> None:
+        self._bytes: dict[tuple[str, str, int], int] = defaultdict(int)
+        self._messages: dict[tuple[str, str, int], int] = defaultdict(int)
+        self._seconds: dict[str, float] = defaultdict(float)
+
+    def record(self, phase: str, direction: str, client: int, nbytes: int) -> None:
+        if phase not in PHASES:
+            raise ValueError(f"unknown phase {phase!r}")
+        if direction not in DIRECTIONS:
+            raise ValueError(f"unknown direction {direction!r}")
+        self._bytes[(phase, direction, client)] += int(nbytes)
+        self._messages[(phase, direction, client)] += 1
+
+    @contextmanager
+    def timer(self, phase: str) -> Iterator[None]:
+        """Add the wall time of the ``with`` block to ``phase``."""
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._seconds[phase] += time.perf_counter() - start
+
+    def bytes(self, phase: str | None = None, direction: str | None = None,
+              client: int | None = None) -> int:
+        """Total bytes, optionally restricted to a phase, direction and/or client."""
+        return sum(b for (p, d, c), b in self._bytes.items()
+                   if (phase is None or p == phase) and (direction is None or d == direction)
+                   and (client is None or c == client))
+
+    def messages(self, phase: str | None = None, direction: str | None = None) -> int:
+        return sum(m for (p, d, _), m in self._messages.items()
+                   if (phase is None or p == phase) and (direction is None or d == direction))
+
+    def seconds(self, phase: str) -> float:
+        return self._seconds.get(phase, 0.0)
+
+    def per_client(self, phase: str, direction: str) -> dict[int, int]:
+        return {c: b for (p, d, c), b in sorted(self._bytes.items()) if p == phase and d == direction}
+
+    def summary(self) -> dict:
+        """JSON-ready totals: bytes[phase][direction], messages, seconds[phase], per client."""
+        return {
+            "bytes": {p: {d: self.bytes(p, d) for d in DIRECTIONS} for p in PHASES},
+            "messages": {p: {d: self.messages(p, d) for d in DIRECTIONS} for p in PHASES},
+            "seconds": {p: round(self.seconds(p), 6) for p in PHASES},
+            "bytes_per_client": {p: {d: {str(c): b for c, b in self.per_client(p, d).items()}
+                                     for d in DIRECTIONS} for p in PHASES},
+            "total_bytes": self.bytes(),
+        }

@@ -1,0 +1,65 @@
+"""Runtimes carry the server's calls to clients; the algorithm never sees the transport.
+
+``runtime.call(method, args, phase)`` invokes ``client.method(**args[k])`` on every addressed
+client ``k`` and returns ``{k: result}``. Arguments travel server -> client ("down") and results
+client -> server ("up"); both are sized and recorded in the :class:`~fedgl.federation.ledger.Ledger`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from fedgl.federation.ledger import Ledger
+from fedgl.federation.messages import copy_payload, payload_nbytes
+
+
+class Runtime(Protocol):
+    ledger: Ledger
+
+    @property
+    def client_ids(self) -> list[int]: ...
+
+    def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
+             *, phase: str, clients: list[int] | None = None) -> dict[int, Any]: ...
+
+
+class LocalRuntime:
+    """Clients as in-process objects. Every payload is copied, so no party aliases another's
+    tensors, and every payload is counted by the ledger.
+
+    ``args`` is either ``{client_id: kwargs}`` or one ``kwargs`` dict sent to every addressed
+    client (a broadcast, counted once per recipient).
+    """
+
+    def __init__(self, clients: Mapping[int, Any], ledger: Ledger | None = None) -> None:
+        self._clients = dict(clients)
+        self.ledger = ledger if ledger is not None else Ledger()
+
+    @property
+    def client_ids(self) -> list[int]:
+        return sorted(self._clients)
+
+    def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
+             *, phase: str, clients: list[int] | None = None) -> dict[int, Any]:
+        targets = self.client_ids if clients is None else list(clients)
+        per_client = _per_client_args(args, targets)
+        results: dict[int, Any] = {}
+        for k in targets:
+            kwargs = per_client[k]
+            self.ledger.record(phase, "down", k, payload_nbytes(kwargs))
+            out = getattr(self._clients[k], method)(**copy_payload(kwargs))
+            self.ledger.record(phase, "up", k, payload_nbytes(out))
+            results[k] = copy_payload(out)
+        return results
+
+
+def _per_client_args(args: Any, targets: list[int]) -> dict[int, dict[str, Any]]:
+    if args is None:
+        return {k: {} for k in targets}
+    if args and all(isinstance(key, int) for key in args):
+        missing = [k for k in targets if k not in args]
+        if missing:
+            raise KeyError(f"no arguments for clients {missing}")
+        return {k: args[k] for k in targets}
+    return {k: args for k in targets}
