@@ -151,6 +151,9 @@ class Config:
                               "or 10000 (i.i.d.)")
         if self.hops < 0:
             raise ConfigError(f"hops must be 0, 1, 2, ... (got {self.hops})")
+        if self.hops > 2:
+            raise ConfigError(f"hops must be 0, 1 or 2 (got {self.hops}): the pre-training round "
+                              "reaches 2 hops; deeper models use --layers with --hops 2")
         if self.hops > self.layers:
             raise ConfigError(f"hops ({self.hops}) cannot exceed layers ({self.layers}); "
                               f"use --hops {self.layers} or more --layers")
