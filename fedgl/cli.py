@@ -97,11 +97,33 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = cfg.replace(out=str(Path("runs") / f"{cfg.algorithm}-{_slug(cfg.dataset)}-{stamp}"))
     out = Path(cfg.out)
-    if out.exists() and not out.is_dir():
-        raise ConfigError(f"--out '{out}' exists and is not a folder; choose another path")
-    result = run(cfg)
+    _check_writable_folder(out, "--out")
+    try:
+        result = run(cfg)
+    except OSError as exc:
+        if exc.filename is None or not _related(Path(exc.filename), out):
+            raise
+        raise ConfigError(f"--out '{out}' could not be written ({exc.strerror}); "
+                          "choose a writable folder") from None
     _print_summary(result, out)
     return 0
+
+
+def _check_writable_folder(path: Path, flag: str) -> None:
+    """Fail before any work if ``path`` cannot become a folder (a file is in the way)."""
+    if path.exists() and not path.is_dir():
+        raise ConfigError(f"{flag} '{path}' exists and is not a folder; choose another path")
+    parent = path.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{flag} '{path}' lies under '{parent}', which is a file, not a "
+                          "folder; choose another path")
+
+
+def _related(a: Path, b: Path) -> bool:
+    a, b = a.absolute(), b.absolute()
+    return a == b or a in b.parents or b in a.parents
 
 
 def _slug(text: str) -> str:
@@ -149,6 +171,8 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     cfg = as_config(**_overrides(args))
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"--plot '{args.plot}' must end in .png, .pdf or .svg")
+    if args.plot:
+        _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
     graph = load_graph(cfg)
     part = partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=cfg.seed,
                      min_size=cfg.min_client_size)
@@ -168,8 +192,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     if args.plot:
         from fedgl.report import plot_label_histogram
 
-        plot_label_histogram(stats["labels"], args.plot,
-                             title=f"{graph.name}, {cfg.partition} β={cfg.beta:g}")
+        try:
+            plot_label_histogram(stats["labels"], args.plot,
+                                 title=f"{graph.name}, {cfg.partition} β={cfg.beta:g}")
+        except OSError as exc:
+            raise ConfigError(f"--plot '{args.plot}' could not be written ({exc.strerror}); "
+                              "choose a writable path") from None
         console.print(f"plot written to {args.plot}")
     return 0
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -100,6 +101,9 @@ class Config:
             raise ConfigError(f"config file '{p}' not found; pass an existing YAML file")
         try:
             data = yaml.safe_load(p.read_text())
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file '{p}' could not be read ({type(exc).__name__}); "
+                              "pass a readable UTF-8 YAML file") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""
@@ -203,6 +207,8 @@ class Config:
             ok = isinstance(value, int) and not isinstance(value, bool)
         elif ann.startswith("float"):
             ok = isinstance(value, int | float) and not isinstance(value, bool)
+            if ok and not math.isfinite(value):
+                raise ConfigError(f"{name} must be a finite number (got {value})")
             if ok:
                 object.__setattr__(self, name, float(value))
         else:  # str or str | None

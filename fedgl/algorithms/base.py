@@ -122,11 +122,16 @@ class GNNClient(ABC):
                 "loss": sum(losses) / len(losses)}
 
     @torch.no_grad()
-    def evaluate(self, weights: State) -> dict:
-        """Correct predictions and node counts of the given model on own train/val/test nodes."""
+    def predict(self, weights: State) -> Tensor:
+        """Log-probabilities (eval mode) for the own nodes, in ``data.node_ids`` order. Local
+        only: not a protocol method, the server never asks for predictions."""
         self.load_weights(weights)
         self.model.eval()
-        pred = self._forward(self._cached_inputs()).argmax(dim=-1)
+        return self._forward(self._cached_inputs())
+
+    def evaluate(self, weights: State) -> dict:
+        """Correct predictions and node counts of the given model on own train/val/test nodes."""
+        pred = self.predict(weights).argmax(dim=-1)
         hit = pred == self._y
         return {"correct": [int(hit[self._masks[s]].sum()) for s in SPLITS],
                 "total": [int(self._masks[s].sum()) for s in SPLITS]}

@@ -39,15 +39,23 @@ def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
+                     client_cls: type[GNNClient], server_cls: type[FedAvgServer]) -> FedAvgServer:
+    """Hand every client its own data, connect them through a fresh :class:`LocalRuntime`, and
+    return the server (``server.runtime.ledger`` counts everything from here on)."""
+    clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
+    runtime = LocalRuntime(clients, Ledger())
+    return server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed), cfg)
+
+
 def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
                   client_cls: type[GNNClient], server_cls: type[FedAvgServer],
                   progress: RoundProgress) -> RepeatResult:
     """One seeded run of a FedAvg-style algorithm on a :class:`LocalRuntime`."""
     t0 = time.perf_counter()
     part = make_partition(graph, cfg, seed)
-    clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
-    runtime = LocalRuntime(clients, Ledger())
-    server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed), cfg)
+    server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
+    runtime = server.runtime
     oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
     setup_seconds = time.perf_counter() - t0
     server.pretrain()

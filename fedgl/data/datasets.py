@@ -144,20 +144,25 @@ def load_npz(path: str | Path, *, seed: int = 0) -> GraphData:
         raise DataError(f"npz file '{p}' not found; give an existing path after 'npz:'")
     try:
         with np.load(p, allow_pickle=False) as f:
-            missing = [k for k in NPZ_KEYS if k not in f.files]
+            # both layouts of the format: ``adj_data`` ... and ``adj_matrix.data`` ...
+            key = {(k.replace("_matrix.", "_", 1) if k.startswith(("adj_matrix.", "attr_matrix."))
+                    else k): k for k in f.files}
+            missing = [k for k in NPZ_KEYS if k not in key]
             if missing:
                 raise DataError(f"npz file '{p}' lacks {', '.join(missing)}; it must be in the "
                                 "gnn-benchmark format (adj_*, attr_* or none, labels)")
-            adj = sp.csr_matrix((f["adj_data"], f["adj_indices"], f["adj_indptr"]),
-                                shape=tuple(f["adj_shape"]))
-            if "attr_data" in f.files:
-                attr = sp.csr_matrix((f["attr_data"], f["attr_indices"], f["attr_indptr"]),
-                                     shape=tuple(f["attr_shape"])).toarray()
-            elif "attr_matrix" in f.files:
-                attr = np.asarray(f["attr_matrix"])
+            adj = sp.csr_matrix((f[key["adj_data"]], f[key["adj_indices"]], f[key["adj_indptr"]]),
+                                shape=tuple(f[key["adj_shape"]]))
+            adj.check_format(full_check=True)  # out-of-range indices would fail much later
+            if "attr_data" in key:
+                attr = sp.csr_matrix((f[key["attr_data"]], f[key["attr_indices"]],
+                                      f[key["attr_indptr"]]),
+                                     shape=tuple(f[key["attr_shape"]])).toarray()
+            elif "attr_matrix" in key:
+                attr = np.asarray(f[key["attr_matrix"]])
             else:
                 attr = np.eye(adj.shape[0], dtype=np.float32)
-            labels = np.asarray(f["labels"])
+            labels = np.asarray(f[key["labels"]])
     except DataError:
         raise
     except Exception as exc:  # noqa: BLE001 - zip/format errors mean a corrupt file
@@ -167,6 +172,11 @@ def load_npz(path: str | Path, *, seed: int = 0) -> GraphData:
     if adj.shape[0] != adj.shape[1] or attr.shape[0] != n or labels.shape[0] != n:
         raise DataError(f"npz file '{p}' has inconsistent shapes (adjacency {adj.shape}, "
                         f"attributes {attr.shape}, labels {labels.shape}); re-create it")
+    if n == 0:
+        raise DataError(f"npz file '{p}' holds an empty graph (0 nodes); use a graph with nodes")
+    if labels.ndim != 1 or not np.issubdtype(labels.dtype, np.integer) or labels.min() < 0:
+        raise DataError(f"npz file '{p}' must hold one non-negative integer label per node "
+                        f"(got dtype {labels.dtype}, shape {labels.shape}); re-create it")
     coo = adj.tocoo()
     ei = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
     y = torch.from_numpy(labels.astype(np.int64))

@@ -40,6 +40,10 @@ class LocalRuntime:
     def client_ids(self) -> list[int]:
         return sorted(self._clients)
 
+    def local_client(self, client_id: int) -> Any:
+        """The in-process client object (for tests and debugging; the server never uses it)."""
+        return self._clients[client_id]
+
     def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
              *, phase: str, clients: list[int] | None = None) -> dict[int, Any]:
         targets = self.client_ids if clients is None else list(clients)

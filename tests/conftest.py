@@ -1,0 +1,28 @@
+"""Shared fixtures. Tests never download: FEDGL_OFFLINE is set for the whole session."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("FEDGL_OFFLINE", "1")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def shared_data_root() -> Path:
+    env = os.environ.get("FEDGL_DATA")
+    return Path(env) if env else REPO.parent / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def data_root() -> Path:
+    """The real-data root (../shared/data or $FEDGL_DATA); skips when Cora is absent."""
+    root = shared_data_root()
+    if not (root / "Cora" / "raw" / "ind.cora.x").is_file():
+        pytest.skip(f"real datasets not found under {root} (set FEDGL_DATA to ../shared/data)")
+    return root

@@ -1,0 +1,42 @@
+"""Small graphs and federations the tests build themselves."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
+from fedgl.algorithms.runner import build_federation
+from fedgl.config import Config
+from fedgl.data.graph import GraphData, clean_edge_index
+from fedgl.data.partition import Partition
+from fedgl.data.sbm import stochastic_block_model
+
+
+def graph_from_edges(edges: list[tuple[int, int]], num_nodes: int, num_features: int = 3,
+                     num_classes: int = 2, seed: int = 0) -> GraphData:
+    g = torch.Generator().manual_seed(seed)
+    ei = torch.tensor(edges, dtype=torch.long).t() if edges else torch.empty(2, 0, dtype=torch.long)
+    y = torch.arange(num_nodes) % num_classes
+    every = torch.ones(num_nodes, dtype=torch.bool)
+    return GraphData("hand", torch.randn(num_nodes, num_features, generator=g), y,
+                     clean_edge_index(ei, num_nodes), every, every.clone(), every.clone(),
+                     num_classes)
+
+
+def random_graph(nodes: int = 120, seed: int = 0) -> GraphData:
+    """An SBM graph with Gaussian (hence unique, signed) features and every node labelled."""
+    g = stochastic_block_model(nodes=nodes, classes=3, alpha=0.08, mu=0.3, features=8, seed=seed)
+    every = torch.ones(nodes, dtype=torch.bool)
+    return GraphData(g.name, g.x, g.y, g.edge_index, every, every.clone(), every.clone(), 3)
+
+
+def random_partition(num_nodes: int, clients: int, seed: int = 0) -> Partition:
+    rng = np.random.default_rng(seed)
+    owner = rng.permutation(np.arange(num_nodes) % clients)
+    return Partition(owner.astype(np.int64), clients)
+
+
+def fedgcn_federation(graph: GraphData, part: Partition, **cfg_values) -> FedGCNServer:
+    cfg = Config.from_dict({"clients": part.num_clients, "progress": False, **cfg_values})
+    return build_federation(graph, part, cfg, 0, FedGCNClient, FedGCNServer)
