@@ -6,10 +6,14 @@ import os
 from pathlib import Path
 
 import pytest
+import torch
 
 os.environ.setdefault("FEDGL_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+# Tiny graphs: one thread is as fast and avoids oversubscribing CI's two cores.
+torch.set_num_threads(1)
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -97,8 +97,8 @@ def test_training_round_bytes_are_model_size_per_client():
     list(server.rounds())
     model_bytes = sum(v.numel() * v.element_size() for v in server.weights.values())
     led = server.runtime.ledger
-    # down: weights + local_steps count; up: weights + num_train + loss
-    assert led.bytes("train", "down") == 3 * (model_bytes + I64)
+    # down: weights + local_steps + round number; up: weights + num_train + loss
+    assert led.bytes("train", "down") == 3 * (model_bytes + 2 * I64)
     assert led.bytes("train", "up") == 3 * (model_bytes + 2 * I64)
 
 

@@ -52,8 +52,8 @@ class GNNClient(ABC):
         self.device = torch.device(config.device)
         self.model = build_model(config.model, data.num_features, config.hidden, data.num_classes,
                                  config.layers, config.dropout).to(self.device)
-        self.generator = torch.Generator(device=self.device).manual_seed(
-            client_seed(seed, data.client_id))
+        self.seed = seed
+        self.generator = torch.Generator(device=self.device)
         self._inputs: ModelInputs | None = None
         self._train_cache: ModelInputs | None = None
         self._y = data.y.to(self.device)
@@ -100,10 +100,14 @@ class GNNClient(ABC):
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
 
     # ----------------------------------------------------------------- protocol methods
-    def fit(self, weights: State, local_steps: int) -> dict:
+    def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """Load the global model, take ``local_steps`` SGD steps on own training nodes, and
-        return the new weights, the number of training nodes and the mean training loss."""
+        return the new weights, the number of training nodes and the mean training loss.
+
+        Dropout masks are drawn from a generator seeded by (seed, client, round), so a round's
+        result does not depend on earlier calls: runs resume exactly and every runtime agrees."""
         self.load_weights(weights)
+        self.generator.manual_seed(client_seed(self.seed, self.data.client_id) + round)
         train = self._masks["train"].nonzero().flatten()
         if train.numel() == 0:
             return {"weights": self.get_weights(), "num_train": 0, "loss": float("nan")}
@@ -169,15 +173,16 @@ class FedAvgServer:
     def pretrain(self) -> None:
         """Optional pre-training communication round; FedAvg itself has none."""
 
-    def rounds(self) -> Iterator[tuple[int, State, dict]]:
-        """Yield ``(round, global_weights, metrics)`` after every round; metrics include the
-        mean training loss and, on evaluation rounds, the federated accuracies."""
+    def rounds(self, start: int = 1) -> Iterator[tuple[int, State, dict]]:
+        """Yield ``(round, global_weights, metrics)`` after every round from ``start`` on;
+        metrics include the mean training loss and, on evaluation rounds, the federated
+        accuracies. Resuming sets ``weights`` and passes the next round as ``start``."""
         cfg = self.config
         ledger = self.runtime.ledger
-        for t in range(1, cfg.rounds + 1):
+        for t in range(start, cfg.rounds + 1):
             with ledger.timer("train"):
                 results = self.runtime.call(
-                    "fit", {"weights": self.weights, "local_steps": cfg.local_steps},
+                    "fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
                     phase="train")
                 ordered = [results[k] for k in sorted(results)]
                 self.weights = self.strategy.aggregate([r["weights"] for r in ordered],

@@ -37,7 +37,7 @@ def run_centralized(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
     history = []
     for t in range(1, cfg.rounds + 1):
         with ledger.timer("train"):
-            out = party.fit(weights, cfg.local_steps)
+            out = party.fit(weights, cfg.local_steps, round=t)
             weights = out["weights"]
         row = {"round": t, "train_loss": out["loss"]}
         if t % cfg.eval_every == 0 or t == cfg.rounds:
