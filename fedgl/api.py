@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
 from fedgl.data.datasets import load_dataset
 from fedgl.data.graph import GraphData, row_normalize
@@ -44,12 +46,15 @@ def load_graph(cfg: Config) -> GraphData:
 
 
 def run(config: Config | dict[str, Any] | str | Path | None = None, *,
-        graph: GraphData | None = None, **overrides: Any) -> RunResult:
+        graph: GraphData | None = None, resume: str | Path | None = None,
+        on_round: Callable[[int, int, Any], None] | None = None, **overrides: Any) -> RunResult:
     """Run ``config.repeats`` seeded repeats of ``config.algorithm`` and return the results.
 
     ``config`` may be a :class:`Config`, a dict of config keys, or a YAML path; keyword arguments
     override it. Pass ``graph`` to use a graph you built instead of ``config.dataset``. Nothing
-    is written to disk unless ``config.out`` is set.
+    is written to disk unless ``config.out`` is set. ``resume`` continues the run whose
+    ``--out`` folder holds a checkpoint (its stored config is used; only ``progress`` may be
+    overridden). ``on_round(repeat, round, server)`` is called after every federated round.
 
     >>> result = run(algorithm="fedgcn", dataset="sbm", hops=2, rounds=20, progress=False)
     >>> 0.0 <= result.mean("test_acc") <= 1.0
@@ -57,17 +62,42 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     """
     from fedgl.algorithms import REGISTRY
 
-    cfg = as_config(config, **overrides)
+    ckpt = None
+    if resume is not None:
+        ckpt = load_checkpoint(resume)
+        extra = set(overrides) - {"progress"}
+        if config is not None or extra:
+            raise ConfigError("--resume continues a run with its stored config; drop the other "
+                              f"settings ({', '.join(sorted(extra)) or 'config file'})")
+        cfg = Config.from_dict({**ckpt.config, "out": str(Path(resume)), **overrides})
+        set_rng_state(ckpt.rng)
+    else:
+        cfg = as_config(config, **overrides)
+    if cfg.checkpoint_every and not cfg.out:
+        raise ConfigError("checkpoint_every needs an output folder; set --out DIR")
     g = graph if graph is not None else load_graph(cfg)
     if cfg.clients > g.num_nodes:
         raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {g.num_nodes} nodes; "
                           f"use at most {g.num_nodes} clients")
     repeat_fn = REGISTRY[cfg.algorithm]
-    reps = []
+    done = ckpt.completed_repeats() if ckpt else []
+    checkpointer = (Checkpointer(cfg.out, cfg.to_dict(), cfg.checkpoint_every, done)
+                    if cfg.checkpoint_every and cfg.out else None)
+    reps = list(done)
     with round_progress(cfg.progress) as progress:
-        for r in range(cfg.repeats):
-            reps.append(repeat_fn(g, cfg, repeat=r, seed=cfg.seed + r, progress=progress))
+        for r in range(len(done), cfg.repeats):
+            kwargs: dict[str, Any] = {}
+            if cfg.algorithm != "centralized":
+                partial = ckpt.progress if ckpt and ckpt.progress and ckpt.progress.repeat == r else None
+                kwargs = {"resume_from": partial, "checkpointer": checkpointer,
+                          "on_round": on_round}
+            rep = repeat_fn(g, cfg, repeat=r, seed=cfg.seed + r, progress=progress, **kwargs)
+            reps.append(rep)
+            if checkpointer is not None:
+                checkpointer.repeat_done(rep)
     result = RunResult(cfg.to_dict(), environment(cfg.seed, cfg.device), reps)
     if cfg.out:
         result.save(cfg.out)
+        if checkpointer is not None:
+            checkpointer.finish()
     return result

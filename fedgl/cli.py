@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from fedgl.config import Config
-from fedgl.errors import ConfigError, FedglError
+from fedgl.errors import ConfigError, FedglError, RunAborted
 
 
 class _Parser(argparse.ArgumentParser):
@@ -49,6 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
                          description="Run an algorithm. Settings come from CONFIG (YAML), then "
                                      "flags; defaults: FedGCN 2-hop on a Cora-sized SBM graph.")
     run.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
+    run.add_argument("--resume", metavar="DIR", help="continue the checkpointed run in DIR")
     _add_config_flags(run)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
@@ -77,8 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     except FedglError as exc:
         print(f"fedgl: error: {exc}", file=sys.stderr)
         return 2
+    except RunAborted as exc:
+        print(f"fedgl: run aborted: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
-        print("fedgl: interrupted; no results were written", file=sys.stderr)
+        print("fedgl: interrupted; no results were written (a run with --checkpoint-every "
+              "continues with `fedgl run --resume DIR`)", file=sys.stderr)
         return 130
 
 
@@ -92,6 +97,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fedgl.api import as_config, run
 
     overrides = _overrides(args)
+    if args.resume:
+        if args.config_file or set(overrides) - {"progress"}:
+            raise ConfigError("--resume continues a run with its stored config; drop the config "
+                              "file and the other flags")
+        result = run(resume=args.resume, **overrides)
+        _print_summary(result, Path(args.resume))
+        return 0
     cfg = as_config(args.config_file, **overrides) if args.config_file else as_config(**overrides)
     if not cfg.out:
         stamp = time.strftime("%Y%m%d-%H%M%S")

@@ -24,6 +24,8 @@ MODELS = ("gcn", "sage")
 PARTITIONS = ("dirichlet", "iid")
 AGGREGATIONS = ("uniform", "weighted")
 NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm")
+RUNTIMES = ("local", "ray")
+FAILURE_POLICIES = ("restart", "drop", "abort")
 
 
 def _f(default: Any, help: str, **extra: Any) -> Any:
@@ -64,6 +66,15 @@ class Config:
     device: str = _f("cpu", "torch device: cpu or cuda")
     progress: bool = _f(True, "show a progress bar over rounds")
     out: str | None = _f(None, "results folder (CLI default: runs/<algorithm>-<dataset>-<time>)")
+    checkpoint_every: int = _f(0, "write a resumable checkpoint to --out every N rounds (0: off)")
+    # runtime (issue 3)
+    runtime: str = _f("local", "where clients run: local (in-process) or ray (one actor each)")
+    ray_address: str | None = _f(None, "join this Ray cluster (e.g. 127.0.0.1:6379) instead of "
+                                       "starting a local one")
+    client_cpus: float = _f(0.0, "Ray: CPUs per client actor (0: share the cluster's CPUs)")
+    client_gpus: float = _f(0.0, "Ray: GPUs per client actor")
+    on_client_failure: str = _f("restart", "when a client dies: restart, drop or abort")
+    max_client_restarts: int = _f(3, "restarts allowed per client before the run aborts")
     # synthetic stochastic block model (dataset: sbm), FedGCN appendix D.3
     sbm_nodes: int = _f(2708, "SBM: number of nodes N")
     sbm_classes: int = _f(7, "SBM: number of classes C")
@@ -150,6 +161,7 @@ class Config:
         self._at_least("repeats", 1)
         self._at_least("eval_every", 1)
         self._at_least("seed", 0)
+        self._validate_runtime()
         if self.beta <= 0:
             raise ConfigError(f"beta must be > 0 (got {self.beta}); use e.g. 1 (non-i.i.d.) "
                               "or 10000 (i.i.d.)")
@@ -181,6 +193,20 @@ class Config:
             raise ConfigError(f"sbm_mu must be in [0, 1] (got {self.sbm_mu})")
         if self.sbm_noise < 0:
             raise ConfigError(f"sbm_noise must be >= 0 (got {self.sbm_noise})")
+
+    def _validate_runtime(self) -> None:
+        self._choice("runtime", RUNTIMES)
+        self._choice("on_client_failure", FAILURE_POLICIES)
+        self._at_least("checkpoint_every", 0)
+        self._at_least("max_client_restarts", 0)
+        if self.client_cpus < 0 or self.client_gpus < 0:
+            raise ConfigError("client_cpus and client_gpus must be >= 0 "
+                              f"(got {self.client_cpus}, {self.client_gpus})")
+        if self.ray_address is not None and self.runtime != "ray":
+            raise ConfigError("ray_address needs --runtime ray")
+        if self.checkpoint_every and self.algorithm == "centralized":
+            raise ConfigError("checkpoints are for federated runs; drop --checkpoint-every "
+                              "for the centralized algorithm")
 
     def _choice(self, name: str, choices: tuple[str, ...]) -> None:
         value = getattr(self, name)

@@ -18,3 +18,8 @@ class ConfigError(FedglError):
 
 class DataError(FedglError):
     """A dataset that is missing, corrupt, or cannot be partitioned as asked."""
+
+
+class RunAborted(Exception):
+    """A run stopped by its failure policy (e.g. a client died under ``abort``). Not a user-input
+    error: the CLI reports it in one line with exit code 1."""

@@ -173,6 +173,13 @@ class FedAvgServer:
     def pretrain(self) -> None:
         """Optional pre-training communication round; FedAvg itself has none."""
 
+    def restore_client(self, client_id: int) -> None:
+        """Bring a restarted client (fresh process, own shard reloaded) back into the protocol.
+
+        FedAvg clients get the global model with every call, so only the pre-training state must
+        be rebuilt: the pre-training exchange is run again (deterministic, and counted)."""
+        self.pretrain()
+
     def rounds(self, start: int = 1) -> Iterator[tuple[int, State, dict]]:
         """Yield ``(round, global_weights, metrics)`` after every round from ``start`` on;
         metrics include the mean training loss and, on evaluation rounds, the federated

@@ -10,26 +10,24 @@ from __future__ import annotations
 import math
 import resource
 import time
+from collections.abc import Callable
 
 import torch
 
 from fedgl.algorithms.base import FedAvgServer, GNNClient
+from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
-from fedgl.data.partition import Partition, partition
+from fedgl.data.partition import Partition
+from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg
 from fedgl.federation.ledger import Ledger
-from fedgl.federation.runtime import LocalRuntime
+from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
-
-
-def make_partition(graph: GraphData, cfg: Config, seed: int) -> Partition:
-    return partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=seed,
-                     min_size=cfg.min_client_size)
 
 
 def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch.Tensor]:
@@ -41,40 +39,105 @@ def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch
 
 def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
                      client_cls: type[GNNClient], server_cls: type[FedAvgServer]) -> FedAvgServer:
-    """Hand every client its own data, connect them through a fresh :class:`LocalRuntime`, and
-    return the server (``server.runtime.ledger`` counts everything from here on)."""
-    clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
-    runtime = LocalRuntime(clients, Ledger())
-    return server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed), cfg)
+    """Start the clients on the configured runtime and return the server wired to them
+    (``server.runtime.ledger`` counts everything from here on).
+
+    ``local``: the driver hands every in-process client its :class:`ClientData`. ``ray``: the
+    driver writes the partition file and every actor loads its own shard from it.
+    """
+    if cfg.runtime == "ray":
+        from fedgl.federation.ray_runtime import RayRuntime
+
+        path, digest = write_partition_file(part, graph, cfg, seed)
+        fingerprint = graph_fingerprint(graph)
+        specs = {k: ShardSpec(cfg.to_dict(), seed, k, str(path), digest, fingerprint)
+                 for k in range(part.num_clients)}
+        runtime: Runtime = RayRuntime(specs, client_cls, cfg, Ledger())
+    else:
+        clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
+        runtime = LocalRuntime(clients, Ledger())
+    try:
+        server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed),
+                            cfg)
+    except BaseException:
+        runtime.close()
+        raise
+    runtime.on_client_restart = server.restore_client
+    return server
+
+
+RoundCallback = Callable[[int, int, FedAvgServer], None]
 
 
 def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
                   client_cls: type[GNNClient], server_cls: type[FedAvgServer],
-                  progress: RoundProgress) -> RepeatResult:
-    """One seeded run of a FedAvg-style algorithm on a :class:`LocalRuntime`."""
+                  progress: RoundProgress, resume_from: RepeatProgress | None = None,
+                  checkpointer: Checkpointer | None = None,
+                  on_round: RoundCallback | None = None) -> RepeatResult:
+    """One seeded run of a FedAvg-style algorithm, optionally resumed from a checkpoint."""
     t0 = time.perf_counter()
     part = make_partition(graph, cfg, seed)
     server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
     runtime = server.runtime
-    oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
-    setup_seconds = time.perf_counter() - t0
+    try:
+        oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
+        setup_seconds = time.perf_counter() - t0
+        history: list[dict] = []
+        events: list[dict] = []
+        start = 1
+        if resume_from is None:
+            server.pretrain()
+        else:
+            start, history, events = _resume(server, resume_from)
+        progress.start(f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
+        for _ in range(start - 1):
+            progress.advance()
+        oracle_seconds = 0.0
+        seen_events = len(runtime.events)
+        for t, weights, metrics in server.rounds(start):
+            row = {"round": t, **metrics}
+            if oracle is not None and "test_acc" in metrics:
+                o0 = time.perf_counter()
+                row.update(oracle(weights))
+                oracle_seconds += time.perf_counter() - o0
+            history.append(row)
+            events += [{**e, "round": t} for e in runtime.events[seen_events:]]
+            seen_events = len(runtime.events)
+            progress.advance(_progress_info(row))
+            if checkpointer is not None:
+                checkpointer.round_done(RepeatProgress(repeat, seed, t, weights, history,
+                                                       runtime.ledger.state_dict(), events))
+            if on_round is not None:
+                on_round(repeat, t, server)
+        ledger = runtime.ledger
+        seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+                   "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
+                   "oracle": oracle_seconds, "total": time.perf_counter() - t0}
+        result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
+        result.extra["runtime"] = cfg.runtime
+        result.extra["failures"] = events
+        if hasattr(runtime, "placement"):
+            result.extra["placement"] = {str(k): v for k, v in runtime.placement().items()}
+        return result
+    finally:
+        runtime.close()
+
+
+def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
+    """Rebuild client state (pre-training re-run, on a scratch ledger so the restored totals
+    equal an uninterrupted run's) and restore the server's model, history and ledger."""
+    runtime = server.runtime
+    scratch = Ledger()
+    runtime.ledger = scratch
     server.pretrain()
-    progress.start(f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
-    history = []
-    oracle_seconds = 0.0
-    for t, weights, metrics in server.rounds():
-        row = {"round": t, **metrics}
-        if oracle is not None and "test_acc" in metrics:
-            o0 = time.perf_counter()
-            row.update(oracle(weights))
-            oracle_seconds += time.perf_counter() - o0
-        history.append(row)
-        progress.advance(_progress_info(row))
-    ledger = runtime.ledger
-    seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
-               "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
-               "oracle": oracle_seconds, "total": time.perf_counter() - t0}
-    return finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
+    runtime.ledger = Ledger.from_state_dict(state.ledger)
+    server.weights = {k: v.clone() for k, v in state.weights.items()}
+    events = list(state.events) + [{
+        "action": "resumed", "round": state.round,
+        "note": "pre-training exchange re-run to rebuild client state; its bytes are not "
+                "added to the ledger totals",
+        "pretrain_bytes_rerun": scratch.bytes("pretrain")}]
+    return state.round + 1, list(state.history), events
 
 
 def finish_repeat(repeat: int, seed: int, part_stats: dict, history: list[dict],

@@ -69,15 +69,16 @@ class ClientData:
 
 def split_graph(graph: GraphData, part: Partition) -> list[ClientData]:
     """Give each client its own nodes, features, labels, masks and incident edges (copies)."""
+    return [client_shard(graph, part, k) for k in range(part.num_clients)]
+
+
+def client_shard(graph: GraphData, part: Partition, client: int) -> ClientData:
+    """One client's data (copies): own nodes, their features, labels, masks, incident edges."""
     owner = torch.from_numpy(part.owner)
-    dst_owner = owner[graph.edge_index[1]]
-    out = []
-    for k in range(part.num_clients):
-        ids = torch.from_numpy(part.nodes_of(k))
-        out.append(ClientData(
-            client_id=k, node_ids=ids.clone(), x=graph.x[ids].clone(), y=graph.y[ids].clone(),
-            train_mask=graph.train_mask[ids].clone(), val_mask=graph.val_mask[ids].clone(),
-            test_mask=graph.test_mask[ids].clone(),
-            edge_index=graph.edge_index[:, dst_owner == k].clone(),
-            num_classes=graph.num_classes))
-    return out
+    ids = torch.from_numpy(part.nodes_of(client))
+    return ClientData(
+        client_id=client, node_ids=ids.clone(), x=graph.x[ids].clone(), y=graph.y[ids].clone(),
+        train_mask=graph.train_mask[ids].clone(), val_mask=graph.val_mask[ids].clone(),
+        test_mask=graph.test_mask[ids].clone(),
+        edge_index=graph.edge_index[:, owner[graph.edge_index[1]] == client].clone(),
+        num_classes=graph.num_classes)

@@ -53,6 +53,22 @@ class Ledger:
     def per_client(self, phase: str, direction: str) -> dict[int, int]:
         return {c: b for (p, d, c), b in sorted(self._bytes.items()) if p == phase and d == direction}
 
+    def state_dict(self) -> dict:
+        """Everything recorded so far, for checkpoints."""
+        return {"bytes": [[*k, v] for k, v in self._bytes.items()],
+                "messages": [[*k, v] for k, v in self._messages.items()],
+                "seconds": dict(self._seconds)}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> Ledger:
+        led = cls()
+        for p, d, c, v in state["bytes"]:
+            led._bytes[(p, d, int(c))] = int(v)
+        for p, d, c, v in state["messages"]:
+            led._messages[(p, d, int(c))] = int(v)
+        led._seconds.update(state["seconds"])
+        return led
+
     def summary(self) -> dict:
         """JSON-ready totals: bytes[phase][direction], messages, seconds[phase], per client."""
         return {

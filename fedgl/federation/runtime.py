@@ -16,12 +16,15 @@ from fedgl.federation.messages import copy_payload, payload_nbytes
 
 class Runtime(Protocol):
     ledger: Ledger
+    events: list[dict[str, Any]]
 
     @property
     def client_ids(self) -> list[int]: ...
 
     def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
              *, phase: str, clients: list[int] | None = None) -> dict[int, Any]: ...
+
+    def close(self) -> None: ...
 
 
 class LocalRuntime:
@@ -35,6 +38,11 @@ class LocalRuntime:
     def __init__(self, clients: Mapping[int, Any], ledger: Ledger | None = None) -> None:
         self._clients = dict(clients)
         self.ledger = ledger if ledger is not None else Ledger()
+        self.events: list[dict[str, Any]] = []  # in-process clients do not fail independently
+        self.on_client_restart: Any = None
+
+    def close(self) -> None:
+        """Nothing to release for in-process clients."""
 
     @property
     def client_ids(self) -> list[int]:

@@ -1,0 +1,111 @@
+"""Checkpoints: resumable server-side state of a run, written atomically.
+
+A checkpoint holds the config, the repeats already finished, and for the repeat in progress the
+last completed round, the global model, the history so far, the ledger so far, the failure
+events, and the RNG states. Clients need no checkpoint: FedAvg sends them the global model every
+round, their dropout is seeded per (seed, client, round), and their pre-training state is rebuilt
+by re-running the (deterministic) pre-training exchange on resume.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import tempfile
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedgl.errors import ConfigError
+from fedgl.results import RepeatResult
+
+CHECKPOINT_FILE = "checkpoint.pt"
+
+
+@dataclass
+class RepeatProgress:
+    """The state of one repeat after ``round`` completed rounds."""
+
+    repeat: int
+    seed: int
+    round: int
+    weights: dict[str, torch.Tensor]
+    history: list[dict]
+    ledger: dict
+    events: list[dict] = field(default_factory=list)
+
+
+@dataclass
+class Checkpoint:
+    config: dict[str, Any]
+    completed: list[dict[str, Any]]
+    progress: RepeatProgress | None
+    rng: dict[str, Any]
+
+    def completed_repeats(self) -> list[RepeatResult]:
+        return [RepeatResult(**r) for r in self.completed]
+
+
+class Checkpointer:
+    """Writes ``<out>/checkpoint.pt`` every ``every`` rounds and after every finished repeat."""
+
+    def __init__(self, out_dir: str | Path, config: dict[str, Any], every: int,
+                 completed: list[RepeatResult] | None = None) -> None:
+        self.path = Path(out_dir) / CHECKPOINT_FILE
+        self.config = config
+        self.every = every
+        self.completed = list(completed or [])
+
+    def round_done(self, progress: RepeatProgress) -> None:
+        if self.every and progress.round % self.every == 0:
+            self._write(progress)
+
+    def repeat_done(self, result: RepeatResult) -> None:
+        self.completed.append(result)
+        if self.every:
+            self._write(None)
+
+    def finish(self) -> None:
+        """The run ended and its results are written: the checkpoint is no longer needed."""
+        self.path.unlink(missing_ok=True)
+
+    def _write(self, progress: RepeatProgress | None) -> None:
+        ckpt = Checkpoint(self.config, [asdict(r) for r in self.completed], progress, rng_state())
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checkpoint.", suffix=".tmp")
+        os.close(fd)
+        try:
+            torch.save(asdict(ckpt), tmp)
+            os.replace(tmp, self.path)
+        finally:
+            Path(tmp).unlink(missing_ok=True)
+
+
+def load_checkpoint(folder: str | Path) -> Checkpoint:
+    path = Path(folder)
+    path = path / CHECKPOINT_FILE if path.is_dir() else path
+    if not path.is_file():
+        raise ConfigError(f"no checkpoint at '{path}'; pass the --out folder of a run started "
+                          "with --checkpoint-every")
+    try:
+        raw = torch.load(path, weights_only=False)
+        prog = raw["progress"]
+        return Checkpoint(raw["config"], raw["completed"],
+                          RepeatProgress(**prog) if prog is not None else None, raw["rng"])
+    except (KeyError, TypeError, RuntimeError, EOFError, OSError) as exc:
+        raise ConfigError(f"checkpoint '{path}' is unreadable ({type(exc).__name__}); start the "
+                          "run again") from None
+
+
+def rng_state() -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
+            "python": random.getstate()}
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    np.random.set_state(state["numpy"])
+    random.setstate(state["python"])

@@ -1,0 +1,61 @@
+"""Checkpoints: an interrupted run resumed ends exactly like an uninterrupted one."""
+
+from __future__ import annotations
+
+import pytest
+
+import fedgl
+from fedgl.checkpoint import CHECKPOINT_FILE
+from fedgl.cli import main
+
+BASE = dict(dataset="sbm", sbm_nodes=300, clients=3, rounds=6, progress=False)
+
+
+class Interrupt(Exception):
+    pass
+
+
+def _interrupt_at(repeat: int, round_: int):
+    def hook(r, t, server):
+        if (r, t) == (repeat, round_):
+            raise KeyboardInterrupt
+    return hook
+
+
+def _comparable(result):
+    return [(r.seed, r.history, r.final["test_acc"], r.final["selected_test_acc"],
+             r.ledger["bytes"], r.partition) for r in result.repeats]
+
+
+@pytest.mark.parametrize("repeats,stop", [(1, (0, 5)), (2, (1, 3))])
+def test_resume_matches_uninterrupted_run(tmp_path, repeats, stop):
+    reference = fedgl.run(**BASE, repeats=repeats)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        fedgl.run(**BASE, repeats=repeats, checkpoint_every=2, out=str(out),
+                  on_round=_interrupt_at(*stop))
+    assert (out / CHECKPOINT_FILE).is_file()
+    assert not (out / "result.json").exists()  # never a half-written result
+    resumed = fedgl.run(resume=out, progress=False)
+    assert _comparable(resumed) == _comparable(reference)
+    assert (out / "result.json").is_file() and not (out / CHECKPOINT_FILE).exists()
+    events = resumed.repeats[stop[0]].extra["failures"]
+    assert any(e["action"] == "resumed" and e["pretrain_bytes_rerun"] > 0 for e in events)
+
+
+def test_cli_resume_and_bad_resume_dir(tmp_path, capsys):
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        fedgl.run(**BASE, checkpoint_every=1, out=str(out), on_round=_interrupt_at(0, 3))
+    assert main(["run", "--resume", str(out), "--no-progress"]) == 0
+    assert (out / "result.json").is_file()
+    capsys.readouterr()
+    assert main(["run", "--resume", str(tmp_path / "nothing")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no checkpoint" in err[0]
+    assert main(["run", "--resume", str(out), "--rounds", "9"]) == 2
+
+
+def test_checkpoint_needs_an_output_folder():
+    with pytest.raises(fedgl.ConfigError, match="--out"):
+        fedgl.run(**BASE, checkpoint_every=2)
