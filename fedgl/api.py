@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
@@ -84,7 +87,10 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     checkpointer = (Checkpointer(cfg.out, cfg.to_dict(), cfg.checkpoint_every, done)
                     if cfg.checkpoint_every and cfg.out else None)
     reps = list(done)
-    with round_progress(cfg.progress) as progress:
+    threads_before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    with _restore_threads(threads_before), round_progress(cfg.progress) as progress:
         for r in range(len(done), cfg.repeats):
             kwargs: dict[str, Any] = {}
             if cfg.algorithm != "centralized":
@@ -101,3 +107,11 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         if checkpointer is not None:
             checkpointer.finish()
     return result
+
+
+@contextmanager
+def _restore_threads(n: int) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)

@@ -64,6 +64,8 @@ class Config:
     eval_every: int = _f(1, "evaluate every N rounds (the last round is always evaluated)")
     oracle_eval: bool = _f(True, "also score the global model on the full graph (oracle metric)")
     device: str = _f("cpu", "torch device: cpu or cuda")
+    threads: int = _f(1, "torch CPU threads in the driver and local clients (0: torch's default; "
+                         "per-client work is small, and one thread avoids oversubscription)")
     progress: bool = _f(True, "show a progress bar over rounds")
     out: str | None = _f(None, "results folder (CLI default: runs/<algorithm>-<dataset>-<time>)")
     checkpoint_every: int = _f(0, "write a resumable checkpoint to --out every N rounds (0: off)")
@@ -75,6 +77,25 @@ class Config:
     client_gpus: float = _f(0.0, "Ray: GPUs per client actor")
     on_client_failure: str = _f("restart", "when a client dies: restart, drop or abort")
     max_client_restarts: int = _f(3, "restarts allowed per client before the run aborts")
+    # privacy (issue 4)
+    secure_sum: str = _f("none", "how the server adds FedGCN's pre-training sums: none (plaintext), "
+                                 "mask (pairwise-masked secure aggregation) or he (CKKS, keys held "
+                                 "by clients)")
+    encrypt_models: bool = _f(False, "CKKS-encrypt model updates; the server adds ciphertexts and "
+                                     "never sees a model (needs --no-oracle-eval)")
+    he_poly_degree: int = _f(4096, "CKKS ring dimension N, a power of two (N/2 slots per ciphertext)")
+    he_coeff_bits: str = _f("60,49", "CKKS coefficient-modulus primes in bits, comma-separated, the "
+                                     "last one special; 128-bit security caps the total by N")
+    he_scale_bits: int = _f(40, "CKKS scale 2^bits for real values (unpacked sums, models)")
+    he_pack: int = _f(1, "values packed per CKKS slot as fixed-point integers (1: plain CKKS "
+                         "reals; 2-4: integer packing, FedGCN appendix G.2)")
+    he_key_holder: int = _f(0, "client that generates the CKKS key and seals it to the others")
+    dp_epsilon: float | None = _f(None, "differential privacy ε for the pre-training sums "
+                                        "(Gaussian mechanism; off when unset)")
+    dp_delta: float = _f(1e-5, "DP δ")
+    dp_clip: float = _f(1.0, "DP: clip every node's feature vector to this L2 norm first")
+    min_contributors: int = _f(1, "drop the remote part of a received sum made of fewer than k "
+                                  "remote nodes (2 blocks exact disclosure of one neighbour)")
     # synthetic stochastic block model (dataset: sbm), FedGCN appendix D.3
     sbm_nodes: int = _f(2708, "SBM: number of nodes N")
     sbm_classes: int = _f(7, "SBM: number of classes C")
@@ -161,6 +182,7 @@ class Config:
         self._at_least("repeats", 1)
         self._at_least("eval_every", 1)
         self._at_least("seed", 0)
+        self._at_least("threads", 0)
         self._validate_runtime()
         if self.beta <= 0:
             raise ConfigError(f"beta must be > 0 (got {self.beta}); use e.g. 1 (non-i.i.d.) "
@@ -193,6 +215,7 @@ class Config:
             raise ConfigError(f"sbm_mu must be in [0, 1] (got {self.sbm_mu})")
         if self.sbm_noise < 0:
             raise ConfigError(f"sbm_noise must be >= 0 (got {self.sbm_noise})")
+        self._validate_privacy()
 
     def _validate_runtime(self) -> None:
         self._choice("runtime", RUNTIMES)
@@ -207,6 +230,55 @@ class Config:
         if self.checkpoint_every and self.algorithm == "centralized":
             raise ConfigError("checkpoints are for federated runs; drop --checkpoint-every "
                               "for the centralized algorithm")
+
+    def _validate_privacy(self) -> None:
+        """Privacy options (issue 4): one-line errors naming the fix."""
+        from fedgl.privacy.he import HEParams, parse_coeff_bits
+
+        self._choice("secure_sum", ("none", "mask", "he"))
+        if self.min_contributors < 1:
+            raise ConfigError(f"min_contributors must be >= 1 (got {self.min_contributors}); use 1 "
+                              "(off) or 2 to block exact disclosure of a single remote neighbour")
+        self._at_least("he_key_holder", 0)
+        if self.he_key_holder >= self.clients:
+            raise ConfigError(f"he_key_holder must be a client id below clients ({self.clients}); "
+                              f"got {self.he_key_holder}")
+        try:
+            bits = parse_coeff_bits(self.he_coeff_bits)
+        except ValueError:
+            raise ConfigError(f"he_coeff_bits must be comma-separated prime sizes in bits, e.g. "
+                              f"60,49 (got '{self.he_coeff_bits}')") from None
+        problem = HEParams(self.he_poly_degree, bits, self.he_scale_bits, self.he_pack,
+                           self.clients).problems()
+        if problem:
+            raise ConfigError(problem)
+        if self.dp_epsilon is not None and self.dp_epsilon <= 0:
+            raise ConfigError(f"dp_epsilon must be > 0 (got {self.dp_epsilon}); use e.g. "
+                              "--dp-epsilon 1, or leave it unset to turn DP off")
+        if not 0 < self.dp_delta < 1:
+            raise ConfigError(f"dp_delta must be in (0, 1) (got {self.dp_delta}); use e.g. 1e-5")
+        if self.dp_clip <= 0:
+            raise ConfigError(f"dp_clip must be > 0 (got {self.dp_clip}); use e.g. --dp-clip 1")
+        pretrain_only = [name for name, on in (("secure_sum", self.secure_sum != "none"),
+                                               ("dp_epsilon", self.dp_epsilon is not None),
+                                               ("min_contributors", self.min_contributors > 1))
+                         if on]
+        if pretrain_only and self.algorithm != "fedgcn":
+            raise ConfigError(f"{pretrain_only[0]} applies to FedGCN's pre-training round; use "
+                              "--algorithm fedgcn or drop it")
+        if pretrain_only and self.hops == 0:
+            raise ConfigError(f"{pretrain_only[0]} protects the pre-training sums, which 0-hop "
+                              "does not send; use --hops 1 or 2 or drop it")
+        if self.encrypt_models:
+            if self.algorithm != "fedgcn":
+                raise ConfigError("encrypt_models is implemented for --algorithm fedgcn")
+            if self.oracle_eval:
+                raise ConfigError("encrypt_models keeps the global model encrypted at the server, "
+                                  "so the oracle metric cannot score it; add --no-oracle-eval")
+            if getattr(self, "checkpoint_every", 0):
+                raise ConfigError("encrypt_models cannot checkpoint: the key lives only in client "
+                                  "memory, so a resumed run could not decrypt the model; drop "
+                                  "--checkpoint-every")
 
     def _choice(self, name: str, choices: tuple[str, ...]) -> None:
         value = getattr(self, name)

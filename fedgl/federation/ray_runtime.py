@@ -36,11 +36,12 @@ class ClientActor:
     def __init__(self, client_cls_path: str, spec: ShardSpec) -> None:
         import torch
 
+        cfg = Config.from_dict(spec.config)
         cpus = max(1, int(float(os.environ.get("OMP_NUM_THREADS", "1"))))
-        torch.set_num_threads(cpus)
+        torch.set_num_threads(cfg.threads or cpus)
         module, name = client_cls_path.rsplit(":", 1)
         cls = getattr(importlib.import_module(module), name)
-        self.client = cls(load_shard(spec), Config.from_dict(spec.config), spec.seed)
+        self.client = cls(load_shard(spec), cfg, spec.seed)
 
     def call(self, method: str, kwargs: dict[str, Any]) -> Any:
         return getattr(self.client, method)(**kwargs)
