@@ -94,10 +94,21 @@ class GNNClient(ABC):
                           out_rows=inp.own_rows, **kwargs)
 
     def load_weights(self, weights: State) -> None:
+        weights = self.decode_weights(weights)
         self.model.load_state_dict({k: v.to(self.device) for k, v in weights.items()})
 
     def get_weights(self) -> State:
         return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+
+    def decode_weights(self, weights: State) -> State:
+        """Hook: turn a received global model into a state dict (identity; a subclass that
+        encrypts models decrypts here)."""
+        return weights
+
+    def encode_weights(self, weights: State, num_train: int) -> State:
+        """Hook: what ``fit`` sends back for the new weights (identity; a subclass that encrypts
+        models returns an opaque payload that the server's strategy can aggregate)."""
+        return weights
 
     # ----------------------------------------------------------------- protocol methods
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
@@ -110,7 +121,8 @@ class GNNClient(ABC):
         self.generator.manual_seed(client_seed(self.seed, self.data.client_id) + round)
         train = self._masks["train"].nonzero().flatten()
         if train.numel() == 0:
-            return {"weights": self.get_weights(), "num_train": 0, "loss": float("nan")}
+            return {"weights": self.encode_weights(self.get_weights(), 0), "num_train": 0,
+                    "loss": float("nan")}
         self.model.train()
         opt = torch.optim.SGD(self.model.parameters(), lr=self.config.lr,
                               weight_decay=self.config.weight_decay)
@@ -122,8 +134,8 @@ class GNNClient(ABC):
             loss.backward()
             opt.step()
             losses.append(loss.item())
-        return {"weights": self.get_weights(), "num_train": int(train.numel()),
-                "loss": sum(losses) / len(losses)}
+        return {"weights": self.encode_weights(self.get_weights(), int(train.numel())),
+                "num_train": int(train.numel()), "loss": sum(losses) / len(losses)}
 
     @torch.no_grad()
     def predict(self, weights: State) -> Tensor:

@@ -26,6 +26,7 @@ from fedgl.federation.aggregate import FedAvg
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
+from fedgl.privacy.leakage import privacy_extra
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
 
@@ -116,6 +117,7 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
         result.extra["runtime"] = cfg.runtime
         result.extra["failures"] = events
+        result.extra.update(privacy_extra(graph, part, cfg, server))
         if hasattr(runtime, "placement"):
             result.extra["placement"] = {str(k): v for k, v in runtime.placement().items()}
         return result

@@ -37,3 +37,28 @@ class FedAvg:
         return {key: torch.stack([s[key] for s in states]).mul_(
                     torch.tensor(w, dtype=states[0][key].dtype).view(-1, *[1] * states[0][key].dim())
                 ).sum(0) for key in states[0]}
+
+
+class EncryptedFedAvg(FedAvg):
+    """FedAvg over CKKS-encrypted models (``--encrypt-models``). The server never sees a model.
+
+    Each client sends ``Enc(c_k · w_k)`` with ``c_k = 1`` (uniform) or ``n_k`` (weighted) and
+    ``c_k`` in clear; the server adds the ciphertexts and the coefficients, and clients decrypt
+    and divide: ``Σ c_k w_k / Σ c_k``, the same average as :class:`FedAvg`. ``he`` is the
+    server's public context (:class:`~fedgl.privacy.he.HEServerContext`); it cannot decrypt.
+    """
+
+    def __init__(self, weighting: str, he) -> None:
+        super().__init__(weighting)
+        self.he = he
+
+    def aggregate(self, states, num_samples):
+        from fedgl.privacy.he import EncryptedModel
+
+        if not states:
+            raise ValueError("nothing to aggregate")
+        total = float(sum(s.weight for s in states))
+        if total == 0:
+            raise RuntimeError("weighted FedAvg of encrypted models: no client has training "
+                               "nodes, so the weighted average is undefined")
+        return EncryptedModel(tuple(self.he.add([s.chunks for s in states])), total)

@@ -9,17 +9,30 @@ never a raw remote feature), and receives the full sums ``S[i] = Σ_k S_k[i]`` f
 client knows: those incident to its own nodes), normalised with the true degrees.
 
 0-hop is FedAvg on the local subgraph: raw own features, own-own edges, local degrees.
+
+Privacy (issue 4, docs/threat-model.md): the released sums may be clipped and noised (DP), sent
+masked (``secure_sum: mask``) or CKKS-encrypted (``he``); rows whose remote part is suppressed
+by ``min_contributors`` (or that only this client touches, in the secure modes) are filled with
+the client's own partial sum. With ``encrypt_models`` the model updates are encrypted too.
 """
 
 from __future__ import annotations
 
+import math
+import secrets
+
+import numpy as np
 import torch
 from torch import Tensor
 
 from fedgl.algorithms.base import GNNClient, ModelInputs
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
+from fedgl.federation.aggregate import State
 from fedgl.models import gcn_edge_weights
+from fedgl.privacy.dp import GaussianMechanism, clip_rows
+from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
+from fedgl.privacy.secure_sum import PairwiseKeys, mask_rows
 
 
 class FedGCNClient(GNNClient):
@@ -32,6 +45,12 @@ class FedGCNClient(GNNClient):
         self.deg_tilde = data.degrees() + 1  # true degrees + self-loop, of own nodes
         self.received_sums: Tensor | None = None
         self.remote_deg_tilde: Tensor | None = None
+        self._dp_seed: int | None = None  # secret: the DP noise is derived from it
+        self._keys: PairwiseKeys | None = None  # this protocol session's X25519 keys
+        self._plan: dict | None = None
+        self._he: HEClientContext | None = None
+        self._he_params = (HEParams.from_config(config)
+                           if config.secure_sum == "he" or config.encrypt_models else None)
 
     # ------------------------------------------------------------------ pre-training round
     def _touched(self) -> Tensor:
@@ -44,21 +63,54 @@ class FedGCNClient(GNNClient):
         Message: ``ids`` (touched rows, own first), ``sums`` (one row of d values each),
         ``num_requested`` (how many leading rows it wants back: own nodes for 1-hop, all touched
         rows for 2-hop) and, for 2-hop, ``degrees`` of its own nodes (aligned with the first ids).
+        With ``min_contributors > 1`` also ``counts``: how many own nodes each row aggregates.
         """
+        touched, _, released, counts = self._release()
+        msg = {"ids": touched, "sums": released, "num_requested": self._num_requested()}
+        if self.hops >= 2:
+            msg["degrees"] = self.deg_tilde.clone()
+        if counts is not None:
+            msg["counts"] = counts
+        return msg
+
+    def _num_requested(self) -> int:
+        return self.data.num_nodes if self.hops == 1 else len(self._touched())
+
+    def _sums_of(self, x: Tensor, touched: Tensor) -> Tensor:
+        """``S_k[i] = Σ_{j ∈ V_k ∩ Ñ(i)} d̃_j^{-1/2} x_j`` for every touched row i."""
         d = self.data
-        touched = self._touched()
-        n_own = d.num_nodes
-        scaled = d.x * self.deg_tilde.to(d.x.dtype).pow(-0.5).unsqueeze(1)
-        sums = torch.zeros(len(touched), d.num_features, dtype=d.x.dtype)
-        sums[:n_own] = scaled  # self-loop term of own nodes
+        scaled = x * self.deg_tilde.to(x.dtype).pow(-0.5).unsqueeze(1)
+        sums = torch.zeros(len(touched), d.num_features, dtype=x.dtype)
+        sums[:d.num_nodes] = scaled  # self-loop term of own nodes
         # Column (j -> i) with i owned: own node i contributes its scaled features to row j.
         j, i = d.edge_index
         sums.index_add_(0, self._row_of(j, touched), scaled[d.global_to_local(i)])
-        msg = {"ids": touched, "sums": sums,
-               "num_requested": n_own if self.hops == 1 else len(touched)}
-        if self.hops >= 2:
-            msg["degrees"] = self.deg_tilde.clone()
-        return msg
+        return sums
+
+    def _release(self) -> tuple[Tensor, Tensor, Tensor, Tensor | None]:
+        """(touched ids, exact partial sums, released sums, own-node counts per row or None).
+
+        The released sums are the exact ones, or with DP the sums of clipped features plus
+        Gaussian noise. The noise comes from a secret seed drawn once per client, so a restarted
+        protocol resends the same release (the DP noise is drawn, and its privacy spent, once)
+        and nothing feature-sized needs to be kept between calls."""
+        cfg, d = self.config, self.data
+        touched = self._touched()
+        exact = self._sums_of(d.x, touched)
+        released = exact
+        if cfg.dp_epsilon is not None:
+            if self._dp_seed is None:
+                self._dp_seed = secrets.randbits(128)
+            mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
+            released = mech.add_noise(self._sums_of(clip_rows(d.x, cfg.dp_clip), touched),
+                                      np.random.default_rng(self._dp_seed))
+        counts = None
+        if cfg.min_contributors > 1:
+            counts = torch.zeros(len(touched), dtype=torch.long)
+            counts[:d.num_nodes] = 1
+            counts.index_add_(0, self._row_of(d.edge_index[0], touched),
+                              torch.ones(d.edge_index.size(1), dtype=torch.long))
+        return touched, exact, released, counts
 
     def _row_of(self, ids: Tensor, touched: Tensor) -> Tensor:
         """Row of each id in ``touched`` (own nodes sorted, then remote neighbours sorted)."""
@@ -70,11 +122,152 @@ class FedGCNClient(GNNClient):
         rows[~own] = n_own + torch.searchsorted(remote, ids[~own])
         return rows
 
-    def receive_sums(self, sums: Tensor, degrees: Tensor | None = None) -> None:
-        """Step 3: the server's full sums for the requested rows (and remote degrees, 2-hop)."""
+    def receive_sums(self, sums: Tensor, degrees: Tensor | None = None,
+                     use_own: Tensor | None = None) -> None:
+        """Step 3: the server's full sums for the requested rows (and remote degrees, 2-hop).
+
+        With ``use_own`` (min-contributors), ``sums`` holds only the rows not flagged; flagged
+        rows get this client's own partial sum (their remote part is dropped)."""
+        if use_own is not None and bool(use_own.any()):
+            full = self._release()[1][:len(use_own)].clone()
+            if not bool(use_own.all()):
+                full[~use_own] = sums.to(full.dtype)
+            sums = full
         self.received_sums = sums
         self.remote_deg_tilde = degrees
         self._inputs = self._train_cache = None
+
+    # ------------------------------------------------------------------ secure pre-training
+    def privacy_hello(self, session: bytes, announce: bool) -> dict:
+        """Start a protocol session: a fresh X25519 public key and, when the sums are to be sent
+        securely, what the server needs to plan the rows (ids, counts, degrees), but no values.
+        With packed HE also ``range_exp``: a power-of-two bound on |released sums|."""
+        self._keys, self._plan = PairwiseKeys(session), None
+        out: dict = {"public_key": self._keys.public}
+        if announce:
+            out.update(ids=self._touched(), num_requested=self._num_requested())
+            if self.hops >= 2:
+                out["degrees"] = self.deg_tilde.clone()
+            if self.config.min_contributors > 1:
+                out["counts"] = self._release()[3]
+            if self._he_params is not None and self._he_params.pack > 1:
+                released = self._release()[2]
+                top = float(released.abs().max()) if released.numel() else 0.0
+                out["range_exp"] = min(max(math.ceil(math.log2(top)), -30), 60) if top > 0 else -30
+        return out
+
+    def _stale(self, session: bytes) -> bool:
+        return self._keys is None or self._keys.session != session
+
+    def he_share_keys(self, session: bytes, directory: dict) -> dict:
+        """Key holder only: the public context for the server and the secret context sealed to
+        every other client in the directory (the holder keeps an existing key)."""
+        if self._stale(session):
+            return {"stale": True}
+        if self._he is None:
+            self._he = HEClientContext.generate(self._he_params)
+        secret, me = self._he.secret_bytes(), self.data.client_id
+        sealed = [b"" if k == me else self._keys.seal(pub, secret, me, k)
+                  for k, pub in zip(directory["ids"].tolist(), directory["keys"], strict=True)]
+        return {"public_context": self._he.public_bytes(), "key_id": self._he.key_id,
+                "sealed": sealed}
+
+    def he_install(self, session: bytes, holder_key: bytes, sealed: bytes) -> dict:
+        """Open the secret context the key holder sealed to this client."""
+        if self._stale(session):
+            return {"stale": True}
+        secret = self._keys.open(holder_key, sealed, self.config.he_key_holder,
+                                 self.data.client_id)
+        self._he = HEClientContext.from_secret_bytes(secret, self._he_params)
+        return {}
+
+    def secure_upload(self, session: bytes, plan: dict) -> dict:
+        """Send the released rows of this client's blocks (see
+        :mod:`fedgl.privacy.secure_sum`): one masked fixed-point vector (mask), or per block a
+        list of CKKS ciphertexts (HE). ``plan`` lists the blocks: ids, sizes, row positions,
+        and co-members with their public keys (mask) or fixed-point bits (packed HE)."""
+        if self._stale(session):
+            return {"stale": True}
+        self._plan = plan
+        values = self._release()[2].double().numpy()
+        rows = plan["rows"].numpy()
+        if self.config.secure_sum == "mask":
+            if bool((plan["peer_counts"] == 0).any()):  # would send rows in the clear
+                raise RuntimeError("refusing to upload a block without co-members: it cannot be "
+                                   "masked")
+            keys = dict(zip(plan["directory"]["ids"].tolist(), plan["directory"]["keys"],
+                            strict=True))
+            block_peers = _split(plan["peers"], plan["peer_counts"])
+            peers = {p: keys[p] for p in sorted({int(q) for b in block_peers for q in b})}
+            return {"masked": mask_rows(values[rows], plan["block_sizes"].numpy(), block_peers,
+                                        self._keys, self.data.client_id, peers)}
+        out = []
+        for b, block_rows in enumerate(_split(plan["rows"], plan["block_sizes"])):
+            block = values[block_rows]
+            if self._he_params.pack == 1:
+                out.append(self._he.encrypt_real(block))
+            else:
+                out.append(self._he.encrypt_packed(block, int(plan["frac_bits"][b])))
+        return {"blocks": out}
+
+    def secure_receive(self, session: bytes, sums: Tensor | None = None,
+                       blocks: list | None = None, degrees: Tensor | None = None) -> dict:
+        """The aggregated rows: plaintext sums (mask; the server learns sums, not parts) or the
+        summed ciphertexts of the blocks this client receives (HE), decrypted here."""
+        if self._stale(session) or self._plan is None:
+            return {"stale": True}
+        plan = self._plan
+        use_own = plan["use_own"]
+        if blocks is None:
+            self.receive_sums(sums, degrees, use_own)
+            return {}
+        exact = self._release()[1]
+        got = exact[:len(use_own)].clone()  # rows flagged use_own keep the own partial sum
+        filled = use_own.clone()
+        d = exact.size(1)
+        block_rows = _split(plan["rows"], plan["block_sizes"])
+        mine = [b for b in range(len(block_rows)) if bool(plan["receive"][b])]
+        for b, chunks in zip(mine, blocks, strict=True):
+            rows, n = block_rows[b], len(block_rows[b]) * d
+            if self._he_params.pack == 1:
+                flat = self._he.decrypt_real(chunks, n)
+            else:
+                flat = self._he.decrypt_packed(chunks, n, int(plan["frac_bits"][b]))
+            got[torch.from_numpy(rows)] = torch.from_numpy(flat.reshape(len(rows), d)).to(got.dtype)
+            filled[torch.from_numpy(rows)] = True
+        if not bool(filled.all()):
+            raise RuntimeError("secure pre-training: some requested rows never arrived")
+        self.receive_sums(got, degrees)
+        return {}
+
+    # ------------------------------------------------------------------ encrypted models
+    def encode_weights(self, weights: State, num_train: int):
+        """With ``encrypt_models``: ``Enc(c · w)`` with c = 1 (uniform) or the number of
+        training nodes (weighted), and c in clear for the server's divisor."""
+        if not self.config.encrypt_models:
+            return weights
+        coeff = float(num_train) if self.config.aggregation == "weighted" else 1.0
+        flat = torch.cat([v.detach().reshape(-1).double() for v in weights.values()]) * coeff
+        return EncryptedModel(tuple(self._require_he().encrypt_real(flat.numpy())), coeff)
+
+    def decode_weights(self, weights):
+        if not isinstance(weights, EncryptedModel):
+            return weights
+        shapes = self.model.state_dict()
+        total = sum(v.numel() for v in shapes.values())
+        flat = self._require_he().decrypt_real(weights.chunks, total) / weights.weight
+        out, offset = {}, 0
+        for key, ref in shapes.items():
+            n = ref.numel()
+            out[key] = torch.from_numpy(np.ascontiguousarray(flat[offset:offset + n])).to(
+                ref.dtype).reshape(ref.shape)
+            offset += n
+        return out
+
+    def _require_he(self) -> HEClientContext:
+        if self._he is None:
+            raise RuntimeError("encrypted model received before the HE key was installed")
+        return self._he
 
     # ------------------------------------------------------------------ model inputs
     def model_inputs(self) -> ModelInputs:
@@ -112,6 +305,11 @@ class FedGCNClient(GNNClient):
         local_deg = torch.bincount(ei[1], minlength=d.num_nodes) + 1
         ei, w = gcn_edge_weights(ei, d.num_nodes, local_deg)
         return ModelInputs(x, ei, w, torch.arange(d.num_nodes), pre_aggregated=pre_aggregated)
+
+
+def _split(flat: Tensor, sizes: Tensor) -> list[np.ndarray]:
+    """Consecutive pieces of ``flat`` of the given sizes (as numpy arrays)."""
+    return np.split(flat.numpy(), np.cumsum(sizes.numpy())[:-1]) if len(sizes) else []
 
 
 def _isin_sorted_rows(ids: Tensor, row_ids: Tensor, n_own: int) -> Tensor:

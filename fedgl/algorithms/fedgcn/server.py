@@ -3,45 +3,265 @@
 The server never holds features or edges: it learns which global ids each client touches, the
 partial sums, and (2-hop) the degrees of each client's own nodes, and returns to every client
 only the rows it asked for (Algorithm 1, "Server Operation").
+
+Privacy (issue 4, docs/threat-model.md): with ``secure_sum: mask`` it sees only masked rows (and
+learns the sums), with ``he`` only ciphertexts and a public CKKS context (it learns nothing about
+values); ``min_contributors`` makes it drop, per receiving client, rows whose remote part comes
+from too few nodes; ``encrypt_models`` makes its FedAvg strategy add encrypted models.
 """
 
 from __future__ import annotations
 
+import math
+import os
+
+import numpy as np
 import torch
 
 from fedgl.algorithms.base import FedAvgServer
+from fedgl.errors import ConfigError, RunAborted
+from fedgl.federation.aggregate import EncryptedFedAvg
+from fedgl.privacy.he import EncryptedModel, HEParams, HEServerContext
+from fedgl.privacy.secure_sum import RowPlan, decode_fixed, plan_rows
 
 
 class FedGCNServer(FedAvgServer):
     """FedAvg server with FedGCN's pre-training communication round."""
 
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.privacy_stats: dict = {}  # what the server knows about the protocol it ran
+        self._in_pretrain = False
+        self._restart_pending = False
+        self._key_id: bytes | None = None
+        self._last_frac: dict | None = None
+        self.he_context: HEServerContext | None = None  # public CKKS context (no key)
+
+    # ------------------------------------------------------------------ plaintext round
     def pretrain(self) -> None:
-        if self.config.hops == 0:
+        cfg = self.config
+        secure = cfg.secure_sum != "none" or cfg.encrypt_models  # needs client keys
+        plain = cfg.secure_sum == "none" and cfg.hops > 0
+        if not (secure or plain):
             return
-        ledger = self.runtime.ledger
-        with ledger.timer("pretrain"):
-            msgs = self.runtime.call("partial_sums", None, phase="pretrain")
-            clients = sorted(msgs)
-            ids = torch.cat([msgs[k]["ids"] for k in clients])
-            uniq, inverse = torch.unique(ids, return_inverse=True)
-            total = torch.zeros(len(uniq), msgs[clients[0]]["sums"].size(1),
-                                dtype=msgs[clients[0]]["sums"].dtype)
-            total.index_add_(0, inverse, torch.cat([msgs[k]["sums"] for k in clients]))
-            rows_of, offset = {}, 0
-            for k in clients:
-                rows_of[k] = inverse[offset:offset + len(msgs[k]["ids"])]
-                offset += len(msgs[k]["ids"])
-            degree = None
-            if self.config.hops >= 2:
-                degree = torch.zeros(len(uniq), dtype=torch.long)
-                for k in clients:
-                    own = msgs[k]["degrees"]
-                    degree[rows_of[k][:len(own)]] = own
-            replies = {}
-            for k in clients:
-                want = rows_of[k][:msgs[k]["num_requested"]]
+        with self.runtime.ledger.timer("pretrain"):
+            if secure:
+                self._secure_rounds()
+            if plain:
+                self._plain_round()
+
+    def _secure_rounds(self) -> None:
+        self._in_pretrain = True
+        try:
+            for attempt in range(len(self.runtime.client_ids) + 1):
+                self._restart_pending = False
+                if self._secure_round():
+                    self.privacy_stats["restarts"] = attempt
+                    return
+            raise RunAborted("the secure pre-training round kept losing clients; giving up")
+        finally:
+            self._in_pretrain = False
+
+    def restore_client(self, client_id: int) -> None:
+        """A restarted client lost its keys: inside the secure round, restart that round (the
+        runtime's re-sent call then answers 'stale'); otherwise re-run pre-training."""
+        if self._in_pretrain:
+            self._restart_pending = True
+            return
+        super().restore_client(client_id)
+
+    def _plain_round(self) -> None:
+        cfg = self.config
+        msgs = self.runtime.call("partial_sums", None, phase="pretrain")
+        clients = sorted(msgs)
+        ids = torch.cat([msgs[k]["ids"] for k in clients])
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        total = torch.zeros(len(uniq), msgs[clients[0]]["sums"].size(1),
+                            dtype=msgs[clients[0]]["sums"].dtype)
+        total.index_add_(0, inverse, torch.cat([msgs[k]["sums"] for k in clients]))
+        rows_of, offset = {}, 0
+        for k in clients:
+            rows_of[k] = inverse[offset:offset + len(msgs[k]["ids"])]
+            offset += len(msgs[k]["ids"])
+        plan = None
+        if cfg.min_contributors > 1:
+            plan = plan_rows({k: msgs[k]["ids"] for k in clients},
+                             {k: msgs[k]["num_requested"] for k in clients},
+                             {k: msgs[k]["counts"] for k in clients}, cfg.min_contributors,
+                             skip_local=False)
+            self.privacy_stats["suppressed_rows"] = plan.suppressed()
+        degree = self._degrees(msgs, rows_of, len(uniq))
+        replies = {}
+        for k in clients:
+            want = rows_of[k][:msgs[k]["num_requested"]]
+            if plan is None:
                 reply = {"sums": total[want]}
-                if degree is not None:
-                    reply["degrees"] = degree[want[len(msgs[k]["degrees"]):]]
-                replies[k] = reply
-            self.runtime.call("receive_sums", replies, phase="pretrain")
+            else:
+                reply = {"sums": total[want[~plan.use_own[k]]], "use_own": plan.use_own[k]}
+            if degree is not None:
+                reply["degrees"] = degree[want[len(msgs[k]["degrees"]):]]
+            replies[k] = reply
+        self.runtime.call("receive_sums", replies, phase="pretrain")
+
+    def _degrees(self, msgs: dict, rows_of: dict, n: int) -> torch.Tensor | None:
+        if self.config.hops < 2:
+            return None
+        degree = torch.zeros(n, dtype=torch.long)
+        for k in msgs:
+            own = msgs[k]["degrees"]
+            degree[rows_of[k][:len(own)]] = own
+        return degree
+
+    # ------------------------------------------------------------------ secure round
+    def _call(self, method: str, args, clients: list[int]) -> dict | None:
+        """A protocol step; None when it must restart (a client restarted or answered stale)."""
+        out = self.runtime.call(method, args, phase="pretrain", clients=clients)
+        if self._restart_pending or any(isinstance(r, dict) and r.get("stale")
+                                        for r in out.values()):
+            return None
+        return out
+
+    def _secure_round(self) -> bool:
+        """One attempt: keys, (HE) key distribution, (secure sums) plan, upload, reply. False
+        when a client dropped or restarted mid-way: the caller starts over with fresh keys and
+        masks and without the lost client (see docs/threat-model.md, "dropout")."""
+        cfg = self.config
+        session = os.urandom(16)
+        announce = cfg.secure_sum != "none" and cfg.hops > 0
+        hello = self._call("privacy_hello", {"session": session, "announce": announce},
+                           self.runtime.client_ids)
+        if hello is None:
+            return False
+        alive = sorted(hello)
+        directory = {"ids": torch.tensor(alive), "keys": [hello[k]["public_key"] for k in alive]}
+        if (cfg.secure_sum == "he" or cfg.encrypt_models) and \
+                not self._distribute_he_key(session, alive, hello, directory):
+            return False
+        return self._secure_sums(session, alive, hello, directory) if announce else True
+
+    def _distribute_he_key(self, session: bytes, alive: list[int], hello: dict,
+                           directory: dict) -> bool:
+        cfg = self.config
+        holder = cfg.he_key_holder
+        if holder not in alive:
+            raise RunAborted(f"the HE key holder (client {holder}) is gone; the key cannot be "
+                             "distributed (choose another --he-key-holder)")
+        out = self._call("he_share_keys", {holder: {"session": session, "directory": directory}},
+                         [holder])
+        if out is None or holder not in out:
+            return False
+        reply = out[holder]
+        if isinstance(self.weights, EncryptedModel) and reply["key_id"] != self._key_id:
+            raise RunAborted(f"the HE key holder (client {holder}) restarted and its key is lost: "
+                             "the encrypted global model cannot be decrypted any more")
+        self._key_id = reply["key_id"]
+        he = HEServerContext(reply["public_context"])
+        self.he_context = he  # public: parameters only, no key (tests assert it cannot decrypt)
+        others = [k for k in alive if k != holder]
+        sealed = dict(zip(alive, reply["sealed"], strict=True))
+        args = {k: {"session": session, "holder_key": hello[holder]["public_key"],
+                    "sealed": sealed[k]} for k in others}
+        if others and self._call("he_install", args, others) is None:
+            return False
+        if cfg.encrypt_models:
+            if isinstance(self.strategy, EncryptedFedAvg):
+                self.strategy.he = he
+            else:
+                self.strategy = EncryptedFedAvg(self.strategy.weighting, he)
+        return True
+
+    def _secure_sums(self, session: bytes, alive: list[int], hello: dict,
+                     directory: dict) -> bool:
+        cfg = self.config
+        mask = cfg.secure_sum == "mask"
+        counts = {k: hello[k]["counts"] for k in alive} if cfg.min_contributors > 1 else None
+        plan = plan_rows({k: hello[k]["ids"] for k in alive},
+                         {k: hello[k]["num_requested"] for k in alive}, counts,
+                         cfg.min_contributors, skip_local=True)
+        params = None if mask else HEParams.from_config(cfg)
+        frac = self._frac_bits(plan, hello, params) if params is not None and params.pack > 1 \
+            else None
+        self._last_frac = {"min": min(frac), "max": max(frac)} if frac else None
+        args = {}
+        for k in alive:
+            mine = plan.blocks_of(k)
+            blocks = [plan.blocks[b] for b in mine]
+            p = {"block_ids": torch.tensor(mine, dtype=torch.long),
+                 "block_sizes": torch.tensor([len(b.rows) for b in blocks], dtype=torch.long),
+                 "rows": _cat([b.positions[k] for b in blocks]),
+                 "use_own": plan.use_own[k]}
+            if mask:
+                peers = [[m for m in b.members if m != k] for b in blocks]
+                p.update(peers=torch.tensor([m for ms in peers for m in ms], dtype=torch.long),
+                         peer_counts=torch.tensor([len(ms) for ms in peers], dtype=torch.long),
+                         directory=directory)
+            else:
+                p["receive"] = torch.tensor([k in b.receivers for b in blocks], dtype=torch.bool)
+                if frac is not None:
+                    p["frac_bits"] = torch.tensor([frac[b] for b in mine], dtype=torch.long)
+            args[k] = {"session": session, "plan": p}
+        up = self._call("secure_upload", args, alive)
+        if up is None or sorted(up) != alive:
+            return False  # a client dropped: masks would not cancel, counts would be wrong
+        rows_of = plan.inverse
+        degree = self._degrees(hello, rows_of, len(plan.uniq))
+        replies = {}
+        if mask:
+            uniq_rows = {k: _cat([plan.blocks[b].rows for b in plan.blocks_of(k)]).numpy()
+                         for k in alive}
+            n_rows = sum(len(r) for r in uniq_rows.values())
+            d = sum(up[k]["masked"].size for k in alive) // n_rows if n_rows else 0
+            acc = torch.zeros((len(plan.uniq), d), dtype=torch.int64)
+            for k in (alive if n_rows else []):  # int64 adds wrap like uint64: exact mod 2^64
+                acc.index_add_(0, torch.from_numpy(uniq_rows[k]), torch.from_numpy(
+                    up[k]["masked"].view(np.int64).reshape(-1, d)))
+            total = decode_fixed(acc)  # every mask has cancelled: the sums, and nothing finer
+            for k in alive:
+                want = rows_of[k][:plan.requested[k]]
+                replies[k] = {"session": session, "sums": total[want[~plan.use_own[k]]]}
+        else:
+            index = {k: {b: i for i, b in enumerate(plan.blocks_of(k))} for k in alive}
+            parts = [[up[k]["blocks"][index[k][b]] for k in blk.members]
+                     for b, blk in enumerate(plan.blocks)]
+            summed = [self.he_context.add(p) for p in parts]
+            for k in alive:
+                replies[k] = {"session": session, "blocks": [
+                    summed[b] for b in plan.blocks_of(k) if k in plan.blocks[b].receivers]}
+            self.privacy_stats["ciphertexts_up"] = sum(len(c) for p in parts for c in p)
+            self.privacy_stats["ciphertexts_down"] = sum(
+                len(summed[b]) for b, blk in enumerate(plan.blocks) for _ in blk.receivers)
+        if degree is not None:
+            for k in alive:
+                want = rows_of[k][:plan.requested[k]]
+                replies[k]["degrees"] = degree[want[len(hello[k]["degrees"]):]]
+        if self._call("secure_receive", replies, alive) is None:
+            return False
+        self._record_plan(plan, params)
+        return True
+
+    def _frac_bits(self, plan: RowPlan, hello: dict, params: HEParams) -> list[int]:
+        """Fixed-point fractional bits per block, so that the block's sum fits the packing
+        fields: |Σ_k S_k| ≤ Σ_{k ∈ members} 2^{range_exp_k} < 2^I, f = field_bits - 1 - I."""
+        out = []
+        for blk in plan.blocks:
+            bound = sum(2.0 ** hello[k]["range_exp"] for k in blk.members)
+            top = math.floor(math.log2(bound)) + 1
+            f = params.field_bits - 1 - top
+            if f < 0:
+                raise ConfigError(f"pre-training sums up to 2^{top} do not fit {params.pack} "
+                                  f"values per CKKS slot ({params.field_bits}-bit fields); use a "
+                                  f"smaller --he-pack")
+            out.append(min(f, 50))
+        return out
+
+    def _record_plan(self, plan: RowPlan, params: HEParams | None) -> None:
+        stats = self.privacy_stats
+        stats["blocks"] = len(plan.blocks)
+        stats["rows_sent"] = sum(len(b.rows) * len(b.members) for b in plan.blocks)
+        stats["rows_kept_local_or_suppressed"] = plan.suppressed()
+        if params is not None and params.pack > 1:
+            stats["frac_bits"] = self._last_frac
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(parts) if parts else torch.zeros(0, dtype=torch.long)

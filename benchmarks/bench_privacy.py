@@ -1,0 +1,164 @@
+"""Cost of privacy in FedGCN 2-hop (issue 4): pre-training time and bytes under plaintext,
+pairwise masking and CKKS (unpacked and with 2 or 3 fixed-point values per slot), one training
+round with encrypted model aggregation, and test accuracy after a short training run.
+
+    FEDGL_DATA=../shared/data python benchmarks/bench_privacy.py [--datasets cora citeseer]
+        [--rounds 100] [--repeats-timing 3]
+
+Everything runs in one process, one measurement after another, with one torch thread. Times are
+the ledger's pre-training / training wall seconds. Accuracy: ``--rounds`` rounds, seed 0, one
+repeat, federated test accuracy at the last round (``test_acc``) — a short run for comparing
+options, not a reproduction of the paper's 300-round numbers. Prints one JSON document.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+torch.set_num_threads(1)
+
+MODES = {
+    "plaintext": {},
+    "mask": {"secure_sum": "mask"},
+    "he": {"secure_sum": "he"},
+    "he_pack2": {"secure_sum": "he", "he_pack": 2},
+    "he_pack3": {"secure_sum": "he", "he_pack": 3},
+}
+BASE = dict(clients=10, hops=2, beta=1.0, seed=0, progress=False, oracle_eval=False)
+
+
+def _federation(graph, part, cfg):
+    from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
+    from fedgl.algorithms.runner import build_federation
+
+    return build_federation(graph, part, cfg, cfg.seed, FedGCNClient, FedGCNServer)
+
+
+def pretrain(graph, part, base, timing_repeats: int) -> dict:
+    out, reference = {}, None
+    for name, opts in MODES.items():
+        cfg = base.replace(**opts)
+        runs = timing_repeats if name in ("plaintext", "mask") else 1
+        seconds = []
+        for _ in range(runs):
+            server = _federation(graph, part, cfg)
+            server.pretrain()
+            seconds.append(server.runtime.ledger.seconds("pretrain"))
+        led = server.runtime.ledger
+        sums = [server.runtime.local_client(k).received_sums for k in server.runtime.client_ids]
+        if reference is None:
+            reference = sums
+        err = max(float((a - b).abs().max()) for a, b in zip(sums, reference, strict=True))
+        out[name] = {"seconds": statistics.median(seconds), "seconds_all": seconds,
+                     "bytes_up": led.bytes("pretrain", "up"),
+                     "bytes_down": led.bytes("pretrain", "down"),
+                     "bytes": led.bytes("pretrain"), "messages": led.messages("pretrain"),
+                     "max_abs_error_vs_plaintext": err, "protocol": dict(server.privacy_stats)}
+    plain = out["plaintext"]
+    for row in out.values():
+        row["bytes_ratio"] = row["bytes"] / plain["bytes"]
+        row["time_ratio"] = row["seconds"] / plain["seconds"]
+    return out
+
+
+def one_round(graph, part, base) -> dict:
+    """One FedAvg round (fit + aggregate; evaluation is a separate ledger phase). Round 2 is
+    reported: in round 1 the server still broadcasts the plaintext initial model."""
+    out = {}
+    for name, opts in (("plaintext", {}), ("encrypted", {"encrypt_models": True})):
+        cfg = base.replace(rounds=2, eval_every=2, **opts)
+        server = _federation(graph, part, cfg)
+        server.pretrain()
+        led = server.runtime.ledger
+        marks = []
+        for _ in server.rounds():
+            marks.append((led.seconds("train"), led.bytes("train"), led.bytes("train", "up"),
+                          led.bytes("train", "down")))
+        (s1, b1, u1, d1), (s2, b2, u2, d2) = marks
+        out[name] = {"train_seconds": s2 - s1, "train_bytes": b2 - b1, "bytes_up": u2 - u1,
+                     "bytes_down": d2 - d1, "eval_seconds": led.seconds("eval"),
+                     "eval_bytes": led.bytes("eval")}
+    out["bytes_ratio"] = out["encrypted"]["train_bytes"] / out["plaintext"]["train_bytes"]
+    out["time_ratio"] = out["encrypted"]["train_seconds"] / out["plaintext"]["train_seconds"]
+    return out
+
+
+def accuracy(graph, base, rounds: int) -> dict:
+    import fedgl
+
+    runs = {"plaintext": {}, "mask": {"secure_sum": "mask"},
+            "he+encrypted_models": {"secure_sum": "he", "encrypt_models": True},
+            "he_pack3+encrypted_models": {"secure_sum": "he", "he_pack": 3,
+                                          "encrypt_models": True}}
+    out = {}
+    for name, opts in runs.items():
+        t0 = time.perf_counter()
+        res = fedgl.run(base.replace(rounds=rounds, eval_every=rounds, **opts), graph=graph)
+        rep = res.repeats[0]
+        out[name] = {"test_acc": rep.final["test_acc"], "wall_seconds": time.perf_counter() - t0,
+                     "pretrain_seconds": rep.seconds["pretrain"],
+                     "train_seconds": rep.seconds["train"]}
+    ref = out["plaintext"]["test_acc"]
+    for row in out.values():
+        row["delta_points"] = 100 * (row["test_acc"] - ref)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--datasets", nargs="+", default=["cora", "citeseer"])
+    ap.add_argument("--rounds", type=int, default=100)
+    ap.add_argument("--repeats-timing", type=int, default=3)
+    args = ap.parse_args()
+
+    from fedgl.api import load_graph
+    from fedgl.config import Config
+    from fedgl.data.shards import make_partition
+    from fedgl.privacy.leakage import leakage_report
+
+    report: dict = {"settings": {**BASE, "rounds_for_accuracy": args.rounds,
+                                 "he_defaults": {"poly_degree": 4096, "coeff_bits": [60, 49],
+                                                 "scale_bits": 40, "security": "128-bit"},
+                                 "torch_threads": 1},
+                    "machine": {"platform": platform.platform(), "cpus": os.cpu_count(),
+                                "loadavg_start": os.getloadavg()},
+                    "datasets": {}}
+    for ds in args.datasets:
+        base = Config.from_dict({**BASE, "dataset": ds, "data_root": os.environ.get("FEDGL_DATA")})
+        graph = load_graph(base)
+        part = make_partition(graph, base, base.seed)
+        entry = {"nodes": graph.num_nodes, "features": graph.num_features,
+                 "pretrain": pretrain(graph, part, base, args.repeats_timing),
+                 "one_round_encrypted_models": one_round(graph, part, base),
+                 "leakage_total": leakage_report(graph, part, base)["total"]}
+        entry["accuracy"] = accuracy(graph, base, args.rounds)
+        report["datasets"][ds] = entry
+    report["machine"]["loadavg_end"] = os.getloadavg()
+    report["targets"] = targets(report)
+    print(json.dumps(report, indent=2))
+
+
+def targets(report: dict) -> dict:
+    out = {}
+    for ds, e in report["datasets"].items():
+        pre = e["pretrain"]
+        out[ds] = {
+            "he_pretrain_under_60s": {m: pre[m]["seconds"] < 60 for m in MODES if "he" in m},
+            "he_bytes_under_5x_plaintext": {m: pre[m]["bytes_ratio"] < 5 for m in MODES
+                                            if "he" in m},
+            "mask_time_under_2x_plaintext": pre["mask"]["time_ratio"] < 2,
+            "accuracy_within_0.5_points": {m: abs(r["delta_points"]) <= 0.5
+                                           for m, r in e["accuracy"].items()},
+        }
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,172 @@
+"""Pairwise-masked secure aggregation: masks cancel exactly, the server sees only masked
+vectors, and a client dropping out mid-protocol restarts the round without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from fedgl.federation.runtime import LocalRuntime
+from fedgl.privacy.secure_sum import (
+    FIXED_POINT_BITS,
+    PairwiseKeys,
+    decode_fixed,
+    encode_fixed,
+    mask_rows,
+    plan_rows,
+)
+from tests.helpers import fedgcn_federation, random_graph, random_partition
+
+
+def _received(server):
+    return {k: server.runtime.local_client(k).received_sums for k in server.runtime.client_ids}
+
+
+def test_pairwise_keys_agree_and_masks_cancel_exactly():
+    session = b"s" * 16
+    keys = {k: PairwiseKeys(session) for k in range(4)}
+    pub = {k: v.public for k, v in keys.items()}
+    assert keys[0].shared_key(pub[1], b"x") == keys[1].shared_key(pub[0], b"x")
+    assert keys[0].shared_key(pub[1], b"x") != keys[0].shared_key(pub[2], b"x")
+    rng = np.random.default_rng(0)
+    d = 5
+    # Blocks (members): A = {0, 1, 2}, B = {1, 3}, C = {0, 1, 2, 3}, with 3, 2, 4 rows.
+    blocks = {"A": ([0, 1, 2], 3), "B": ([1, 3], 2), "C": ([0, 1, 2, 3], 4)}
+    order = ["A", "B", "C"]
+    values, uploads = {}, {}
+    for k in range(4):
+        mine = [b for b in order if k in blocks[b][0]]
+        vals = rng.normal(size=(sum(blocks[b][1] for b in mine), d))
+        peers = [np.array([m for m in blocks[b][0] if m != k]) for b in mine]
+        values[k] = (mine, vals)
+        uploads[k] = mask_rows(vals, np.array([blocks[b][1] for b in mine]), peers, keys[k], k,
+                               {p: pub[p] for p in range(4) if p != k})
+        # What the server sees is not the client's encoding.
+        assert not np.any(uploads[k] == encode_fixed(vals, 4))
+    for b in order:
+        members, rows = blocks[b]
+        total = np.zeros(rows * d, dtype=np.uint64)
+        expect = np.zeros(rows * d, dtype=np.uint64)
+        plain = np.zeros(rows * d)
+        for k in members:
+            mine, vals = values[k]
+            first = sum(blocks[x][1] for x in mine[:mine.index(b)])
+            part = vals[first:first + rows].ravel()
+            total += uploads[k][first * d:(first + rows) * d]
+            expect += encode_fixed(part, 4)
+            plain += part
+        assert np.array_equal(total, expect)  # exact: the masks cancel mod 2^64
+        decoded = decode_fixed(torch.from_numpy(total.view(np.int64))).double().numpy()
+        assert np.allclose(decoded, plain, atol=1e-6)
+
+
+def test_fixed_point_range_is_checked():
+    with pytest.raises(OverflowError, match="fixed-point"):
+        encode_fixed(np.array([2.0 ** (62 - FIXED_POINT_BITS)]), 2)
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_masked_sums_equal_plaintext_sums(hops):
+    graph = random_graph(nodes=100, seed=6)
+    part = random_partition(graph.num_nodes, 4, seed=6)
+    plain = fedgcn_federation(graph, part, hops=hops)
+    plain.pretrain()
+    masked = fedgcn_federation(graph, part, hops=hops, secure_sum="mask")
+    masked.pretrain()
+    for k, want in _received(plain).items():
+        assert torch.allclose(_received(masked)[k], want, atol=1e-6, rtol=0)
+    assert masked.privacy_stats["restarts"] == 0
+
+
+class _Recorder(LocalRuntime):
+    def __init__(self, clients):
+        super().__init__(clients)
+        self.calls: list[tuple[str, dict, dict]] = []
+
+    def call(self, method, args=None, *, phase, clients=None):
+        out = super().call(method, args, phase=phase, clients=clients)
+        self.calls.append((method, args, out))
+        return out
+
+
+def test_server_sees_only_masked_rows():
+    graph = random_graph(nodes=100, seed=7)
+    part = random_partition(graph.num_nodes, 4, seed=7)
+    server = fedgcn_federation(graph, part, hops=2, secure_sum="mask")
+    rt = _Recorder({k: server.runtime.local_client(k) for k in server.runtime.client_ids})
+    server.runtime = rt
+    server.pretrain()
+    uploads = {method: out for method, _, out in rt.calls}["secure_upload"]
+    for k, reply in uploads.items():
+        client = rt.local_client(k)
+        touched, exact, _, _ = client._release()
+        masked = reply["masked"].view(np.int64).astype(np.float64) / 2.0 ** FIXED_POINT_BITS
+        sent_rows = masked.reshape(-1, graph.num_features)
+        # No uploaded row is (close to) any of the client's true partial-sum rows.
+        dist = torch.cdist(torch.from_numpy(sent_rows), exact.double())
+        assert float(dist.min()) > 1.0
+    # Rows that only one client touches and only it asked for never leave that client.
+    plan = plan_rows({k: rt.local_client(k)._touched() for k in rt.client_ids},
+                     {k: rt.local_client(k)._num_requested() for k in rt.client_ids}, None, 1,
+                     skip_local=True)
+    assert all(len(b.members) >= 2 for b in plan.blocks)
+
+
+class _DropOnce(LocalRuntime):
+    """A client dies while answering ``method`` the first time and stays gone (like the Ray
+    runtime's ``drop`` policy)."""
+
+    def __init__(self, clients, victim, method):
+        super().__init__(clients)
+        self.victim, self.method, self.dropped = victim, method, False
+
+    @property
+    def client_ids(self):
+        return [k for k in super().client_ids if not (self.dropped and k == self.victim)]
+
+    def call(self, method, args=None, *, phase, clients=None):
+        targets = self.client_ids if clients is None else list(clients)
+        if method == self.method and not self.dropped and self.victim in targets:
+            self.dropped = True
+            out = super().call(method, args, phase=phase, clients=targets)
+            out.pop(self.victim)  # its reply never arrives
+            return out
+        return super().call(method, args, phase=phase,
+                            clients=[k for k in targets if k in self.client_ids])
+
+
+@pytest.mark.parametrize("secure_sum", ["mask", "he"])
+def test_dropout_mid_protocol_restarts_without_the_client(secure_sum):
+    graph = random_graph(nodes=100, seed=8)
+    part = random_partition(graph.num_nodes, 4, seed=8)
+
+    def federation(method, **cfg):
+        server = fedgcn_federation(graph, part, hops=2, **cfg)
+        server.runtime = _DropOnce({k: server.runtime.local_client(k) for k in range(4)},
+                                   victim=2, method=method)
+        server.pretrain()
+        return server
+
+    # Reference: plaintext where client 2 is gone before sending anything.
+    plain = federation("partial_sums")
+    secure = federation("secure_upload", secure_sum=secure_sum)
+    assert secure.privacy_stats["restarts"] == 1
+    want, got = _received(plain), _received(secure)
+    assert sorted(got) == [0, 1, 3]
+    for k in got:
+        assert torch.allclose(got[k], want[k], atol=1e-5, rtol=0)
+
+
+def test_client_refuses_to_send_an_unmaskable_block():
+    graph = random_graph(nodes=60, seed=9)
+    part = random_partition(graph.num_nodes, 3, seed=9)
+    server = fedgcn_federation(graph, part, hops=2, secure_sum="mask")
+    client = server.runtime.local_client(0)
+    hello = client.privacy_hello(b"x" * 16, announce=True)
+    plan = {"block_ids": torch.tensor([0]), "block_sizes": torch.tensor([1]),
+            "rows": torch.tensor([0]), "use_own": torch.zeros(hello["num_requested"], dtype=bool),
+            "peers": torch.zeros(0, dtype=torch.long), "peer_counts": torch.tensor([0]),
+            "directory": {"ids": torch.tensor([0]), "keys": [hello["public_key"]]}}
+    with pytest.raises(RuntimeError, match="co-members"):
+        client.secure_upload(b"x" * 16, plan)
