@@ -19,7 +19,7 @@ import yaml
 
 from fedgl.errors import ConfigError
 
-ALGORITHMS = ("fedgcn", "centralized")
+ALGORITHMS = ("fedgcn", "centralized", "fedgat", "distgat", "centralized-gat")
 MODELS = ("gcn", "sage")
 PARTITIONS = ("dirichlet", "iid")
 AGGREGATIONS = ("uniform", "weighted")
@@ -96,6 +96,35 @@ class Config:
     dp_clip: float = _f(1.0, "DP: clip every node's feature vector to this L2 norm first")
     min_contributors: int = _f(1, "drop the remote part of a received sum made of fewer than k "
                                   "remote nodes (2 blocks exact disclosure of one neighbour)")
+    # FedGAT (issue 5)
+    degree: int = _f(16, "FedGAT: degree p of the Chebyshev approximation of the first-layer "
+                         "attention score exp(LeakyReLU(x))")
+    heads: int = _f(8, "GAT: attention heads per hidden layer")
+    gat_hidden: int = _f(8, "GAT: hidden units per head")
+    output_heads: int = _f(1, "GAT: heads of the output layer, averaged (8 for PubMed)")
+    gat_optimizer: str = _f("adam", "GAT algorithms' local optimiser: adam (state kept per client "
+                                    "across rounds) or sgd")
+    gat_features: str = _f("l2", "GAT algorithms' feature scaling: l2 (unit rows, FedGAT's "
+                                 "assumption 3), center-l2 (the authors' code) or none")
+    fedgat_backend: str = _f("fast", "FedGAT first layer: fast (edge-wise; the server sends raw "
+                                     "feature rows) or protocol (the paper's matrices)")
+    fedgat_range: float = _f(2.0, "FedGAT: interval [-R, R] of the approximation")
+    fedgat_cap: bool = _f(True, "FedGAT: rescale attention vectors so |x_ij| <= R for unit-norm "
+                                "features (keeps the polynomial in its interval)")
+    fedgat_psi: str = _f("leaky_relu", "FedGAT: score exp(psi(x)) with psi leaky_relu or smooth "
+                                       "(softplus-smoothed, the authors' code)")
+    fedgat_coefficients: str = _f("projection", "FedGAT: Chebyshev coefficients by projection, "
+                                                "interpolation or lstsq")
+    fedgat_basis: str = _f("power", "FedGAT: evaluate the polynomial as a power series (paper "
+                                    "eq. 6) or by the Chebyshev recurrence (same polynomial)")
+    fedgat_send_p: bool = _f(True, "FedGAT protocol: send P_i instead of the d matrices "
+                                   "M_1i(s) = h_i(s) P_i for a client's own nodes")
+    vec_fedgat: bool = _f(False, "Vector FedGAT (appendix F): cheaper, but LEAKS neighbour "
+                                 "features to clients; needs --fedgat-backend protocol")
+    fedgat_node_mb: float = _f(1024.0, "FedGAT protocol: refuse a node whose matrices exceed this "
+                                       "many MB (use --fedgat-backend fast or --fedgat-max-degree)")
+    fedgat_max_degree: int = _f(0, "GAT algorithms: keep at most this many neighbours per node, "
+                                   "sampled by seed (0: all; the authors' limit_node_degree)")
     # synthetic stochastic block model (dataset: sbm), FedGCN appendix D.3
     sbm_nodes: int = _f(2708, "SBM: number of nodes N")
     sbm_classes: int = _f(7, "SBM: number of classes C")
@@ -216,6 +245,7 @@ class Config:
         if self.sbm_noise < 0:
             raise ConfigError(f"sbm_noise must be >= 0 (got {self.sbm_noise})")
         self._validate_privacy()
+        self._validate_fedgat()
 
     def _validate_runtime(self) -> None:
         self._choice("runtime", RUNTIMES)
@@ -279,6 +309,31 @@ class Config:
                 raise ConfigError("encrypt_models cannot checkpoint: the key lives only in client "
                                   "memory, so a resumed run could not decrypt the model; drop "
                                   "--checkpoint-every")
+
+    def _validate_fedgat(self) -> None:
+        """FedGAT / GAT options (issue 5): one-line errors naming the fix."""
+        self._at_least("degree", 1)
+        self._at_least("heads", 1)
+        self._at_least("gat_hidden", 1)
+        self._at_least("output_heads", 1)
+        self._at_least("fedgat_max_degree", 0)
+        self._choice("gat_optimizer", ("adam", "sgd"))
+        self._choice("gat_features", ("l2", "center-l2", "none"))
+        self._choice("fedgat_backend", ("fast", "protocol"))
+        self._choice("fedgat_psi", ("leaky_relu", "smooth"))
+        self._choice("fedgat_coefficients", ("projection", "interpolation", "lstsq"))
+        self._choice("fedgat_basis", ("power", "chebyshev"))
+        if self.fedgat_range <= 0:
+            raise ConfigError(f"fedgat_range must be > 0 (got {self.fedgat_range}); use e.g. 2")
+        if self.fedgat_node_mb <= 0:
+            raise ConfigError(f"fedgat_node_mb must be > 0 (got {self.fedgat_node_mb}); use e.g. "
+                              "1024, or --fedgat-backend fast")
+        if self.vec_fedgat and (self.algorithm != "fedgat" or self.fedgat_backend != "protocol"):
+            raise ConfigError("vec_fedgat is a variant of the FedGAT protocol; use --algorithm "
+                              "fedgat --fedgat-backend protocol, or drop --vec-fedgat")
+        if self.algorithm == "centralized-gat" and self.checkpoint_every:
+            raise ConfigError("checkpoints are for federated runs; drop --checkpoint-every for "
+                              "the centralized-gat algorithm")
 
     def _choice(self, name: str, choices: tuple[str, ...]) -> None:
         value = getattr(self, name)

@@ -1,0 +1,143 @@
+"""Pieces shared by the GAT algorithms (FedGAT, DistGAT, centralised GAT): the model a config
+asks for, feature scaling, the degree cap, seeded initial weights, the oracle evaluator and the
+driver that runs one federated repeat with them.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from fedgl.algorithms.runner import finish_repeat, run_federated
+from fedgl.config import Config
+from fedgl.data.graph import GraphData
+from fedgl.federation.aggregate import State
+from fedgl.models.gat import GAT, add_self_loops
+from fedgl.models.poly_attention import PolyAttention
+from fedgl.results import RepeatResult
+
+SPLITS = ("train", "val", "test")
+
+
+def poly_attention(cfg: Config) -> PolyAttention:
+    return PolyAttention(cfg.degree, cfg.fedgat_range, cfg.fedgat_psi, cfg.fedgat_coefficients)
+
+
+def build_gat(cfg: Config, in_channels: int, num_classes: int, approximate: bool) -> GAT:
+    """The GAT of a config; ``approximate``: FedGAT's polynomial first layer."""
+    return GAT(in_channels, cfg.gat_hidden, num_classes, cfg.layers, cfg.heads, cfg.output_heads,
+               cfg.dropout, attention=poly_attention(cfg) if approximate else None,
+               basis=cfg.fedgat_basis, cap=cfg.fedgat_cap)
+
+
+def gat_initial_weights(cfg: Config, in_channels: int, num_classes: int, seed: int) -> State:
+    """Initial global model for ``seed`` (the exact and approximated GAT share parameters and
+    initialisation); drawn without touching the global RNG."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = build_gat(cfg, in_channels, num_classes, approximate=False)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def scale_features(x: Tensor, mode: str) -> Tensor:
+    """Row-wise scaling (each row on its own, so a client can apply it to its own nodes):
+    ``l2`` unit rows; ``center-l2`` subtract the row mean, then unit rows (the authors' code);
+    ``none``. All-zero rows stay zero."""
+    if mode == "none":
+        return x
+    if mode == "center-l2":
+        x = x - x.mean(dim=1, keepdim=True)
+    norm = x.norm(dim=1, keepdim=True)
+    return x / torch.where(norm == 0, torch.ones_like(norm), norm)
+
+
+def cap_in_degree(edge_index: Tensor, cap: int, seed: int) -> Tensor:
+    """Keep at most ``cap`` incoming edges per node (``cap`` 0: all), chosen by a hash of
+    (seed, source, target): a pure function of a node's own in-edges, so every party computes
+    the same subgraph from what it knows (the authors' ``limit_node_degree``)."""
+    if cap <= 0 or edge_index.numel() == 0:
+        return edge_index
+    src, dst = edge_index
+    prime = 2**31 - 1
+    key = (src * 1_000_003 + dst * 7_919 + (seed % prime) * 104_729) % prime
+    for _ in range(3):  # a few Lehmer steps mix the key
+        key = (key * 48_271) % prime
+    order = torch.argsort(dst * (2**31) + key)
+    s_dst = dst[order]
+    start = torch.searchsorted(s_dst, s_dst)
+    rank = torch.arange(s_dst.numel()) - start
+    keep = order[rank < cap]
+    keep = keep.sort().values
+    return edge_index[:, keep]
+
+
+class GATOracle:
+    """The global model scored on the full graph (outside the federation, labelled
+    ``oracle_*``), with the algorithm's own first layer (polynomial for FedGAT)."""
+
+    def __init__(self, graph: GraphData, cfg: Config, seed: int, approximate: bool) -> None:
+        self.model = build_gat(cfg, graph.num_features, graph.num_classes, approximate)
+        if graph.x.dtype == torch.float64:
+            self.model = self.model.double()
+        self.x = scale_features(graph.x, cfg.gat_features)
+        ei = cap_in_degree(graph.edge_index, cfg.fedgat_max_degree, seed)
+        self.edge_index = add_self_loops(ei, graph.num_nodes)
+        self.y = graph.y
+        self.masks = [getattr(graph, f"{s}_mask") for s in SPLITS]
+
+    @torch.no_grad()
+    def logits(self, weights: State) -> Tensor:
+        ref = self.model.state_dict()
+        self.model.load_state_dict({k: v.to(ref[k].dtype) for k, v in weights.items()})
+        self.model.eval()
+        return self.model(self.x.to(self.model.first.lin.weight.dtype), self.edge_index)
+
+    def __call__(self, weights: State) -> dict[str, float]:
+        hit = self.logits(weights).argmax(-1) == self.y
+        return {f"oracle_{s}_acc": float(hit[m].float().mean()) if m.any() else float("nan")
+                for s, m in zip(SPLITS, self.masks, strict=True)}
+
+
+def run_gat_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int, progress,
+                      client_cls, server_cls, approximate: bool, resume_from=None,
+                      checkpointer=None, on_round=None) -> RepeatResult:
+    """One repeat through the generic FedAvg driver, with the GAT's initial weights and oracle.
+
+    The driver builds a ``cfg.model`` (GCN) for its initial weights and oracle; the server here
+    starts from the GAT's weights instead (bound into ``server_cls``), and the oracle is run in
+    the per-round hook and merged into the history afterwards."""
+    init = gat_initial_weights(cfg, graph.num_features, graph.num_classes, seed)
+    oracle = GATOracle(graph, cfg, seed, approximate) if cfg.oracle_eval else None
+    scores: dict[int, dict] = {}
+    spent = [0.0]
+
+    def hook(r: int, t: int, server) -> None:
+        if oracle is not None and (t % cfg.eval_every == 0 or t == cfg.rounds):
+            t0 = time.perf_counter()
+            scores[t] = oracle(server.weights)
+            spent[0] += time.perf_counter() - t0
+        if on_round is not None:
+            on_round(r, t, server)
+
+    made: list = []
+
+    def make_server(*args, **kwargs):
+        made.append(server_cls(*args, gat_weights=init, seed=seed, **kwargs))
+        return made[-1]
+
+    rep = run_federated(graph, cfg.replace(oracle_eval=False), repeat=repeat, seed=seed,
+                        client_cls=client_cls, server_cls=make_server, progress=progress,
+                        resume_from=resume_from, checkpointer=checkpointer, on_round=hook)
+    stats = getattr(made[0], "pretrain_stats", None) if made else None
+    if stats:
+        rep.extra["fedgat"] = stats
+    if not scores:
+        return rep
+    for row in rep.history:
+        row.update(scores.get(row["round"], {}))
+    seconds = {**rep.seconds, "oracle": spent[0]}
+    out = finish_repeat(repeat, seed, rep.partition, rep.history, rep.ledger, seconds)
+    out.extra = rep.extra
+    return out
