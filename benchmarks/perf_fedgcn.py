@@ -28,7 +28,7 @@ import tempfile
 import time
 
 SETTINGS = dict(dataset="cora", clients=10, local_steps=3, lr=0.5, beta=10000.0, repeats=1,
-                seed=0, progress=False)
+                seed=0, progress=False, threads=1)  # threads: set from --threads in main()
 
 
 def federated(rounds: int) -> dict:
@@ -121,17 +121,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=300, help="communication rounds T")
     parser.add_argument("--profile", type=int, default=0, metavar="N",
                         help="print the top N cProfile entries of run (a) to stderr")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch CPU threads for every measurement (fedgl's default 1; "
+                             "0: torch's default)")
     args = parser.parse_args(argv)
 
     import torch
 
+    SETTINGS["threads"] = args.threads
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    load = os.getloadavg()  # other processes on the machine distort every timing below
     federated(2)  # warm-up: imports, dataset parsing, lazy initialisation
     fed = federated(args.rounds)
     cen = centralized_fedgl(args.rounds)
     plain = centralized_plain(args.rounds)
     out = {
         "rounds": args.rounds, "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__,
+        "torch": torch.__version__, "load_average_at_start": load,
         "a_fedgcn_2hop": fed,
         "b_i_centralized_fedgl": cen,
         "b_ii_centralized_plain_full_batch": plain,

@@ -33,6 +33,8 @@ def run_centralized(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
     oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
     weights = initial_weights(graph, cfg, seed)
     ledger = Ledger()
+    setup_seconds = time.perf_counter() - t0
+    oracle_seconds = 0.0
     progress.start(f"centralized repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
     history = []
     for t in range(1, cfg.rounds + 1):
@@ -44,11 +46,15 @@ def run_centralized(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
             with ledger.timer("eval"):
                 ev = party.evaluate(weights)
             for i, split in enumerate(("train", "val", "test")):
-                row[f"{split}_acc"] = ev["correct"][i] / ev["total"][i] if ev["total"][i] else float("nan")
+                total = ev["total"][i]
+                row[f"{split}_acc"] = ev["correct"][i] / total if total else float("nan")
             if oracle is not None:
+                o0 = time.perf_counter()
                 row.update(oracle(weights))
+                oracle_seconds += time.perf_counter() - o0
         history.append(row)
         progress.advance(_progress_info(row))
-    seconds = {"pretrain": 0.0, "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
+    seconds = {"setup": setup_seconds, "pretrain": 0.0, "train": ledger.seconds("train"),
+               "eval": ledger.seconds("eval"), "oracle": oracle_seconds,
                "total": time.perf_counter() - t0}
     return finish_repeat(repeat, seed, whole.stats(graph), history, ledger.summary(), seconds)
