@@ -133,10 +133,14 @@ class RayRuntime:
         targets = [k for k in (self.client_ids if clients is None else clients)
                    if k not in self._dropped]
         per_client = _per_client_args(args, targets)
+        # A broadcast is serialised into the object store once and fetched by every actor; the
+        # ledger still counts one message per recipient, as a real transport would send.
+        shared = self._ray.put(args) if targets and per_client[targets[0]] is args else None
         refs = {}
         for k in targets:
             self.ledger.record(phase, "down", k, payload_nbytes(per_client[k]))
-            refs[k] = self._actors[k].call.remote(method, per_client[k])
+            payload = shared if shared is not None else per_client[k]
+            refs[k] = self._actors[k].call.remote(method, payload)
         results = {}
         for k in targets:
             out = self._result(k, refs[k], method, per_client[k], phase)
