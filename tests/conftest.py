@@ -30,3 +30,15 @@ def data_root() -> Path:
     if not (root / "Cora" / "raw" / "ind.cora.x").is_file():
         pytest.skip(f"real datasets not found under {root} (set FEDGL_DATA to ../shared/data)")
     return root
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    """A Ray instance on 127.0.0.1 for one test module; fedgl runs join it (and leave it up)."""
+    ray = pytest.importorskip("ray")
+    if ray.is_initialized():
+        ray.shutdown()
+    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()

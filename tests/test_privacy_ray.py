@@ -14,13 +14,6 @@ BASE = dict(dataset="sbm", sbm_nodes=300, sbm_features=16, clients=3, rounds=4, 
             min_contributors=2)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
-             log_to_driver=False)
-    yield
-    ray.shutdown()
-
 
 def test_he_run_on_ray_matches_the_local_run_and_survives_a_restart(local_ray):
     local = fedgl.run(**BASE).repeats[0]

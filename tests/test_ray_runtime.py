@@ -12,14 +12,6 @@ ray = pytest.importorskip("ray")
 BASE = dict(dataset="sbm", sbm_nodes=300, clients=3, rounds=5, progress=False)
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    """One Ray instance on 127.0.0.1 shared by this module's runs (fedgl joins it)."""
-    ray.init(_node_ip_address="127.0.0.1", num_cpus=2, include_dashboard=False,
-             log_to_driver=False)
-    yield
-    ray.shutdown()
-
 
 @pytest.fixture(scope="module")
 def reference():
