@@ -29,8 +29,8 @@ def round_times(dataset: str, rounds: int, local_steps: int) -> dict:
     import fedgl
 
     out = {}
-    common = dict(dataset=dataset, rounds=rounds, local_steps=local_steps, lr=0.005,
-                  weight_decay=1e-3, dropout=0.0, eval_every=rounds, oracle_eval=False,
+    common = dict(dataset=dataset, rounds=rounds, local_steps=local_steps, lr=0.5,
+                  weight_decay=5e-4, dropout=0.0, eval_every=rounds, oracle_eval=False,
                   progress=False, clients=10, beta=1.0)
     for name, kw in (("centralized-gat", {"algorithm": "centralized-gat"}),
                      ("fedgat-fast", {"algorithm": "fedgat", "fedgat_backend": "fast"}),
@@ -55,8 +55,8 @@ def protocol_child(dataset: str, clients: int, max_degree: int, train_rounds: in
 
     t0 = time.perf_counter()
     r = fedgl.run(dataset=dataset, algorithm="fedgat", fedgat_backend="protocol",
-                  clients=clients, beta=1.0, rounds=train_rounds, local_steps=1, lr=0.005,
-                  weight_decay=1e-3, dropout=0.0, oracle_eval=False, progress=False,
+                  clients=clients, beta=1.0, rounds=train_rounds, local_steps=3, lr=0.5,
+                  weight_decay=5e-4, dropout=0.0, oracle_eval=False, progress=False,
                   eval_every=max(train_rounds, 1), fedgat_max_degree=max_degree,
                   fedgat_node_mb=4096)
     rep = r.repeats[0]
@@ -93,7 +93,7 @@ def run_child(args: argparse.Namespace, dataset: str, clients: int, max_degree: 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=50, help="timed rounds (part 1)")
-    parser.add_argument("--local-steps", type=int, default=1)
+    parser.add_argument("--local-steps", type=int, default=3)
     parser.add_argument("--datasets", nargs="+", default=["cora", "citeseer"])
     parser.add_argument("--clients", type=int, nargs="+", default=[10])
     parser.add_argument("--max-degrees", type=int, nargs="+", default=[0],

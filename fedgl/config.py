@@ -102,8 +102,9 @@ class Config:
     heads: int = _f(8, "GAT: attention heads per hidden layer")
     gat_hidden: int = _f(8, "GAT: hidden units per head")
     output_heads: int = _f(1, "GAT: heads of the output layer, averaged (8 for PubMed)")
-    gat_optimizer: str = _f("adam", "GAT algorithms' local optimiser: adam (state kept per client "
-                                    "across rounds) or sgd")
+    gat_optimizer: str = _f("sgd", "GAT algorithms' local optimiser: sgd (with --lr, "
+                                   "--weight-decay) or adam (state kept per client across rounds; "
+                                   "use e.g. --lr 0.005)")
     gat_features: str = _f("l2", "GAT algorithms' feature scaling: l2 (unit rows, FedGAT's "
                                  "assumption 3), center-l2 (the authors' code) or none")
     fedgat_backend: str = _f("fast", "FedGAT first layer: fast (edge-wise; the server sends raw "

@@ -13,7 +13,7 @@ from fedgl.cli import main
 
 TINY = ["run", "--dataset", "sbm", "--sbm-nodes", "300", "--sbm-classes", "3", "--sbm-features", "8",
         "--clients", "3",
-        "--rounds", "2", "--local-steps", "1", "--lr", "0.01", "--no-progress"]
+        "--rounds", "2", "--local-steps", "1", "--lr", "0.1", "--no-progress"]
 
 BAD = [
     (["--algorithm", "fedgat", "--degree", "0"], "degree must be >= 1"),
@@ -60,7 +60,7 @@ def test_gat_algorithms_run_from_the_cli(algorithm, tmp_path):
 
 def test_protocol_and_vector_runs_through_the_api():
     common = dict(dataset="sbm", sbm_nodes=150, sbm_classes=3, sbm_features=6, clients=2, rounds=2,
-                  local_steps=1, lr=0.01, progress=False, algorithm="fedgat",
+                  local_steps=1, lr=0.1, progress=False, algorithm="fedgat",
                   fedgat_backend="protocol")
     matrix = run(**common)
     vector = run(**common, vec_fedgat=True)

@@ -206,6 +206,10 @@ def test_vector_fedgat_bytes_by_hand():
     g4, g6 = 3 * 2 * 4 + 16 + 4, 3 * 2 * 6 + 36 + 6
     values = 2 * (g4 + 2 * g6)
     assert server.runtime.ledger.bytes("pretrain", "down") == values * F64 + 6 * I64 + 2 * I64
+    assert server.pretrain_stats["protocol_bytes"] == values * F64 + 6 * I64
+    # every run plans the vector variant's bytes too (the communication sweep reports them)
+    matrix = fedgat_federation(graph, part, fedgat_backend="fast", gat_features="none")
+    assert matrix.pretrain_stats["vector_protocol_bytes"] == values * F64 + 6 * I64
 
 
 def test_fast_backend_bytes_by_hand():

@@ -61,8 +61,9 @@ def restrict_view(view: GATView, rows: Tensor, layers: int) -> GATView:
 class GATClient(GNNClient):
     """A client training a GAT (exact, or with FedGAT's polynomial first layer) with FedAvg.
 
-    Local optimiser: Adam by default (FedGAT appendix C), whose moment estimates stay with the
-    client across rounds (the model is loaded into the same parameters each round), or SGD."""
+    Local optimiser: SGD (``lr``, ``weight_decay``), or Adam (FedGAT appendix C), whose moment
+    estimates stay with the client across rounds (the model is loaded into the same parameters
+    each round)."""
 
     approximate = False
 

@@ -119,6 +119,9 @@ class FedGATServer(GATFedAvgServer):
             "paper_scalars": int(sum(paper_scalars(int(deg[i]), d) * int(c)
                                      for i, c in enumerate(need.sum(0).tolist()) if c)),
             "max_node_mb": float(sizes.max()) / 2**20 if sizes.numel() else 0.0,
+            "vector_protocol_bytes": int(sum(
+                vector_message_nbytes(int(deg[i]), d, x.element_size()) * int(c)
+                for i, c in enumerate(need.sum(0).tolist()) if c)),
         }
         if protocol:
             self._guard(sizes, need, deg, clients)
