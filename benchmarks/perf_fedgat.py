@@ -43,7 +43,41 @@ def round_times(dataset: str, rounds: int, local_steps: int) -> dict:
                      "pretrain_bytes": r.final["pretrain_bytes"]}
     c = out["centralized-gat"]["seconds_per_round"]
     out["fedgat_round_over_centralized_steps"] = out["fedgat-fast"]["seconds_per_round"] / c
+    out["fedgat_client_fits"] = client_fit_times(dataset, rounds, local_steps)
+    out["slowest_client_over_centralized_steps"] = (
+        out["fedgat_client_fits"]["slowest_client_seconds"] / c)
     return out
+
+
+def client_fit_times(dataset: str, rounds: int, local_steps: int) -> dict:
+    """Each FedGAT client's ``fit`` timed on its own (same global model every round): the
+    slowest client is a round's critical path when clients run in parallel (one per machine)."""
+    from functools import partial
+
+    from fedgl.algorithms.fedgat import FedGATClient, FedGATServer, gat_initial_weights
+    from fedgl.algorithms.runner import build_federation
+    from fedgl.api import as_config, load_graph
+    from fedgl.data.shards import make_partition
+
+    cfg = as_config(algorithm="fedgat", dataset=dataset, clients=10, beta=1.0, lr=0.5,
+                    weight_decay=5e-4, dropout=0.0, progress=False)
+    graph = load_graph(cfg)
+    init = gat_initial_weights(cfg, graph.num_features, graph.num_classes, 0)
+    server = build_federation(graph, make_partition(graph, cfg, 0), cfg, 0, FedGATClient,
+                              partial(FedGATServer, gat_weights=init, seed=0))
+    server.pretrain()
+    slowest, total = [], []
+    for t in range(1, rounds + 1):
+        per = []
+        for k in server.runtime.client_ids:
+            client = server.runtime.local_client(k)
+            t0 = time.perf_counter()
+            client.fit(server.weights, local_steps, round=t)
+            per.append(time.perf_counter() - t0)
+        slowest.append(max(per))
+        total.append(sum(per))
+    return {"slowest_client_seconds": sum(slowest) / rounds,
+            "all_clients_seconds": sum(total) / rounds}
 
 
 def protocol_child(dataset: str, clients: int, max_degree: int, train_rounds: int) -> dict:

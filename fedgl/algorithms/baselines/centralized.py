@@ -8,22 +8,22 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
+from fedgl.algorithms.baselines.single_party import run_single_party
 from fedgl.algorithms.fedgcn.client import FedGCNClient
-from fedgl.algorithms.runner import _progress_info, finish_repeat, initial_weights
+from fedgl.algorithms.runner import initial_weights
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.evaluation import OracleEvaluator
-from fedgl.federation.ledger import Ledger
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
 
 
 def run_centralized(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
                     progress: RoundProgress) -> RepeatResult:
-    import numpy as np
-
     t0 = time.perf_counter()
     whole = Partition(np.zeros(graph.num_nodes, dtype=np.int64), 1)
     (data,) = split_graph(graph, whole)
@@ -31,30 +31,6 @@ def run_centralized(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
     # inputs are exactly the centralised GCN's (true degrees, every edge).
     party = FedGCNClient(data, cfg.replace(hops=0), seed)
     oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
-    weights = initial_weights(graph, cfg, seed)
-    ledger = Ledger()
-    setup_seconds = time.perf_counter() - t0
-    oracle_seconds = 0.0
-    progress.start(f"centralized repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
-    history = []
-    for t in range(1, cfg.rounds + 1):
-        with ledger.timer("train"):
-            out = party.fit(weights, cfg.local_steps, round=t)
-            weights = out["weights"]
-        row = {"round": t, "train_loss": out["loss"]}
-        if t % cfg.eval_every == 0 or t == cfg.rounds:
-            with ledger.timer("eval"):
-                ev = party.evaluate(weights)
-            for i, split in enumerate(("train", "val", "test")):
-                total = ev["total"][i]
-                row[f"{split}_acc"] = ev["correct"][i] / total if total else float("nan")
-            if oracle is not None:
-                o0 = time.perf_counter()
-                row.update(oracle(weights))
-                oracle_seconds += time.perf_counter() - o0
-        history.append(row)
-        progress.advance(_progress_info(row))
-    seconds = {"setup": setup_seconds, "pretrain": 0.0, "train": ledger.seconds("train"),
-               "eval": ledger.seconds("eval"), "oracle": oracle_seconds,
-               "total": time.perf_counter() - t0}
-    return finish_repeat(repeat, seed, whole.stats(graph), history, ledger.summary(), seconds)
+    return run_single_party("centralized", graph, cfg, whole, party,
+                            initial_weights(graph, cfg, seed), oracle, repeat=repeat, seed=seed,
+                            progress=progress, started=t0)

@@ -13,6 +13,7 @@ FedAvg. Two backends give the same first layer:
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -55,7 +56,16 @@ def restrict_view(view: GATView, rows: Tensor, layers: int) -> GATView:
         keep[src[keep[dst]]] = True
     up = view.edges_up[:, keep[src] & keep[dst]]
     e1 = view.edges1[:, keep[view.edges1[1]]]
-    return GATView(view.x, e1, up, rows, view.num_rows, keep.nonzero().flatten())
+    if view.x is None:  # layer 1 from matrices indexed by row: keep the row space
+        return GATView(None, e1, up, rows, view.num_rows, keep.nonzero().flatten())
+    # feature rows: keep only those layer 1 reads, renumbered in order
+    need = keep.clone()
+    need[e1[0]] = True
+    idx = need.nonzero().flatten()
+    new = torch.full((view.num_rows,), -1, dtype=torch.long, device=rows.device)
+    new[idx] = torch.arange(idx.numel(), device=rows.device)
+    return GATView(view.x[idx], new[e1], new[up], new[rows], int(idx.numel()),
+                   new[keep.nonzero().flatten()])
 
 
 class GATClient(GNNClient):
@@ -88,8 +98,9 @@ class GATClient(GNNClient):
                                  v.num_rows, to(v.subset))
         return self._view
 
+    @abstractmethod
     def build_view(self) -> GATView:
-        raise NotImplementedError
+        """This client's full view: features or layer-1 matrices, edges, output rows."""
 
     def model_inputs(self) -> ModelInputs:
         v = self.view()
