@@ -59,9 +59,29 @@ def fedgcn_settings() -> dict:
                 weight_decay=5e-4, dropout=0.5)
 
 
+def score_range(weights: dict, cfg, graph) -> dict:
+    """Where FedGAT's first-layer scores ``x_ij = b1·h_i + b2·h_j`` fall on the full graph
+    (the polynomial only matters where they are)."""
+    import torch
+
+    from fedgl.algorithms.fedgat import build_gat, scale_features
+    from fedgl.models.gat import add_self_loops
+
+    model = build_gat(cfg, graph.num_features, graph.num_classes, approximate=True)
+    model.load_state_dict(weights)
+    conv = next(m for m in model.modules() if hasattr(m, "attention_vectors"))
+    with torch.no_grad():
+        b1, b2 = conv.attention_vectors()
+        x = scale_features(graph.x, cfg.gat_features)
+        src, dst = add_self_loops(graph.edge_index, graph.num_nodes)
+        xij = (x @ b1.T)[dst] + (x @ b2.T)[src]
+    return {"min": float(xij.min()), "max": float(xij.max()), "std": float(xij.std())}
+
+
 def run_cell(dataset: str, method: str, beta: float, seeds: int, args: argparse.Namespace,
-             **extra) -> dict:
+             probe_scores: bool = False, **extra) -> dict:
     import fedgl
+    from fedgl.api import as_config, load_graph
 
     common = dict(dataset=dataset, clients=10, beta=beta, repeats=seeds, seed=0,
                   progress=False, eval_every=5)
@@ -70,9 +90,22 @@ def run_cell(dataset: str, method: str, beta: float, seeds: int, args: argparse.
     else:
         kw = {**common, **gat_settings(args), "algorithm": method}
     kw.update(extra)
+    ranges: list[dict] = []
+    on_round = None
+    if probe_scores:
+        cfg = as_config(**kw)
+        graph = load_graph(cfg)
+
+        def on_round(repeat: int, t: int, server) -> None:
+            if t == cfg.rounds:
+                ranges.append(score_range(server.weights, cfg, graph))
+
     t0 = time.perf_counter()
-    r = fedgl.run(**kw)
+    r = fedgl.run(**kw, on_round=on_round)
     out = {"seconds": time.perf_counter() - t0}
+    out["final_train_loss"] = [rep.history[-1]["train_loss"] for rep in r.repeats]
+    if ranges:
+        out["score_range"] = ranges
     for metric in ("test_acc", "selected_test_acc", "oracle_test_acc", "pretrain_bytes"):
         s = r.summary.get(metric)
         if s is not None:
@@ -127,7 +160,8 @@ def sweep_degree(args: argparse.Namespace) -> list[dict]:
     rows = []
     for beta in BETAS:
         for p in args.degrees:
-            res = run_cell("cora", "fedgat", beta, args.sweep_seeds, args, degree=p)
+            res = run_cell("cora", "fedgat", beta, args.sweep_seeds, args, probe_scores=True,
+                           degree=p)
             log(f"degree cora beta={beta:g} p={p}: {res['test_acc']['mean']:.4f} "
                 f"({res['seconds']:.0f} s)")
             rows.append({"dataset": "cora", "beta": beta, "degree": p, **res})
@@ -214,6 +248,18 @@ def markdown(result: dict) -> str:
             lines.append(f"| {beta:g} | " + " | ".join(
                 f"{r['test_acc']['mean']:.3f}" for r in vals) + " |")
         lines.append("")
+        probed = [r for r in result["degree"] if r.get("score_range")]
+        if probed:
+            lines += ["Final training loss and where the first-layer scores x_ij fell at the "
+                      "last round (full graph, every head; the polynomial only matters there):",
+                      "", "| β | p | final train loss | x_ij min | x_ij max | x_ij std |",
+                      "|---:|---:|---:|---:|---:|---:|"]
+            for r in probed:
+                sr = r["score_range"][0]
+                lines.append(f"| {r['beta']:g} | {r['degree']} | "
+                             f"{r['final_train_loss'][0]:.5f} | {sr['min']:.3f} | "
+                             f"{sr['max']:.3f} | {sr['std']:.3f} |")
+            lines.append("")
     if result.get("communication"):
         lines += ["## Pre-training communication vs clients (Fig. 3)", "",
                   "Protocol bytes as sent by our wire format (zero feature slices omitted, P for "
