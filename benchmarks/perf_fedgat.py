@@ -80,8 +80,11 @@ def client_fit_times(dataset: str, rounds: int, local_steps: int) -> dict:
             "all_clients_seconds": sum(total) / rounds}
 
 
-def protocol_child(dataset: str, clients: int, max_degree: int, train_rounds: int) -> dict:
-    """Runs in a fresh process: the protocol pre-training round (and optionally a few rounds)."""
+def protocol_child(dataset: str, clients: int, max_degree: int, train_rounds: int,
+                   runtime: str = "local") -> dict:
+    """Runs in a fresh process: the protocol pre-training round (and optionally a few rounds).
+    With ``runtime="ray"`` every client is its own process, so the driver's peak memory is the
+    server's and each client reports its own."""
     import torch
 
     torch.set_num_threads(1)
@@ -89,6 +92,7 @@ def protocol_child(dataset: str, clients: int, max_degree: int, train_rounds: in
 
     t0 = time.perf_counter()
     r = fedgl.run(dataset=dataset, algorithm="fedgat", fedgat_backend="protocol",
+                  runtime=runtime,
                   clients=clients, beta=1.0, rounds=train_rounds, local_steps=3, lr=0.5,
                   weight_decay=5e-4, dropout=0.0, oracle_eval=False, progress=False,
                   eval_every=max(train_rounds, 1), fedgat_max_degree=max_degree,
@@ -97,7 +101,7 @@ def protocol_child(dataset: str, clients: int, max_degree: int, train_rounds: in
     stats = rep.extra["fedgat"]
     led = rep.ledger
     per_client = led["bytes_per_client"]["pretrain"]["down"]
-    out = {"dataset": dataset, "clients": clients, "max_degree": max_degree,
+    out = {"dataset": dataset, "clients": clients, "max_degree": max_degree, "runtime": runtime,
            "pretrain_seconds": rep.seconds["pretrain"],
            "pretrain_bytes_down": led["bytes"]["pretrain"]["down"],
            "pretrain_bytes_up": led["bytes"]["pretrain"]["up"],
@@ -106,21 +110,25 @@ def protocol_child(dataset: str, clients: int, max_degree: int, train_rounds: in
            "paper_scalars": stats["paper_scalars"], "max_node_mb": stats["max_node_mb"],
            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0,
            "wall_seconds": time.perf_counter() - t0}
+    if "client_peak_rss_mb" in rep.extra:
+        out["server_peak_rss_mb"] = out.pop("peak_rss_mb")
+        out["client_peak_rss_mb"] = max(rep.extra["client_peak_rss_mb"].values())
     if train_rounds:
         out["train_seconds_per_round"] = rep.seconds["train"] / train_rounds
         out["test_acc_after"] = rep.final["test_acc"]
     return out
 
 
-def run_child(args: argparse.Namespace, dataset: str, clients: int, max_degree: int) -> dict:
+def run_child(args: argparse.Namespace, dataset: str, clients: int, max_degree: int,
+              runtime: str = "local") -> dict:
     cmd = [sys.executable, __file__, "--child", dataset, str(clients), str(max_degree),
-           str(args.protocol_train_rounds), "--mem-limit-gb", str(args.mem_limit_gb)]
+           str(args.protocol_train_rounds), runtime, "--mem-limit-gb", str(args.mem_limit_gb)]
     t0 = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.child_timeout)
     if proc.returncode != 0:
         tail = (proc.stderr or proc.stdout).strip().splitlines()[-1:] or ["(no output)"]
         return {"dataset": dataset, "clients": clients, "max_degree": max_degree,
-                "failed": tail[0], "wall_seconds": time.perf_counter() - t0}
+                "runtime": runtime, "failed": tail[0], "wall_seconds": time.perf_counter() - t0}
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -136,15 +144,23 @@ def main(argv: list[str] | None = None) -> int:
                         help="also time this many protocol-backend training rounds")
     parser.add_argument("--mem-limit-gb", type=float, default=12.0)
     parser.add_argument("--child-timeout", type=int, default=1800)
+    parser.add_argument("--ray", action="store_true",
+                        help="also run each protocol case on the Ray runtime (one process per "
+                             "client): the server's and the largest client's peak memory")
     parser.add_argument("--skip-rounds", action="store_true")
-    parser.add_argument("--child", nargs=4, metavar=("DATASET", "CLIENTS", "CAP", "ROUNDS"))
+    parser.add_argument("--child", nargs=5,
+                        metavar=("DATASET", "CLIENTS", "CAP", "ROUNDS", "RUNTIME"))
     args = parser.parse_args(argv)
 
     if args.child:
-        limit = int(args.mem_limit_gb * 2**30)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-        ds, k, cap, rounds = args.child
-        print(json.dumps(protocol_child(ds, int(k), int(cap), int(rounds))))
+        ds, k, cap, rounds, runtime = args.child
+        if runtime == "local":  # Ray's own processes inherit limits badly: no limit there
+            limit = int(args.mem_limit_gb * 2**30)
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        else:
+            os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+            os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+        print(json.dumps(protocol_child(ds, int(k), int(cap), int(rounds), runtime)))
         return 0
 
     import torch
@@ -159,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     for dataset in args.datasets:
         for k in args.clients:
             for cap in args.max_degrees:
-                res = run_child(args, dataset, k, cap)
-                print(json.dumps(res), file=sys.stderr, flush=True)
-                result["protocol_pretrain"].append(res)
+                for runtime in ("local", "ray") if args.ray else ("local",):
+                    res = run_child(args, dataset, k, cap, runtime)
+                    print(json.dumps(res), file=sys.stderr, flush=True)
+                    result["protocol_pretrain"].append(res)
     print(json.dumps(result, indent=2))
     return 0
 

@@ -38,6 +38,10 @@ def test_same_seed_same_result_in_both_runtimes(local_ray, reference):
         for key, value in ra.items():
             assert rb[key] == pytest.approx(value, abs=1e-6)
     assert b.extra["runtime"] == "ray" and len(b.extra["placement"]) == 3
+    # each client process reports its own peak memory (it has imported torch and loaded a shard)
+    peaks = b.extra["client_peak_rss_mb"]
+    assert sorted(peaks) == sorted(b.extra["placement"])
+    assert all(100.0 < mb < b.peak_rss_mb * 4 for mb in peaks.values()), peaks
 
 
 def test_killed_client_is_restarted_and_the_run_completes(local_ray, reference):

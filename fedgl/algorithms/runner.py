@@ -120,6 +120,9 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         result.extra.update(privacy_extra(graph, part, cfg, server))
         if hasattr(runtime, "placement"):
             result.extra["placement"] = {str(k): v for k, v in runtime.placement().items()}
+        if hasattr(runtime, "peak_rss_mb"):
+            result.extra["client_peak_rss_mb"] = {str(k): v
+                                                   for k, v in runtime.peak_rss_mb().items()}
         return result
     finally:
         runtime.close()

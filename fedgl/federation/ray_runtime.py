@@ -54,6 +54,12 @@ class ClientActor:
     def pid(self) -> int:
         return os.getpid()
 
+    def peak_rss_mb(self) -> float:
+        """This client process's peak resident memory (``ru_maxrss``, MB)."""
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
+
 
 def start_ray(cfg: Config) -> bool:
     """Connect to ``cfg.ray_address`` or start a local Ray bound to 127.0.0.1. Returns whether
@@ -122,6 +128,13 @@ class RayRuntime:
         ids = self.client_ids
         nodes = self._ray.get([self._actors[k].node_id.remote() for k in ids])
         return dict(zip(ids, nodes, strict=True))
+
+    def peak_rss_mb(self) -> dict[int, float]:
+        """Peak resident memory of every live client process (MB): one party's footprint,
+        which the driver's own peak (the server's) does not include."""
+        ids = self.client_ids
+        peaks = self._ray.get([self._actors[k].peak_rss_mb.remote() for k in ids])
+        return dict(zip(ids, peaks, strict=True))
 
     def kill_client(self, k: int) -> None:
         """Kill a client's actor (for failure drills and tests)."""
