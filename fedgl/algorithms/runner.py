@@ -22,7 +22,7 @@ from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
 from fedgl.evaluation import OracleEvaluator
-from fedgl.federation.aggregate import FedAvg
+from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
@@ -74,14 +74,21 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
                   client_cls: type[GNNClient], server_cls: type[FedAvgServer],
                   progress: RoundProgress, resume_from: RepeatProgress | None = None,
                   checkpointer: Checkpointer | None = None,
-                  on_round: RoundCallback | None = None) -> RepeatResult:
-    """One seeded run of a FedAvg-style algorithm, optionally resumed from a checkpoint."""
+                  on_round: RoundCallback | None = None,
+                  oracle: Callable[[State], dict] | None = None) -> RepeatResult:
+    """One seeded run of a FedAvg-style algorithm, optionally resumed from a checkpoint.
+
+    ``oracle`` scores the global model on the full graph at evaluated rounds when
+    ``cfg.oracle_eval`` is on (default: the GCN/SAGE :class:`OracleEvaluator`)."""
     t0 = time.perf_counter()
     part = make_partition(graph, cfg, seed)
     server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
     runtime = server.runtime
     try:
-        oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
+        if not cfg.oracle_eval:
+            oracle = None
+        elif oracle is None:
+            oracle = OracleEvaluator(graph, cfg)
         setup_seconds = time.perf_counter() - t0
         history: list[dict] = []
         events: list[dict] = []

@@ -5,12 +5,10 @@ driver that runs one federated repeat with them.
 
 from __future__ import annotations
 
-import time
-
 import torch
 from torch import Tensor
 
-from fedgl.algorithms.runner import finish_repeat, run_federated
+from fedgl.algorithms.runner import run_federated
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.federation.aggregate import State
@@ -103,41 +101,20 @@ class GATOracle:
 def run_gat_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int, progress,
                       client_cls, server_cls, approximate: bool, resume_from=None,
                       checkpointer=None, on_round=None) -> RepeatResult:
-    """One repeat through the generic FedAvg driver, with the GAT's initial weights and oracle.
-
-    The driver builds a ``cfg.model`` (GCN) for its initial weights and oracle; the server here
-    starts from the GAT's weights instead (bound into ``server_cls``), and the oracle is run in
-    the per-round hook and merged into the history afterwards."""
+    """One repeat through the generic FedAvg driver, with the GAT's initial weights (bound into
+    ``server_cls``) and the GAT oracle."""
     init = gat_initial_weights(cfg, graph.num_features, graph.num_classes, seed)
     oracle = GATOracle(graph, cfg, seed, approximate) if cfg.oracle_eval else None
-    scores: dict[int, dict] = {}
-    spent = [0.0]
-
-    def hook(r: int, t: int, server) -> None:
-        if oracle is not None and (t % cfg.eval_every == 0 or t == cfg.rounds):
-            t0 = time.perf_counter()
-            scores[t] = oracle(server.weights)
-            spent[0] += time.perf_counter() - t0
-        if on_round is not None:
-            on_round(r, t, server)
-
     made: list = []
 
     def make_server(*args, **kwargs):
         made.append(server_cls(*args, gat_weights=init, seed=seed, **kwargs))
         return made[-1]
 
-    rep = run_federated(graph, cfg.replace(oracle_eval=False), repeat=repeat, seed=seed,
-                        client_cls=client_cls, server_cls=make_server, progress=progress,
-                        resume_from=resume_from, checkpointer=checkpointer, on_round=hook)
+    rep = run_federated(graph, cfg, repeat=repeat, seed=seed, client_cls=client_cls,
+                        server_cls=make_server, progress=progress, resume_from=resume_from,
+                        checkpointer=checkpointer, on_round=on_round, oracle=oracle)
     stats = getattr(made[0], "pretrain_stats", None) if made else None
     if stats:
         rep.extra["fedgat"] = stats
-    if not scores:
-        return rep
-    for row in rep.history:
-        row.update(scores.get(row["round"], {}))
-    seconds = {**rep.seconds, "oracle": spent[0]}
-    out = finish_repeat(repeat, seed, rep.partition, rep.history, rep.ledger, seconds)
-    out.extra = rep.extra
-    return out
+    return rep
