@@ -20,6 +20,7 @@ import yaml
 from fedgl.errors import ConfigError
 
 ALGORITHMS = ("fedgcn", "centralized", "fedgat", "distgat", "centralized-gat")
+GAT_ALGORITHMS = ("fedgat", "distgat", "centralized-gat")
 MODELS = ("gcn", "sage")
 PARTITIONS = ("dirichlet", "iid")
 AGGREGATIONS = ("uniform", "weighted")
@@ -332,6 +333,14 @@ class Config:
         if self.vec_fedgat and (self.algorithm != "fedgat" or self.fedgat_backend != "protocol"):
             raise ConfigError("vec_fedgat is a variant of the FedGAT protocol; use --algorithm "
                               "fedgat --fedgat-backend protocol, or drop --vec-fedgat")
+        if self.algorithm in GAT_ALGORITHMS:
+            if self.model != "gcn":
+                raise ConfigError(f"model '{self.model}' applies to the GCN algorithms (fedgcn, "
+                                  "centralized); the GAT algorithms are set by --heads, "
+                                  "--gat-hidden and --layers; drop --model")
+            if self.hops != Config.__dataclass_fields__["hops"].default:
+                raise ConfigError("hops is FedGCN's; the GAT algorithms' clients receive the "
+                                  "exact neighbourhoods their layers need; drop --hops")
         if self.algorithm == "centralized-gat" and self.checkpoint_every:
             raise ConfigError("checkpoints are for federated runs; drop --checkpoint-every for "
                               "the centralized-gat algorithm")

@@ -32,6 +32,9 @@ BAD = [
     (["--algorithm", "fedgat", "--degree", "two"], "invalid int value"),
     (["--algorithm", "fedgat", "--fedgat-backend", "protocol", "--fedgat-node-mb", "0.00001"],
      "use --fedgat-backend fast"),
+    (["--algorithm", "fedgat", "--model", "sage"], "drop --model"),
+    (["--algorithm", "distgat", "--hops", "1"], "hops is FedGCN's"),
+    (["--algorithm", "fedgat", "--secure-sum", "mask"], "use --algorithm fedgcn"),
 ]
 
 
