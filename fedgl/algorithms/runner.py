@@ -56,7 +56,7 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         runtime: Runtime = RayRuntime(specs, client_cls, cfg, Ledger())
     else:
         clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
-        runtime = LocalRuntime(clients, Ledger())
+        runtime = LocalRuntime(clients, Ledger(), batch=cfg.batch_clients)
     try:
         server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed),
                             cfg)

@@ -161,6 +161,18 @@ class GATClient(GNNClient):
         return {"weights": self.get_weights(), "num_train": int(train.numel()),
                 "loss": sum(losses) / len(losses)}
 
+    @classmethod
+    def fit_many(cls, clients: list[GATClient], weights: State, local_steps: int,
+                 round: int = 1) -> list[dict] | None:
+        """Every client's :meth:`fit` as one batched computation (in-process clients that start
+        from the same model), or None where that would not reproduce ``fit``
+        (:mod:`.batched`)."""
+        from fedgl.algorithms.fedgat.batched import can_fit_together, fit_together
+
+        if not can_fit_together(clients):
+            return None
+        return fit_together(clients, weights, local_steps, round)
+
     @torch.no_grad()
     def predict(self, weights: State) -> Tensor:
         self.load_weights(weights)
