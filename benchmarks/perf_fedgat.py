@@ -1,8 +1,9 @@
 """FedGAT performance: round time vs centralised GAT, and the protocol's pre-training cost.
 
 1. Per-round training time on Cora: FedGAT (fast backend, 10 clients, E local steps each, all
-   clients in one process, one after the other) vs the centralised GAT taking the same E steps
-   on the full graph, over ``--rounds`` rounds (no evaluation inside the timed phase).
+   clients in one process: batched, and one after the other) vs the centralised GAT taking the
+   same E steps on the full graph, over ``--rounds`` rounds (no evaluation inside the timed
+   phase); DistGAT likewise; and each client's own ``fit`` timed alone.
 2. The protocol backend's pre-training round on Cora and CiteSeer (10 clients, β = 1): wall
    time, bytes sent (ledger), the largest client's share, and the peak resident memory of a
    fresh process holding the server and every client (``ru_maxrss``). Each case runs in its own
@@ -34,7 +35,10 @@ def round_times(dataset: str, rounds: int, local_steps: int) -> dict:
                   progress=False, clients=10, beta=1.0)
     for name, kw in (("centralized-gat", {"algorithm": "centralized-gat"}),
                      ("fedgat-fast", {"algorithm": "fedgat", "fedgat_backend": "fast"}),
-                     ("distgat", {"algorithm": "distgat"})):
+                     ("fedgat-fast-one-by-one", {"algorithm": "fedgat", "fedgat_backend": "fast",
+                                                 "batch_clients": False}),
+                     ("distgat", {"algorithm": "distgat"}),
+                     ("distgat-one-by-one", {"algorithm": "distgat", "batch_clients": False})):
         r = fedgl.run(**common, **kw).repeats[0]
         # subtract the single evaluation at the last round (timed separately by the ledger)
         train = r.seconds["train"]
@@ -43,6 +47,8 @@ def round_times(dataset: str, rounds: int, local_steps: int) -> dict:
                      "pretrain_bytes": r.final["pretrain_bytes"]}
     c = out["centralized-gat"]["seconds_per_round"]
     out["fedgat_round_over_centralized_steps"] = out["fedgat-fast"]["seconds_per_round"] / c
+    out["fedgat_one_by_one_over_centralized_steps"] = (
+        out["fedgat-fast-one-by-one"]["seconds_per_round"] / c)
     out["fedgat_client_fits"] = client_fit_times(dataset, rounds, local_steps)
     out["slowest_client_over_centralized_steps"] = (
         out["fedgat_client_fits"]["slowest_client_seconds"] / c)
@@ -148,6 +154,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="also run each protocol case on the Ray runtime (one process per "
                              "client): the server's and the largest client's peak memory")
     parser.add_argument("--skip-rounds", action="store_true")
+    parser.add_argument("--skip-protocol", action="store_true")
     parser.add_argument("--child", nargs=5,
                         metavar=("DATASET", "CLIENTS", "CAP", "ROUNDS", "RUNTIME"))
     args = parser.parse_args(argv)
@@ -172,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
         result["round_time_cora"] = round_times("cora", args.rounds, args.local_steps)
         print(json.dumps(result["round_time_cora"]), file=sys.stderr, flush=True)
     result["protocol_pretrain"] = []
-    for dataset in args.datasets:
+    for dataset in [] if args.skip_protocol else args.datasets:
         for k in args.clients:
             for cap in args.max_degrees:
                 for runtime in ("local", "ray") if args.ray else ("local",):

@@ -81,22 +81,20 @@ def _layer(conv: torch.nn.Module, p: dict[str, Tensor], prefix: str, blocks: _Bl
     ``parts[k]`` are client k's input rows."""
     heads, c = conv.heads, conv.out_channels
     w = p[prefix + "lin.weight"]                                   # [K, heads*c, d]
-    # one product per client (K plain matmuls beat a padded bmm on CPU, forward and backward)
-    # (unbind, not w[k]: its backward stacks the K gradients once instead of K zero-filled
-    # [K, ...] buffers)
+    att = torch.stack([p[prefix + "att_dst"].view(blocks.k, heads, c),
+                       p[prefix + "att_src"].view(blocks.k, heads, c)], dim=1)  # [K, 2, h, c]
+    # one product per client (a loop of K plain matmuls beats a padded bmm on CPU; unbind's
+    # backward stacks the K gradients once, where w[k]'s would zero-fill K [K, ...] buffers)
     xw = torch.cat([h @ wk.t() for h, wk in zip(parts, w.unbind(0), strict=True)])
     xw = xw.view(-1, heads, c)
     k_of = blocks.client_of
-    att_src = p[prefix + "att_src"].view(blocks.k, heads, c)
-    att_dst = p[prefix + "att_dst"].view(blocks.k, heads, c)
-    s_src = (xw * att_src[k_of]).sum(-1)                           # [total, heads]
-    s_dst = (xw * att_dst[k_of]).sum(-1)
+    s_dst = (xw * att[:, 0][k_of]).sum(-1)                         # [total, heads]
+    s_src = (xw * att[:, 1][k_of]).sum(-1)
     src, dst = edges
     if isinstance(conv, PolyGATConv):
         if conv.cap:  # the per-head rescaling of PolyGATConv.attention_vectors, per client
-            wh = w.view(blocks.k, heads, c, -1)
-            norm = (torch.einsum("khc,khcd->khd", att_dst, wh).norm(dim=2)
-                    + torch.einsum("khc,khcd->khd", att_src, wh).norm(dim=2))
+            b = torch.einsum("kshc,khcd->kshd", att, w.view(blocks.k, heads, c, -1))
+            norm = b.norm(dim=3).sum(dim=1)                        # ‖b_1‖ + ‖b_2‖, [K, h]
             scale = torch.clamp(conv.attention.radius / norm.clamp_min(1e-30), max=1.0)
             s_src, s_dst = s_src * scale[k_of], s_dst * scale[k_of]
         e_hat = conv.attention(s_dst[dst] + s_src[src], conv.basis)
