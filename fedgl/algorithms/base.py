@@ -137,6 +137,44 @@ class GNNClient(ABC):
         return {"weights": self.encode_weights(self.get_weights(), int(train.numel())),
                 "num_train": int(train.numel()), "loss": sum(losses) / len(losses)}
 
+    @classmethod
+    def fit_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
+                 round: int = 1) -> list[dict] | None:
+        """Every client's :meth:`fit` as one batched computation (in-process clients starting
+        from the same model; :mod:`fedgl.algorithms.batched`), or None where that would not
+        reproduce ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
+        from fedgl.algorithms.batched import (
+            BlockInput,
+            Blocks,
+            cached_blocks,
+            fit_many_or_idle,
+            fit_stacked,
+            gcn_forward,
+        )
+
+        if len(clients) < 2 or len({type(c) for c in clients}) != 1:
+            return None
+        cfg = clients[0].config
+        if (cfg.model != "gcn" or getattr(cfg, "encrypt_models", False)
+                or len({c.device for c in clients}) != 1
+                or len({c._cached_inputs().pre_aggregated for c in clients}) != 1):
+            return None
+
+        def block_input(c: GNNClient) -> BlockInput:
+            inp = c._train_inputs()
+            train = c._masks["train"].nonzero().flatten()
+            return BlockInput(inp.x, {"edge_index": inp.edge_index}, inp.own_rows, c._y[train],
+                              inp.edge_weight)
+
+        def fit_active(active: list[GNNClient]) -> list[dict]:
+            key = tuple(id(c._train_inputs()) for c in active)
+            blocks = cached_blocks(active[0], key, lambda: Blocks([block_input(c)
+                                                                   for c in active]))
+            forward = gcn_forward(active[0].model, active[0]._cached_inputs().pre_aggregated)
+            return fit_stacked(active, weights, local_steps, round, blocks, forward)
+
+        return fit_many_or_idle(clients, weights, fit_active)
+
     @torch.no_grad()
     def predict(self, weights: State) -> Tensor:
         """Log-probabilities (eval mode) for the own nodes, in ``data.node_ids`` order. Local

@@ -1,0 +1,178 @@
+"""Many in-process clients' local training as one computation (a simulation speed-up).
+
+With the local runtime every client's ``fit`` is a few SGD steps on a small graph, and a step
+is dozens of small kernels whose fixed cost is paid once per client. When K clients start a
+round from the same global model, their local steps can be taken at once:
+
+* their inputs are laid side by side as one block-diagonal graph (client k's rows at an offset;
+  no edge joins two blocks);
+* every parameter is stacked to ``[K, ...]`` (row k is client k's copy): a layer multiplies each
+  client's rows by its own weights, and each edge uses its own client's parameters;
+* the loss is ``Σ_k mean_k(NLL)``: the blocks do not interact, so one backward pass gives each
+  client exactly the gradient of its own loss, and SGD (elementwise) moves each row as the
+  client's own optimiser would.
+
+Each client ends the round with the weights it would have reached alone, up to float summation
+order (tests/test_batched_clients.py, tests/test_fedgat_batched.py). Dropout masks come from
+each client's own generator in the order of its own ``fit``. Nothing crosses the federation
+boundary here: the runtime still counts one ``fit`` message each way per client.
+
+This module holds the model-independent part (:class:`Blocks`, :func:`fit_stacked`) and the GCN
+forward; the GAT forward is in :mod:`fedgl.algorithms.fedgat.batched`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+from torch_geometric.utils import scatter
+
+from fedgl.algorithms.base import client_seed
+from fedgl.federation.aggregate import State
+from fedgl.models.base import dropout
+
+Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
+
+
+@dataclass
+class BlockInput:
+    """One client's training input: rows, named edge sets (row indices), optional edge
+    weights, and the rows whose outputs are its training nodes (in ``y`` order)."""
+
+    x: Tensor
+    edges: dict[str, Tensor]
+    out_rows: Tensor
+    y: Tensor
+    edge_weight: Tensor | None = None
+
+
+class Blocks:
+    """The clients' inputs as one block-diagonal graph; client k's rows are contiguous."""
+
+    def __init__(self, inputs: Sequence[BlockInput]) -> None:
+        self.k = len(inputs)
+        self.row_sizes = [int(b.x.size(0)) for b in inputs]
+        self.total = sum(self.row_sizes)
+        offsets = torch.tensor([0] + self.row_sizes[:-1]).cumsum(0).tolist()
+        dev = inputs[0].x.device
+        self.client_of = torch.cat([torch.full((n,), k, dtype=torch.long)
+                                    for k, n in enumerate(self.row_sizes)]).to(dev)
+        self.x = [b.x for b in inputs]
+        self.edges = {name: torch.cat([b.edges[name] + o
+                                       for b, o in zip(inputs, offsets, strict=True)], 1)
+                      for name in inputs[0].edges}
+        weights = [b.edge_weight for b in inputs]
+        self.edge_weight = None if weights[0] is None else torch.cat(weights)
+        self.out_rows = torch.cat([b.out_rows + o for b, o in zip(inputs, offsets, strict=True)])
+        self.y = torch.cat([b.y for b in inputs])
+        self.num_train = [int(b.y.numel()) for b in inputs]
+        self.out_client = torch.cat([torch.full((n,), k, dtype=torch.long)
+                                     for k, n in enumerate(self.num_train)]).to(dev)
+
+    def split(self, h: Tensor) -> tuple[Tensor, ...]:
+        """Union rows -> each client's rows."""
+        return h.split(self.row_sizes)
+
+
+def per_client_linear(parts: Sequence[Tensor], w: Tensor) -> Tensor:
+    """``cat_k(parts[k] @ w[k]ᵀ)``. A loop of K plain matmuls beats a padded ``bmm`` on CPU,
+    and ``unbind``'s backward stacks the K gradients once (``w[k]``'s would zero-fill K
+    ``[K, ...]`` buffers)."""
+    return torch.cat([h @ wk.t() for h, wk in zip(parts, w.unbind(0), strict=True)])
+
+
+def per_client_dropout(h: Tensor, blocks: Blocks, p: float,
+                       generators: Sequence[torch.Generator]) -> list[Tensor]:
+    """Each client's rows with its own dropout mask (its own generator, its own order)."""
+    parts = blocks.split(h)
+    if p == 0.0:
+        return list(parts)
+    return [dropout(part, p, True, g) for part, g in zip(parts, generators, strict=True)]
+
+
+def fit_stacked(clients: Sequence[Any], weights: State, local_steps: int, round: int,
+                blocks: Blocks, forward: Forward) -> list[dict]:
+    """The SGD loop of K clients at once. ``clients`` all have training nodes; ``forward``
+    returns log-probabilities of ``blocks.out_rows``. Each client's generator is seeded by
+    (seed, client, round), as in its own ``fit``."""
+    first = clients[0]
+    cfg = first.config
+    ref = first.model.state_dict()
+    params = {name: weights[name].to(device=first.device, dtype=ref[name].dtype)
+              .unsqueeze(0).repeat(blocks.k, *([1] * ref[name].dim())).requires_grad_()
+              for name in ref}
+    for c in clients:
+        c.generator.manual_seed(client_seed(c.seed, c.data.client_id) + round)
+    gens = [c.generator for c in clients]
+    opt = torch.optim.SGD(list(params.values()), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    inv_n = 1.0 / torch.tensor(blocks.num_train, dtype=torch.float64, device=first.device)
+    first.model.train()
+    losses = []
+    for _ in range(local_steps):
+        opt.zero_grad(set_to_none=True)
+        nll = F.nll_loss(forward(params, blocks, gens), blocks.y, reduction="none")
+        per_client = scatter(nll.double(), blocks.out_client, dim=0, dim_size=blocks.k,
+                             reduce="sum") * inv_n
+        per_client.sum().backward()
+        opt.step()
+        losses.append(per_client.detach())
+    mean_loss = torch.stack(losses).mean(0).tolist()
+    out = []
+    for k, c in enumerate(clients):
+        state = {name: t[k].detach().clone().cpu() for name, t in params.items()}
+        c.load_weights(state)  # the client's model holds its local result, as after ``fit``
+        out.append({"weights": state, "num_train": blocks.num_train[k], "loss": mean_loss[k]})
+    return out
+
+
+def fit_many_or_idle(clients: Sequence[Any], weights: State,
+                     fit_active: Callable[[list[Any]], list[dict]]) -> list[dict]:
+    """Clients without training nodes return the global model unchanged (as their ``fit``
+    does); the others go through ``fit_active`` together. Results in ``clients`` order."""
+    active = [c for c in clients if bool(c._masks["train"].any())]
+    results: dict[int, dict] = {}
+    for c in clients:
+        if c not in active:
+            c.load_weights(weights)
+            results[id(c)] = {"weights": c.get_weights(), "num_train": 0, "loss": float("nan")}
+    if active:
+        for c, out in zip(active, fit_active(active), strict=True):
+            results[id(c)] = out
+    return [results[id(c)] for c in clients]
+
+
+def cached_blocks(owner: Any, key: tuple, build: Callable[[], Blocks]) -> Blocks:
+    """The blocks stored on ``owner`` under ``key`` (the identities of the clients' cached
+    inputs, which change only when a pre-training round re-runs), built on a miss."""
+    cached = getattr(owner, "_batched_blocks", None)
+    if cached is None or cached[0] != key:
+        cached = (key, build())
+        owner._batched_blocks = cached
+    return cached[1]
+
+
+def gcn_forward(model: torch.nn.Module, pre_aggregated: bool) -> Forward:
+    """``GCN.forward`` (fedgl.models.gcn) with per-client parameters, per block."""
+
+    def forward(p: dict[str, Tensor], blocks: Blocks, gens: Sequence[torch.Generator]) -> Tensor:
+        src, dst = blocks.edges["edge_index"]
+        parts: Sequence[Tensor] = blocks.x
+        layers = len(model.convs)
+        for i in range(layers):
+            w, b = p[f"convs.{i}.lin.weight"], p[f"convs.{i}.bias"]
+            h = per_client_linear(parts, w)
+            if not (i == 0 and pre_aggregated):  # Â (H W): PyG GCNConv with given weights
+                msg = h[src] if blocks.edge_weight is None else (
+                    h[src] * blocks.edge_weight.unsqueeze(-1))
+                h = scatter(msg, dst, dim=0, dim_size=blocks.total, reduce="sum")
+            h = h + b[blocks.client_of]
+            if i < layers - 1:
+                parts = per_client_dropout(torch.relu(h), blocks, model.dropout, gens)
+        return torch.log_softmax(h[blocks.out_rows], dim=-1)
+
+    return forward
