@@ -40,3 +40,31 @@ def random_partition(num_nodes: int, clients: int, seed: int = 0) -> Partition:
 def fedgcn_federation(graph: GraphData, part: Partition, **cfg_values) -> FedGCNServer:
     cfg = Config.from_dict({"clients": part.num_clients, "progress": False, **cfg_values})
     return build_federation(graph, part, cfg, 0, FedGCNClient, FedGCNServer)
+
+
+def assert_fit_many_matches_fit(client_cls, clients, weights, steps: int, round: int) -> None:
+    """``client_cls.fit_many`` gives every client the result of its own ``fit``: same weights,
+    loss and training-node count; and training really moved the model."""
+    import pytest
+
+    batched = client_cls.fit_many(clients, weights, steps, round=round)
+    assert batched is not None
+    for client, got in zip(clients, batched, strict=True):
+        own = client.fit(weights, steps, round=round)
+        assert got["num_train"] == own["num_train"] > 0
+        assert got["loss"] == pytest.approx(own["loss"], abs=1e-6)
+        for name, value in own["weights"].items():
+            assert torch.allclose(got["weights"][name], value, atol=1e-6), name
+        assert not torch.allclose(own["weights"]["convs.0.lin.weight"],
+                                  weights["convs.0.lin.weight"])
+
+
+def assert_same_run(a, b, tol: float = 1e-5) -> None:
+    """Two repeats sent the same bytes and have the same history within ``tol``."""
+    import pytest
+
+    assert a.ledger["bytes"] == b.ledger["bytes"]
+    for ra, rb in zip(a.history, b.history, strict=True):
+        assert ra.keys() == rb.keys()
+        for key, value in rb.items():
+            assert ra[key] == pytest.approx(value, abs=tol), (ra["round"], key)

@@ -4,7 +4,6 @@ client's own ``fit``; the runtime counts the same messages."""
 from __future__ import annotations
 
 import pytest
-import torch
 
 import fedgl
 from fedgl.algorithms.fedgcn.client import FedGCNClient
@@ -12,6 +11,7 @@ from fedgl.algorithms.fedgcn.server import FedGCNServer
 from fedgl.algorithms.runner import build_federation
 from fedgl.api import as_config, load_graph
 from fedgl.data.shards import make_partition
+from tests.helpers import assert_fit_many_matches_fit, assert_same_run
 
 SBM = dict(dataset="sbm", sbm_nodes=240, sbm_classes=3, sbm_features=16, clients=4, beta=1.0,
            progress=False)
@@ -32,16 +32,7 @@ def _clients(**over):
 def test_fit_many_equals_each_clients_own_fit(over):
     server, clients = _clients(**over)
     w = server.weights
-    batched = FedGCNClient.fit_many(clients, w, 3, round=3)
-    assert batched is not None
-    for client, got in zip(clients, batched, strict=True):
-        own = client.fit(w, 3, round=3)
-        assert got["num_train"] == own["num_train"] > 0
-        assert got["loss"] == pytest.approx(own["loss"], abs=1e-6)
-        for name, value in own["weights"].items():
-            assert torch.allclose(got["weights"][name], value, atol=1e-6), name
-        assert not torch.allclose(own["weights"]["convs.0.lin.weight"],
-                                  w["convs.0.lin.weight"])
+    assert_fit_many_matches_fit(FedGCNClient, clients, w, 3, round=3)
 
 
 def test_fit_many_declines_sage_and_encrypted_models():
@@ -54,10 +45,5 @@ def test_fit_many_declines_sage_and_encrypted_models():
 @pytest.mark.parametrize("hops", [0, 2])
 def test_runs_with_and_without_batching_agree(hops):
     base = dict(SBM, algorithm="fedgcn", hops=hops, rounds=8, eval_every=2, clients=6)
-    a = fedgl.run(**base, batch_clients=True).repeats[0]
-    b = fedgl.run(**base, batch_clients=False).repeats[0]
-    assert a.ledger["bytes"] == b.ledger["bytes"]
-    for ra, rb in zip(a.history, b.history, strict=True):
-        assert ra.keys() == rb.keys()
-        for key, value in rb.items():
-            assert ra[key] == pytest.approx(value, abs=1e-5), (ra["round"], key)
+    assert_same_run(fedgl.run(**base, batch_clients=True).repeats[0],
+                    fedgl.run(**base, batch_clients=False).repeats[0])

@@ -19,6 +19,7 @@ from fedgl.algorithms.fedgat import (
 from fedgl.algorithms.runner import build_federation
 from fedgl.api import as_config, load_graph
 from fedgl.data.shards import make_partition
+from tests.helpers import assert_fit_many_matches_fit, assert_same_run
 
 SBM = dict(dataset="sbm", sbm_nodes=240, sbm_classes=3, sbm_features=16, clients=4,
            beta=1.0, progress=False)
@@ -44,17 +45,7 @@ def _federation(client_cls, **over):
 def test_fit_many_equals_each_clients_own_fit(client_cls, over):
     server, clients = _federation(client_cls, **over)
     w = server.weights
-    batched = client_cls.fit_many(clients, w, 3, round=2)
-    assert batched is not None
-    for client, got in zip(clients, batched, strict=True):
-        own = client.fit(w, 3, round=2)
-        assert got["num_train"] == own["num_train"] > 0
-        assert got["loss"] == pytest.approx(own["loss"], abs=1e-6)
-        for name, value in own["weights"].items():
-            assert torch.allclose(got["weights"][name], value, atol=1e-6), name
-        # and the global model really moved (a no-op would also "match" an unchanged fit)
-        assert not torch.allclose(own["weights"]["convs.0.lin.weight"],
-                                  w["convs.0.lin.weight"])
+    assert_fit_many_matches_fit(client_cls, clients, w, 3, round=2)
 
 
 def test_fit_many_declines_where_it_would_not_reproduce_fit():
@@ -68,13 +59,8 @@ def test_fit_many_declines_where_it_would_not_reproduce_fit():
 def test_runs_with_and_without_batching_agree(algorithm):
     base = dict(SBM, algorithm=algorithm, rounds=8, eval_every=2, dropout=0.3, clients=6,
                 sbm_nodes=150)
-    a = fedgl.run(**base, batch_clients=True).repeats[0]
-    b = fedgl.run(**base, batch_clients=False).repeats[0]
-    assert a.ledger["bytes"] == b.ledger["bytes"]
-    for ra, rb in zip(a.history, b.history, strict=True):
-        assert ra.keys() == rb.keys()
-        for key, value in rb.items():
-            assert ra[key] == pytest.approx(value, abs=1e-5), (ra["round"], key)
+    assert_same_run(fedgl.run(**base, batch_clients=True).repeats[0],
+                    fedgl.run(**base, batch_clients=False).repeats[0])
 
 
 def test_clients_without_training_nodes_return_the_global_model():
