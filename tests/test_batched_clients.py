@@ -4,6 +4,7 @@ client's own ``fit``; the runtime counts the same messages."""
 from __future__ import annotations
 
 import pytest
+import torch
 
 import fedgl
 from fedgl.algorithms.fedgcn.client import FedGCNClient
@@ -47,3 +48,13 @@ def test_runs_with_and_without_batching_agree(hops):
     base = dict(SBM, algorithm="fedgcn", hops=hops, rounds=8, eval_every=2, clients=6)
     assert_same_run(fedgl.run(**base, batch_clients=True).repeats[0],
                     fedgl.run(**base, batch_clients=False).repeats[0])
+
+
+@pytest.mark.parametrize("over", [dict(hops=0), dict(hops=2), dict(hops=0, model="sage")],
+                         ids=["0-hop", "2-hop", "sage"])
+def test_evaluate_many_equals_each_clients_own_evaluate(over):
+    server, clients = _clients(**over)
+    w = {k: v + 0.01 * torch.randn_like(v) for k, v in server.weights.items()}
+    many = FedGCNClient.evaluate_many(clients, w)
+    assert many == [c.evaluate(w) for c in clients]
+    assert sum(m["total"][2] for m in many) > 0

@@ -77,3 +77,13 @@ def test_clients_without_training_nodes_return_the_global_model():
             assert torch.allclose(got["weights"][name], value, atol=1e-6), (i, name)
         if i in idle:
             assert torch.equal(got["weights"]["convs.0.lin.weight"], w["convs.0.lin.weight"])
+
+
+@pytest.mark.parametrize("client_cls", [FedGATClient, DistGATClient])
+def test_evaluate_many_equals_each_clients_own_evaluate(client_cls):
+    server, clients = _federation(client_cls)
+    trained = client_cls.fit_many(clients, server.weights, 5, round=1)[0]["weights"]
+    many = client_cls.evaluate_many(clients, trained)
+    assert many == [c.evaluate(trained) for c in clients]
+    _, protocol = _federation(FedGATClient, fedgat_backend="protocol")
+    assert FedGATClient.evaluate_many(protocol, server.weights) is None

@@ -185,10 +185,47 @@ class GNNClient(ABC):
 
     def evaluate(self, weights: State) -> dict:
         """Correct predictions and node counts of the given model on own train/val/test nodes."""
-        pred = self.predict(weights).argmax(dim=-1)
-        hit = pred == self._y
+        return self._counts(self.predict(weights))
+
+    def _counts(self, log_probs: Tensor) -> dict:
+        hit = log_probs.argmax(dim=-1) == self._y
         return {"correct": [int(hit[self._masks[s]].sum()) for s in SPLITS],
                 "total": [int(self._masks[s].sum()) for s in SPLITS]}
+
+    @classmethod
+    def evaluate_many(cls, clients: list[GNNClient], weights: State) -> list[dict] | None:
+        """Every client's :meth:`evaluate` from one forward pass over the union of their inputs
+        (they all score the same model, and no edge joins two clients' inputs), or None where
+        that does not apply (encrypted models, mixed devices or input kinds)."""
+        if (len(clients) < 2 or len({type(c) for c in clients}) != 1
+                or len({c.device for c in clients}) != 1
+                or getattr(clients[0].config, "encrypt_models", False)):
+            return None
+        log_probs = cls._predict_many(clients, weights)
+        if log_probs is None:
+            return None
+        return [c._counts(lp) for c, lp in zip(clients, log_probs, strict=True)]
+
+    @classmethod
+    def _predict_many(cls, clients: list[GNNClient], weights: State) -> list[Tensor] | None:
+        from fedgl.algorithms.batched import BlockInput, predict_union
+
+        if len({c._cached_inputs().pre_aggregated for c in clients}) != 1:
+            return None
+        pre = clients[0]._cached_inputs().pre_aggregated
+        kwargs = {"pre_aggregated": True} if pre else {}
+
+        def block_input(c: GNNClient) -> BlockInput:
+            inp = c._cached_inputs()
+            return BlockInput(inp.x, {"edge_index": inp.edge_index}, inp.own_rows, c._y,
+                              inp.edge_weight)
+
+        def run(model: torch.nn.Module, b) -> Tensor:
+            return model(b.x_all, b.edges["edge_index"], b.edge_weight,
+                         out_rows=b.out_rows, **kwargs)
+
+        key = tuple(id(c._cached_inputs()) for c in clients)
+        return predict_union(clients, weights, key, block_input, run)
 
 
 def restrict_to_receptive_field(inp: ModelInputs, rows: Tensor, depth: int) -> ModelInputs:

@@ -63,16 +63,25 @@ class Blocks:
         self.client_of = torch.cat([torch.full((n,), k, dtype=torch.long)
                                     for k, n in enumerate(self.row_sizes)]).to(dev)
         self.x = [b.x for b in inputs]
+        self._x_all: Tensor | None = None
         self.edges = {name: torch.cat([b.edges[name] + o
                                        for b, o in zip(inputs, offsets, strict=True)], 1)
                       for name in inputs[0].edges}
         weights = [b.edge_weight for b in inputs]
         self.edge_weight = None if weights[0] is None else torch.cat(weights)
         self.out_rows = torch.cat([b.out_rows + o for b, o in zip(inputs, offsets, strict=True)])
+        self.out_sizes = [int(b.out_rows.numel()) for b in inputs]
         self.y = torch.cat([b.y for b in inputs])
         self.num_train = [int(b.y.numel()) for b in inputs]
         self.out_client = torch.cat([torch.full((n,), k, dtype=torch.long)
                                      for k, n in enumerate(self.num_train)]).to(dev)
+
+    @property
+    def x_all(self) -> Tensor:
+        """All clients' input rows in union order (concatenated once, then kept)."""
+        if self._x_all is None:
+            self._x_all = torch.cat(self.x)
+        return self._x_all
 
     def split(self, h: Tensor) -> tuple[Tensor, ...]:
         """Union rows -> each client's rows."""
@@ -146,14 +155,31 @@ def fit_many_or_idle(clients: Sequence[Any], weights: State,
     return [results[id(c)] for c in clients]
 
 
-def cached_blocks(owner: Any, key: tuple, build: Callable[[], Blocks]) -> Blocks:
-    """The blocks stored on ``owner`` under ``key`` (the identities of the clients' cached
-    inputs, which change only when a pre-training round re-runs), built on a miss."""
-    cached = getattr(owner, "_batched_blocks", None)
+def cached_blocks(owner: Any, key: tuple, build: Callable[[], Blocks],
+                  slot: str = "_batched_blocks") -> Blocks:
+    """The blocks stored on ``owner`` (in attribute ``slot``) under ``key`` (the identities of
+    the clients' cached inputs, which change only when a pre-training round re-runs), built on
+    a miss."""
+    cached = getattr(owner, slot, None)
     if cached is None or cached[0] != key:
         cached = (key, build())
-        owner._batched_blocks = cached
+        setattr(owner, slot, cached)
     return cached[1]
+
+
+@torch.no_grad()
+def predict_union(clients: Sequence[Any], weights: State, key: tuple,
+                  block_input: Callable[[Any], BlockInput],
+                  run: Callable[[torch.nn.Module, Blocks], Tensor]) -> list[Tensor]:
+    """Every client's ``predict(weights)`` from one eval-mode forward pass of the shared model
+    over the union of their inputs; ``run(model, blocks)`` returns the log-probabilities of
+    ``blocks.out_rows``."""
+    first = clients[0]
+    blocks = cached_blocks(first, key, lambda: Blocks([block_input(c) for c in clients]),
+                           slot="_batched_eval_blocks")
+    first.load_weights(weights)
+    first.model.eval()
+    return list(run(first.model, blocks).split(blocks.out_sizes))
 
 
 def gcn_forward(model: torch.nn.Module, pre_aggregated: bool) -> Forward:

@@ -13,6 +13,9 @@ from typing import Any, Protocol
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import copy_payload, payload_nbytes
 
+# broadcast methods a client class may run for all in-process clients at once (``<name>_many``)
+BATCHABLE = ("fit", "evaluate")
+
 
 class Runtime(Protocol):
     ledger: Ledger
@@ -38,7 +41,7 @@ class LocalRuntime:
     def __init__(self, clients: Mapping[int, Any], ledger: Ledger | None = None, *,
                  batch: bool = False) -> None:
         self._clients = dict(clients)
-        self.batch = batch  # broadcast "fit" through the clients' ``fit_many`` where offered
+        self.batch = batch  # broadcast fit/evaluate via the clients' ``*_many`` where offered
         self.ledger = ledger if ledger is not None else Ledger()
         self.events: list[dict[str, Any]] = []  # in-process clients do not fail independently
         self.on_client_restart: Any = None
@@ -73,14 +76,15 @@ class LocalRuntime:
 
     def _call_batched(self, method: str, args: Any, targets: list[int],
                       per_client: dict[int, dict[str, Any]], phase: str) -> dict[int, Any] | None:
-        """A broadcast ``fit`` run by the client class's ``fit_many`` (one computation for all
-        in-process clients; the same messages are counted). None: not applicable."""
-        if not (self.batch and method == "fit" and targets
+        """A broadcast ``fit``/``evaluate`` run by the client class's ``fit_many`` /
+        ``evaluate_many`` (one computation for all in-process clients; the same messages are
+        counted). None: not applicable."""
+        if not (self.batch and method in BATCHABLE and targets
                 and all(per_client[k] is args for k in targets)):
             return None
         group = [self._clients[k] for k in targets]
-        fit_many = getattr(type(group[0]), "fit_many", None)
-        outs = fit_many(group, **copy_payload(args)) if fit_many is not None else None
+        many = getattr(type(group[0]), f"{method}_many", None)
+        outs = many(group, **copy_payload(args)) if many is not None else None
         if outs is None:
             return None
         results = {}

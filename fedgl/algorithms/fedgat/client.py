@@ -173,6 +173,27 @@ class GATClient(GNNClient):
             return None
         return fit_together(clients, weights, local_steps, round)
 
+    @classmethod
+    def _predict_many(cls, clients: list[GATClient], weights: State) -> list[Tensor] | None:
+        """One forward pass over the union of the clients' views (feature rows only: the
+        protocol backend's layer 1 comes from per-client matrix stores)."""
+        from fedgl.algorithms.batched import BlockInput, predict_union
+
+        if any(c.view().x is None for c in clients):
+            return None
+
+        def block_input(c: GATClient) -> BlockInput:
+            v = c.view()
+            return BlockInput(v.x, {"edges1": v.edges1, "edges_up": v.edges_up}, v.out_rows,
+                              c._y)
+
+        def run(model: torch.nn.Module, b) -> Tensor:
+            h = model.first_layer(b.x_all, b.edges["edges1"])
+            return model.upper(h, b.edges["edges_up"], out_rows=b.out_rows)
+
+        key = tuple(id(c.view()) for c in clients)
+        return predict_union(clients, weights, key, block_input, run)
+
     @torch.no_grad()
     def predict(self, weights: State) -> Tensor:
         self.load_weights(weights)
