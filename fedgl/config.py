@@ -72,8 +72,9 @@ class Config:
     checkpoint_every: int = _f(0, "write a resumable checkpoint to --out every N rounds (0: off)")
     # runtime (issue 3)
     runtime: str = _f("local", "where clients run: local (in-process) or ray (one actor each)")
-    batch_clients: bool = _f(True, "local runtime: take all clients' local steps as one batched "
-                                   "computation where that reproduces their own fit (GCN and GAT "
+    batch_clients: bool = _f(True, "local runtime: take all clients' local steps (and evaluation) "
+                                   "as one batched computation where that reproduces their own "
+                                   "fit (GCN and GAT "
                                    "models, SGD; not with encrypt_models or the FedGAT protocol "
                                    "backend); --no-batch-clients: one by one")
     ray_address: str | None = _f(None, "join this Ray cluster (e.g. 127.0.0.1:6379) instead of "
