@@ -6,7 +6,7 @@ evaluation, and the server's round loop. Algorithms subclass these and supply on
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -110,10 +110,20 @@ class GNNClient(ABC):
         models returns an opaque payload that the server's strategy can aggregate)."""
         return weights
 
+    def _optimizer(self) -> torch.optim.Optimizer:
+        """The local optimiser of one ``fit``: plain SGD (no state across rounds)."""
+        return torch.optim.SGD(self.model.parameters(), lr=self.config.lr,
+                               weight_decay=self.config.weight_decay)
+
+    def _train_forward(self) -> Callable[[], Tensor]:
+        """Log-probabilities of the training nodes (in ``_y[train]`` order), for one step."""
+        inp = self._train_inputs()
+        return lambda: self._forward(inp)
+
     # ----------------------------------------------------------------- protocol methods
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
-        """Load the global model, take ``local_steps`` SGD steps on own training nodes, and
-        return the new weights, the number of training nodes and the mean training loss.
+        """Load the global model, take ``local_steps`` optimiser steps on own training nodes,
+        and return the new weights, the number of training nodes and the mean training loss.
 
         Dropout masks are drawn from a generator seeded by (seed, client, round), so a round's
         result does not depend on earlier calls: runs resume exactly and every runtime agrees."""
@@ -124,13 +134,12 @@ class GNNClient(ABC):
             return {"weights": self.encode_weights(self.get_weights(), 0), "num_train": 0,
                     "loss": float("nan")}
         self.model.train()
-        opt = torch.optim.SGD(self.model.parameters(), lr=self.config.lr,
-                              weight_decay=self.config.weight_decay)
+        opt = self._optimizer()
         losses = []
-        inp, y_train = self._train_inputs(), self._y[train]
+        forward, y_train = self._train_forward(), self._y[train]
         for _ in range(local_steps):
             opt.zero_grad(set_to_none=True)
-            loss = F.nll_loss(self._forward(inp), y_train)
+            loss = F.nll_loss(forward(), y_train)
             loss.backward()
             opt.step()
             losses.append(loss.item())

@@ -14,13 +14,13 @@ FedAvg. Two backends give the same first layer:
 from __future__ import annotations
 
 from abc import abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor
 
-from fedgl.algorithms.base import GNNClient, ModelInputs, client_seed
+from fedgl.algorithms.base import GNNClient, ModelInputs
 from fedgl.algorithms.fedgat.common import build_gat, cap_in_degree, scale_features
 from fedgl.algorithms.fedgat.protocol import MatrixStore, VectorStore
 from fedgl.config import Config
@@ -125,8 +125,9 @@ class GATClient(GNNClient):
         """In-edges of own nodes (global ids), degree-capped as configured."""
         return cap_in_degree(self.data.edge_index, self.config.fedgat_max_degree, self.seed)
 
-    # ----------------------------------------------------------------- protocol methods
+    # ----------------------------------------------------------------- training
     def _optimizer(self) -> torch.optim.Optimizer:
+        """SGD, or Adam whose moment estimates stay with the client across rounds."""
         cfg = self.config
         if cfg.gat_optimizer == "sgd":
             return torch.optim.SGD(self.model.parameters(), lr=cfg.lr,
@@ -141,25 +142,9 @@ class GATClient(GNNClient):
         self.model.load_state_dict({k: v.to(device=self.device, dtype=ref[k].dtype)
                                     for k, v in weights.items()})
 
-    def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
-        """Load the global model, take ``local_steps`` optimiser steps on own training nodes."""
-        self.load_weights(weights)
-        self.generator.manual_seed(client_seed(self.seed, self.data.client_id) + round)
-        train = self._masks["train"].nonzero().flatten()
-        if train.numel() == 0:
-            return {"weights": self.get_weights(), "num_train": 0, "loss": float("nan")}
-        self.model.train()
-        opt = self._optimizer()
-        view, y = self._train_view(), self._y[train]
-        losses = []
-        for _ in range(local_steps):
-            opt.zero_grad(set_to_none=True)
-            loss = F.nll_loss(self.forward_view(view), y)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
-        return {"weights": self.get_weights(), "num_train": int(train.numel()),
-                "loss": sum(losses) / len(losses)}
+    def _train_forward(self) -> Callable[[], Tensor]:
+        view = self._train_view()
+        return lambda: self.forward_view(view)
 
     @classmethod
     def fit_many(cls, clients: list[GATClient], weights: State, local_steps: int,
