@@ -17,8 +17,13 @@ order (tests/test_batched_clients.py, tests/test_fedgat_batched.py). Dropout mas
 each client's own generator in the order of its own ``fit``. Nothing crosses the federation
 boundary here: the runtime still counts one ``fit`` message each way per client.
 
-This module holds the model-independent part (:class:`Blocks`, :func:`fit_stacked`) and the GCN
-forward; the GAT forward is in :mod:`fedgl.algorithms.fedgat.batched`.
+Evaluation is simpler: every client scores the same global model, so one eval-mode forward
+pass of that model over the union of their inputs gives every client's predictions
+(:func:`predict_union`).
+
+This module holds the model-independent part (:class:`Blocks`, :func:`fit_stacked`,
+:func:`predict_union`) and the GCN training forward; the GAT training forward is in
+:mod:`fedgl.algorithms.fedgat.batched`.
 """
 
 from __future__ import annotations
@@ -41,8 +46,9 @@ Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Ten
 
 @dataclass
 class BlockInput:
-    """One client's training input: rows, named edge sets (row indices), optional edge
-    weights, and the rows whose outputs are its training nodes (in ``y`` order)."""
+    """One client's input: rows, named edge sets (row indices), optional edge weights, and the
+    rows whose outputs are used with their labels ``y`` (the training nodes when training, all
+    own nodes when evaluating)."""
 
     x: Tensor
     edges: dict[str, Tensor]
