@@ -148,7 +148,7 @@ class GNNClient(ABC):
 
     @classmethod
     def fit_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
-                 round: int = 1) -> list[dict] | None:
+                 round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
         """Every client's :meth:`fit` as one batched computation (in-process clients starting
         from the same model; :mod:`fedgl.algorithms.batched`), or None where that would not
         reproduce ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
@@ -177,8 +177,8 @@ class GNNClient(ABC):
 
         def fit_active(active: list[GNNClient]) -> list[dict]:
             key = tuple(id(c._train_inputs()) for c in active)
-            blocks = cached_blocks(active[0], key, lambda: Blocks([block_input(c)
-                                                                   for c in active]))
+            blocks = cached_blocks(cache, "fit", key,
+                                   lambda: Blocks([block_input(c) for c in active]))
             forward = gcn_forward(active[0].model, active[0]._cached_inputs().pre_aggregated)
             return fit_stacked(active, weights, local_steps, round, blocks, forward)
 
@@ -202,7 +202,8 @@ class GNNClient(ABC):
                 "total": [int(self._masks[s].sum()) for s in SPLITS]}
 
     @classmethod
-    def evaluate_many(cls, clients: list[GNNClient], weights: State) -> list[dict] | None:
+    def evaluate_many(cls, clients: list[GNNClient], weights: State, *,
+                      cache: dict | None = None) -> list[dict] | None:
         """Every client's :meth:`evaluate` from one forward pass over the union of their inputs
         (they all score the same model, and no edge joins two clients' inputs), or None where
         that does not apply (encrypted models, mixed devices or input kinds)."""
@@ -210,13 +211,14 @@ class GNNClient(ABC):
                 or len({c.device for c in clients}) != 1
                 or getattr(clients[0].config, "encrypt_models", False)):
             return None
-        log_probs = cls._predict_many(clients, weights)
+        log_probs = cls._predict_many(clients, weights, cache)
         if log_probs is None:
             return None
         return [c._counts(lp) for c, lp in zip(clients, log_probs, strict=True)]
 
     @classmethod
-    def _predict_many(cls, clients: list[GNNClient], weights: State) -> list[Tensor] | None:
+    def _predict_many(cls, clients: list[GNNClient], weights: State,
+                      cache: dict | None = None) -> list[Tensor] | None:
         from fedgl.algorithms.batched import BlockInput, predict_union
 
         if len({c._cached_inputs().pre_aggregated for c in clients}) != 1:
@@ -234,7 +236,7 @@ class GNNClient(ABC):
                          out_rows=b.out_rows, **kwargs)
 
         key = tuple(id(c._cached_inputs()) for c in clients)
-        return predict_union(clients, weights, key, block_input, run)
+        return predict_union(clients, weights, key, block_input, run, cache)
 
 
 def restrict_to_receptive_field(inp: ModelInputs, rows: Tensor, depth: int) -> ModelInputs:

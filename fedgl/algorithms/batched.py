@@ -161,28 +161,31 @@ def fit_many_or_idle(clients: Sequence[Any], weights: State,
     return [results[id(c)] for c in clients]
 
 
-def cached_blocks(owner: Any, key: tuple, build: Callable[[], Blocks],
-                  slot: str = "_batched_blocks") -> Blocks:
-    """The blocks stored on ``owner`` (in attribute ``slot``) under ``key`` (the identities of
-    the clients' cached inputs, which change only when a pre-training round re-runs), built on
-    a miss."""
-    cached = getattr(owner, slot, None)
+def cached_blocks(cache: dict | None, slot: str, key: tuple,
+                  build: Callable[[], Blocks]) -> Blocks:
+    """The blocks kept in ``cache[slot]`` under ``key`` (the identities of the clients' cached
+    inputs, which change only when a pre-training round re-runs), built on a miss. The cache
+    belongs to the runtime that hosts the clients (it holds all of them anyway), never to a
+    client; None: build every time."""
+    if cache is None:
+        return build()
+    cached = cache.get(slot)
     if cached is None or cached[0] != key:
-        cached = (key, build())
-        setattr(owner, slot, cached)
+        cached = cache[slot] = (key, build())
     return cached[1]
 
 
 @torch.no_grad()
 def predict_union(clients: Sequence[Any], weights: State, key: tuple,
                   block_input: Callable[[Any], BlockInput],
-                  run: Callable[[torch.nn.Module, Blocks], Tensor]) -> list[Tensor]:
+                  run: Callable[[torch.nn.Module, Blocks], Tensor],
+                  cache: dict | None = None) -> list[Tensor]:
     """Every client's ``predict(weights)`` from one eval-mode forward pass of the shared model
     over the union of their inputs; ``run(model, blocks)`` returns the log-probabilities of
     ``blocks.out_rows``."""
     first = clients[0]
-    blocks = cached_blocks(first, key, lambda: Blocks([block_input(c) for c in clients]),
-                           slot="_batched_eval_blocks")
+    blocks = cached_blocks(cache, "evaluate", key,
+                           lambda: Blocks([block_input(c) for c in clients]))
     first.load_weights(weights)
     first.model.eval()
     return list(run(first.model, blocks).split(blocks.out_sizes))

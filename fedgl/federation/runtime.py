@@ -42,6 +42,7 @@ class LocalRuntime:
                  batch: bool = False) -> None:
         self._clients = dict(clients)
         self.batch = batch  # broadcast fit/evaluate via the clients' ``*_many`` where offered
+        self._batch_cache: dict = {}  # their block-diagonal inputs, kept between rounds
         self.ledger = ledger if ledger is not None else Ledger()
         self.events: list[dict[str, Any]] = []  # in-process clients do not fail independently
         self.on_client_restart: Any = None
@@ -84,7 +85,8 @@ class LocalRuntime:
             return None
         group = [self._clients[k] for k in targets]
         many = getattr(type(group[0]), f"{method}_many", None)
-        outs = many(group, **copy_payload(args)) if many is not None else None
+        outs = (many(group, **copy_payload(args), cache=self._batch_cache)
+                if many is not None else None)
         if outs is None:
             return None
         results = {}

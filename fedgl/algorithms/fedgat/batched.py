@@ -45,12 +45,13 @@ def can_fit_together(clients: Sequence[GATClient]) -> bool:
 
 
 def fit_together(clients: Sequence[GATClient], weights: State, local_steps: int,
-                 round: int) -> list[dict]:
+                 round: int, cache: dict | None = None) -> list[dict]:
     """``[client.fit(weights, local_steps, round) for client in clients]``, as one computation."""
 
     def fit_active(active: list[GATClient]) -> list[dict]:
         key = tuple(id(c._train_view()) for c in active)
-        blocks = cached_blocks(active[0], key, lambda: Blocks([_block_input(c) for c in active]))
+        blocks = cached_blocks(cache, "fit", key,
+                               lambda: Blocks([_block_input(c) for c in active]))
         return fit_stacked(active, weights, local_steps, round, blocks,
                            lambda p, b, g: _forward(active[0].model, p, b, g))
 

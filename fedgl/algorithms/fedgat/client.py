@@ -148,7 +148,7 @@ class GATClient(GNNClient):
 
     @classmethod
     def fit_many(cls, clients: list[GATClient], weights: State, local_steps: int,
-                 round: int = 1) -> list[dict] | None:
+                 round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
         """Every client's :meth:`fit` as one batched computation (in-process clients that start
         from the same model), or None where that would not reproduce ``fit``
         (:mod:`.batched`)."""
@@ -156,10 +156,11 @@ class GATClient(GNNClient):
 
         if not can_fit_together(clients):
             return None
-        return fit_together(clients, weights, local_steps, round)
+        return fit_together(clients, weights, local_steps, round, cache)
 
     @classmethod
-    def _predict_many(cls, clients: list[GATClient], weights: State) -> list[Tensor] | None:
+    def _predict_many(cls, clients: list[GATClient], weights: State,
+                      cache: dict | None = None) -> list[Tensor] | None:
         """One forward pass over the union of the clients' views (feature rows only: the
         protocol backend's layer 1 comes from per-client matrix stores)."""
         from fedgl.algorithms.batched import BlockInput, predict_union
@@ -177,7 +178,7 @@ class GATClient(GNNClient):
             return model.upper(h, b.edges["edges_up"], out_rows=b.out_rows)
 
         key = tuple(id(c.view()) for c in clients)
-        return predict_union(clients, weights, key, block_input, run)
+        return predict_union(clients, weights, key, block_input, run, cache)
 
     @torch.no_grad()
     def predict(self, weights: State) -> Tensor:
