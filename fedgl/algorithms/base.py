@@ -152,37 +152,11 @@ class GNNClient(ABC):
         """Every client's :meth:`fit` as one batched computation (in-process clients starting
         from the same model; :mod:`fedgl.algorithms.batched`), or None where that would not
         reproduce ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
-        from fedgl.algorithms.batched import (
-            BlockInput,
-            Blocks,
-            cached_blocks,
-            fit_many_or_idle,
-            fit_stacked,
-            gcn_forward,
-        )
+        from fedgl.algorithms.batched import fit_gcn_clients, uniform_group
 
-        if len(clients) < 2 or len({type(c) for c in clients}) != 1:
+        if not uniform_group(clients) or clients[0].config.model != "gcn":
             return None
-        cfg = clients[0].config
-        if (cfg.model != "gcn" or getattr(cfg, "encrypt_models", False)
-                or len({c.device for c in clients}) != 1
-                or len({c._cached_inputs().pre_aggregated for c in clients}) != 1):
-            return None
-
-        def block_input(c: GNNClient) -> BlockInput:
-            inp = c._train_inputs()
-            train = c._masks["train"].nonzero().flatten()
-            return BlockInput(inp.x, {"edge_index": inp.edge_index}, inp.own_rows, c._y[train],
-                              inp.edge_weight)
-
-        def fit_active(active: list[GNNClient]) -> list[dict]:
-            key = tuple(id(c._train_inputs()) for c in active)
-            blocks = cached_blocks(cache, "fit", key,
-                                   lambda: Blocks([block_input(c) for c in active]))
-            forward = gcn_forward(active[0].model, active[0]._cached_inputs().pre_aggregated)
-            return fit_stacked(active, weights, local_steps, round, blocks, forward)
-
-        return fit_many_or_idle(clients, weights, fit_active)
+        return fit_gcn_clients(clients, weights, local_steps, round, cache)
 
     @torch.no_grad()
     def predict(self, weights: State) -> Tensor:
@@ -207,9 +181,9 @@ class GNNClient(ABC):
         """Every client's :meth:`evaluate` from one forward pass over the union of their inputs
         (they all score the same model, and no edge joins two clients' inputs), or None where
         that does not apply (encrypted models, mixed devices or input kinds)."""
-        if (len(clients) < 2 or len({type(c) for c in clients}) != 1
-                or len({c.device for c in clients}) != 1
-                or getattr(clients[0].config, "encrypt_models", False)):
+        from fedgl.algorithms.batched import uniform_group
+
+        if not uniform_group(clients):
             return None
         log_probs = cls._predict_many(clients, weights, cache)
         if log_probs is None:
@@ -219,24 +193,10 @@ class GNNClient(ABC):
     @classmethod
     def _predict_many(cls, clients: list[GNNClient], weights: State,
                       cache: dict | None = None) -> list[Tensor] | None:
-        from fedgl.algorithms.batched import BlockInput, predict_union
+        """Every client's :meth:`predict`, batched (:func:`~fedgl.algorithms.batched.predict_gnn_clients`)."""
+        from fedgl.algorithms.batched import predict_gnn_clients
 
-        if len({c._cached_inputs().pre_aggregated for c in clients}) != 1:
-            return None
-        pre = clients[0]._cached_inputs().pre_aggregated
-        kwargs = {"pre_aggregated": True} if pre else {}
-
-        def block_input(c: GNNClient) -> BlockInput:
-            inp = c._cached_inputs()
-            return BlockInput(inp.x, {"edge_index": inp.edge_index}, inp.own_rows, c._y,
-                              inp.edge_weight)
-
-        def run(model: torch.nn.Module, b) -> Tensor:
-            return model(b.x_all, b.edges["edge_index"], b.edge_weight,
-                         out_rows=b.out_rows, **kwargs)
-
-        key = tuple(id(c._cached_inputs()) for c in clients)
-        return predict_union(clients, weights, key, block_input, run, cache)
+        return predict_gnn_clients(clients, weights, cache)
 
 
 def restrict_to_receptive_field(inp: ModelInputs, rows: Tensor, depth: int) -> ModelInputs:

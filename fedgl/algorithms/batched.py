@@ -191,6 +191,61 @@ def predict_union(clients: Sequence[Any], weights: State, key: tuple,
     return list(run(first.model, blocks).split(blocks.out_sizes))
 
 
+def uniform_group(clients: Sequence[Any]) -> bool:
+    """At least two clients of one class on one device, with plaintext models: what any
+    batched path needs (an encrypted model is decrypted per client)."""
+    return (len(clients) >= 2 and len({type(c) for c in clients}) == 1
+            and len({c.device for c in clients}) == 1
+            and not getattr(clients[0].config, "encrypt_models", False))
+
+
+def _same_input_kind(clients: Sequence[Any]) -> bool:
+    return len({c._cached_inputs().pre_aggregated for c in clients}) == 1
+
+
+def fit_gcn_clients(clients: Sequence[Any], weights: State, local_steps: int, round: int,
+                    cache: dict | None = None) -> list[dict] | None:
+    """Batched ``fit`` of GCN clients (:class:`~fedgl.algorithms.base.GNNClient` with a
+    :class:`~fedgl.models.gcn.GCN`) on their receptive-field-restricted training inputs."""
+    if not _same_input_kind(clients):
+        return None
+
+    def block_input(c: Any) -> BlockInput:
+        inp = c._train_inputs()
+        train = c._masks["train"].nonzero().flatten()
+        return BlockInput(inp.x, {"edge_index": inp.edge_index}, inp.own_rows, c._y[train],
+                          inp.edge_weight)
+
+    def fit_active(active: list[Any]) -> list[dict]:
+        key = tuple(id(c._train_inputs()) for c in active)
+        blocks = cached_blocks(cache, "fit", key,
+                               lambda: Blocks([block_input(c) for c in active]))
+        forward = gcn_forward(active[0].model, active[0]._cached_inputs().pre_aggregated)
+        return fit_stacked(active, weights, local_steps, round, blocks, forward)
+
+    return fit_many_or_idle(clients, weights, fit_active)
+
+
+def predict_gnn_clients(clients: Sequence[Any], weights: State,
+                        cache: dict | None = None) -> list[Tensor] | None:
+    """Batched ``predict`` of GCN/SAGE clients on their full inputs."""
+    if not _same_input_kind(clients):
+        return None
+    kwargs = {"pre_aggregated": True} if clients[0]._cached_inputs().pre_aggregated else {}
+
+    def block_input(c: Any) -> BlockInput:
+        inp = c._cached_inputs()
+        return BlockInput(inp.x, {"edge_index": inp.edge_index}, inp.own_rows, c._y,
+                          inp.edge_weight)
+
+    def run(model: torch.nn.Module, b: Blocks) -> Tensor:
+        return model(b.x_all, b.edges["edge_index"], b.edge_weight, out_rows=b.out_rows,
+                     **kwargs)
+
+    key = tuple(id(c._cached_inputs()) for c in clients)
+    return predict_union(clients, weights, key, block_input, run, cache)
+
+
 def gcn_forward(model: torch.nn.Module, pre_aggregated: bool) -> Forward:
     """``GCN.forward`` (fedgl.models.gcn) with per-client parameters, per block."""
 

@@ -25,6 +25,7 @@ from fedgl.algorithms.batched import (
     fit_stacked,
     per_client_dropout,
     per_client_linear,
+    uniform_group,
 )
 from fedgl.federation.aggregate import State
 from fedgl.models.gat import GAT
@@ -36,12 +37,11 @@ if TYPE_CHECKING:
 
 def can_fit_together(clients: Sequence[GATClient]) -> bool:
     """Whether :func:`fit_together` reproduces these clients' own ``fit``."""
-    if len(clients) < 2 or len({type(c) for c in clients}) != 1:
+    if not uniform_group(clients):
         return False
     cfg = clients[0].config
     protocol = clients[0].approximate and cfg.fedgat_backend == "protocol"
-    return (cfg.gat_optimizer == "sgd" and not protocol
-            and len({c.device for c in clients}) == 1)
+    return cfg.gat_optimizer == "sgd" and not protocol
 
 
 def fit_together(clients: Sequence[GATClient], weights: State, local_steps: int,
