@@ -193,7 +193,8 @@ class GNNClient(ABC):
     @classmethod
     def _predict_many(cls, clients: list[GNNClient], weights: State,
                       cache: dict | None = None) -> list[Tensor] | None:
-        """Every client's :meth:`predict`, batched (:func:`~fedgl.algorithms.batched.predict_gnn_clients`)."""
+        """Every client's :meth:`predict` in one pass
+        (:func:`fedgl.algorithms.batched.predict_gnn_clients`), or None."""
         from fedgl.algorithms.batched import predict_gnn_clients
 
         return predict_gnn_clients(clients, weights, cache)
