@@ -91,6 +91,8 @@ def test_no_party_holds_rows_of_nodes_it_neither_owns_nor_received():
     for hops in (0, 1, 2):
         server = fedgcn_federation(graph, part, hops=hops)
         server.pretrain()
+        next(server.rounds())  # one round through the runtime: batched fit and evaluate
+        assert set(server.runtime._batch_cache) == {"fit", "evaluate"}  # (kept by the runtime)
         for k in server.runtime.client_ids:
             client = server.runtime.local_client(k)
             client.fit(server.weights, local_steps=1)  # populate every cache
