@@ -116,7 +116,7 @@ def run_cell(dataset: str, method: str, beta: float, seeds: int, args: argparse.
               "output_heads": output_heads(dataset)}
     kw.update(extra)
     ranges: list[dict] = []
-    on_round = None
+    on_round, graph = None, None
     if probe_scores:
         cfg = as_config(**kw)
         graph = load_graph(cfg)
@@ -126,7 +126,7 @@ def run_cell(dataset: str, method: str, beta: float, seeds: int, args: argparse.
                 ranges.append(score_range(server.weights, cfg, graph))
 
     t0 = time.perf_counter()
-    r = fedgl.run(**kw, on_round=on_round)
+    r = fedgl.run(**kw, graph=graph, on_round=on_round)
     out = {"seconds": time.perf_counter() - t0}
     out["final_train_loss"] = [rep.history[-1]["train_loss"] for rep in r.repeats]
     if ranges:
@@ -240,7 +240,7 @@ def markdown(result: dict) -> str:
         lines += [f"## {dataset}: Table 1 (10 clients)", "",
                   "| method | β | final (ours) | selected | peak | oracle | paper |",
                   "|---|---:|---:|---:|---:|---:|---:|"]
-        for c in result["table1"]:
+        for c in result.get("table1", []):
             if c["dataset"] != dataset:
                 continue
             std = PAPER_STD.get(dataset, {}).get(c["method"])

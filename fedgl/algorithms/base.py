@@ -15,11 +15,10 @@ from torch import Tensor
 
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
+from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.runtime import Runtime
 from fedgl.models import build_model
-
-SPLITS = ("train", "val", "test")
 
 
 @dataclass

@@ -62,10 +62,10 @@ class LocalRuntime:
              *, phase: str, clients: list[int] | None = None) -> dict[int, Any]:
         targets = self.client_ids if clients is None else list(clients)
         per_client = _per_client_args(args, targets)
-        results: dict[int, Any] = {}
         batched = self._call_batched(method, args, targets, per_client, phase)
         if batched is not None:
             return batched
+        results: dict[int, Any] = {}
         for k in targets:
             kwargs = per_client[k]
             self.ledger.record(phase, "down", k, payload_nbytes(kwargs))
@@ -73,7 +73,6 @@ class LocalRuntime:
             self.ledger.record(phase, "up", k, payload_nbytes(out))
             results[k] = copy_payload(out)
         return results
-
 
     def _call_batched(self, method: str, args: Any, targets: list[int],
                       per_client: dict[int, dict[str, Any]], phase: str) -> dict[int, Any] | None:

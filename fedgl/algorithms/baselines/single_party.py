@@ -16,12 +16,11 @@ from fedgl.algorithms.runner import _progress_info, finish_repeat
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
+from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import State
 from fedgl.federation.ledger import Ledger
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
-
-SPLITS = ("train", "val", "test")
 
 
 def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition, party: Any,

@@ -11,12 +11,11 @@ from torch import Tensor
 from fedgl.algorithms.runner import run_federated
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
+from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import State
 from fedgl.models.gat import GAT, add_self_loops
 from fedgl.models.poly_attention import PolyAttention
 from fedgl.results import RepeatResult
-
-SPLITS = ("train", "val", "test")
 
 
 def poly_attention(cfg: Config) -> PolyAttention:
