@@ -1,0 +1,86 @@
+"""NeighGen (FedSage+, Zhang et al. 2021 §4): a missing-neighbour generator.
+
+- encoder: a 2-layer GCN on the (impaired) local subgraph, ``z_v = relu(Â relu(Â X W_0) W_1)``
+  (``latent_dim`` outputs);
+- dGen, the count head: ``n̂_v = relu(z_v w + b)``, trained with smooth L1 against the true
+  number of missing neighbours (clipped at ``num_pred``);
+- fGen, the feature generator: ``H_v = tanh(MLP(z_v + ε))`` with ε ~ N(0, I), reshaped to
+  ``num_pred x d`` generated neighbour features.
+
+The feature-matching loss of a generated feature ``H_vp`` against a candidate set ``U`` is the
+greedy ``min_{u ∈ U} ||H_vp - x_u||²``; locally U is v's hidden neighbours and only the first
+``min(n_v, num_pred)`` generated rows count; at another client j, U is all of j's nodes and every
+generated row counts (computed by j, which returns only parameter gradients).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from torch_geometric.nn import GCNConv
+
+from fedgl.models.base import dropout
+
+
+class FeatureGenerator(nn.Module):
+    """fGen: latent (+ noise) -> ``num_pred x d`` features in (-1, 1)."""
+
+    def __init__(self, latent_dim: int, hidden: int, num_pred: int, num_features: int,
+                 drop: float = 0.5) -> None:
+        super().__init__()
+        self.num_pred, self.num_features, self.drop = num_pred, num_features, drop
+        self.fc1 = nn.Linear(latent_dim, 256)
+        self.fc2 = nn.Linear(256, hidden)
+        self.out = nn.Linear(hidden, num_pred * num_features)
+
+    def forward(self, z_noisy: Tensor, generator: torch.Generator | None = None) -> Tensor:
+        h = torch.relu(self.fc2(torch.relu(self.fc1(z_noisy))))
+        h = dropout(h, self.drop, self.training, generator)
+        return torch.tanh(self.out(h)).view(-1, self.num_pred, self.num_features)
+
+
+class NeighGen(nn.Module):
+    """Encoder, count head and feature generator (see module docstring)."""
+
+    def __init__(self, num_features: int, encoder_hidden: int, latent_dim: int, gen_hidden: int,
+                 num_pred: int, drop: float = 0.5) -> None:
+        super().__init__()
+        self.enc1 = GCNConv(num_features, encoder_hidden)
+        self.enc2 = GCNConv(encoder_hidden, latent_dim)
+        self.count = nn.Linear(latent_dim, 1)
+        self.fgen = FeatureGenerator(latent_dim, gen_hidden, num_pred, num_features, drop)
+        self.drop = drop
+
+    def encode(self, x: Tensor, edge_index: Tensor, generator: torch.Generator | None) -> Tensor:
+        h = dropout(torch.relu(self.enc1(x, edge_index)), self.drop, self.training, generator)
+        return torch.relu(self.enc2(h, edge_index))
+
+    def counts(self, z: Tensor) -> Tensor:
+        return torch.relu(self.count(z)).squeeze(-1)
+
+
+def local_match_loss(gen: Tensor, x: Tensor, pairs: Tensor, missing: Tensor) -> Tensor:
+    """Mean over valid (v, p) of ``min_{u ∈ hidden N(v)} ||gen[v, p] - x[u]||²``.
+
+    ``gen``: [n, P, d] for the batch nodes; ``pairs``: [2, M] (batch row v, row u of ``x``), one
+    column per hidden neighbour; ``missing``: [n] true missing counts. Valid: p < min(n_v, P)."""
+    n, p_max, _ = gen.shape
+    valid = torch.arange(p_max).unsqueeze(0) < missing.clamp(max=p_max).unsqueeze(1)
+    if pairs.size(1) == 0 or not valid.any():
+        return gen.sum() * 0.0
+    v, u = pairs
+    dist = ((gen[v] - x[u].unsqueeze(1)) ** 2).sum(-1)  # [M, P]
+    best = torch.full((n, p_max), float("inf"), dtype=gen.dtype)
+    best = best.scatter_reduce(0, v.unsqueeze(1).expand(-1, p_max), dist, "amin")
+    return best[valid].mean()
+
+
+def cross_match_loss(gen: Tensor, x: Tensor) -> Tensor:
+    """Mean over every generated row of ``min_{u} ||gen[v, p] - x[u]||²`` (all rows of ``x``)."""
+    flat = gen.reshape(-1, gen.size(-1))
+    return torch.cdist(flat, x).pow(2).min(dim=1).values.mean()
+
+
+def count_loss(pred: Tensor, missing: Tensor, num_pred: int) -> Tensor:
+    return F.smooth_l1_loss(pred, missing.clamp(max=num_pred).to(pred.dtype))

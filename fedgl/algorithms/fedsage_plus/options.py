@@ -1,0 +1,62 @@
+"""FedSage+'s own configuration keys, with the reference implementation's defaults where it has
+one (Zhang et al. 2021: num_pred 5, hidden_portion 0.5, gen_epochs 20, batch 32, latent 128,
+encoder hidden 32, Adam lr 1e-3 and weight decay 1e-4, loss weights a = b = c = 1)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fedgl.errors import ConfigError
+
+
+def _f(default: object, help: str) -> object:
+    return field(default=default, metadata={"help": help})
+
+
+@dataclass
+class FedSagePlusOptions:
+    """Options of ``--algorithm fedsage-plus``."""
+
+    num_pred: int = _f(5, "NeighGen: most neighbours generated per node")
+    hidden_portion: float = _f(0.5, "NeighGen training: share of own nodes hidden to make the "
+                                    "impaired graph")
+    gen_epochs: int = _f(20, "NeighGen training epochs (each: every batch of impaired-graph nodes)")
+    gen_batch_size: int = _f(32, "NeighGen nodes per step (0: all in one step)")
+    latent_dim: int = _f(128, "NeighGen encoder output size")
+    gen_encoder_hidden: int = _f(32, "NeighGen encoder hidden units")
+    gen_hidden: int = _f(256, "feature generator's last hidden layer (the reference uses 2048; "
+                              "its parameters travel to every other client at every step)")
+    gen_lr: float = _f(0.001, "NeighGen Adam learning rate")
+    gen_weight_decay: float = _f(1e-4, "NeighGen Adam weight decay")
+    count_weight: float = _f(1.0, "loss weight a: missing-neighbour count (smooth L1)")
+    feat_weight: float = _f(1.0, "loss weight b: generated-feature matching (local and "
+                                 "cross-client)")
+    cls_weight: float = _f(1.0, "loss weight c: classifier on the mended impaired graph")
+    cross_clients: int = _f(0, "other clients scoring each generator per step (0: all)")
+
+    def validate(self, cfg: object = None) -> None:
+        if self.num_pred < 1:
+            raise ConfigError(f"num_pred must be >= 1 (got {self.num_pred}); e.g. --num-pred 5")
+        if not 0.0 < self.hidden_portion < 1.0:
+            raise ConfigError(f"hidden_portion must be in (0, 1) (got {self.hidden_portion}); "
+                              "e.g. --hidden-portion 0.5")
+        for name in ("gen_epochs", "latent_dim", "gen_encoder_hidden", "gen_hidden"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1 (got {getattr(self, name)})")
+        for name in ("gen_batch_size", "cross_clients"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (got {getattr(self, name)}); 0 means all")
+        for name in ("gen_lr", "gen_weight_decay", "count_weight", "feat_weight", "cls_weight"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0 (got {getattr(self, name)})")
+
+
+def options_of(config: object) -> FedSagePlusOptions:
+    """The FedSage+ options of a configuration (its ``options`` section, else flat keys, else
+    the defaults)."""
+    opts = getattr(config, "options", None)
+    if isinstance(opts, FedSagePlusOptions):
+        return opts
+    defaults = FedSagePlusOptions()
+    return FedSagePlusOptions(**{k: getattr(config, k, getattr(defaults, k))
+                                 for k in defaults.__dataclass_fields__})

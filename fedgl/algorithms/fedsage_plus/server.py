@@ -1,0 +1,53 @@
+"""The FedSage+ server: relays NeighGen parameters, latents and gradients between clients during
+generator training (phase ``pretrain``), then runs FedAvg on the classifier.
+
+Per generator step (every message counted): each client i uploads ``θ_fGen_i`` and its batch's
+noisy latents; the server sends every client j the (θ, z) of the others assigned to it (all
+others, or ``cross_clients`` drawn at random per step); j uploads one gradient per generator; the
+server sends client i the gradients computed for it. After ``gen_epochs`` epochs, ``mend``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fedgl.algorithms.base import FedAvgServer
+from fedgl.algorithms.fedsage_plus.options import options_of
+
+
+class FedSagePlusServer(FedAvgServer):
+    """FedAvg server whose pre-training round is FedSage+'s federated NeighGen training."""
+
+    def pretrain(self) -> None:
+        opts, rt = options_of(self.config), self.runtime
+        self.generator_log: list[dict] = []
+        with rt.ledger.timer("pretrain"):
+            setup = rt.call("gen_setup", phase="pretrain")
+            batches = max(r["batches"] for r in setup.values())
+            ids = rt.client_ids
+            rng = np.random.default_rng(self.config.seed + 17)
+            for epoch in range(opts.gen_epochs):
+                for batch in range(batches):
+                    shared = rt.call("gen_share", {"epoch": epoch, "batch": batch},
+                                     phase="pretrain")
+                    scorers = {i: self._scorers(i, ids, opts.cross_clients, rng) for i in ids}
+                    asked = {j: {"others": {i: shared[i] for i in ids if j in scorers[i]}}
+                             for j in ids}
+                    cross = rt.call("gen_cross", asked, phase="pretrain")
+                    steps = rt.call("gen_step", {i: {"grads": [cross[j]["grads"][i]
+                                                               for j in scorers[i]]}
+                                                 for i in ids}, phase="pretrain")
+                    self.generator_log.append({
+                        "epoch": epoch, "batch": batch,
+                        "loss": float(np.mean([steps[i]["loss"] for i in ids])),
+                        "cross_loss": float(np.mean([v for j in ids
+                                                     for v in cross[j]["loss"].values()] or [0]))})
+            mended = rt.call("mend", phase="pretrain")
+        self.generated = {k: v["generated"] for k, v in mended.items()}
+
+    @staticmethod
+    def _scorers(i: int, ids: list[int], k: int, rng: np.random.Generator) -> list[int]:
+        others = [j for j in ids if j != i]
+        if k == 0 or k >= len(others):
+            return others
+        return sorted(rng.choice(others, size=k, replace=False).tolist())
