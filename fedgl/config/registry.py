@@ -40,6 +40,9 @@ BUILTIN: dict[str, str] = {
     "fedgat": "fedgl.algorithms.fedgat.spec",
     "distgat": "fedgl.algorithms.fedgat.spec",
     "centralized-gat": "fedgl.algorithms.fedgat.spec",
+    "bns-gcn": "fedgl.algorithms.bns_gcn.spec",
+    "distributed-gcn": "fedgl.algorithms.distributed_gcn.spec",
+    "fedsage-plus": "fedgl.algorithms.fedsage_plus.spec",
 }
 
 #: common keys only one setting reads

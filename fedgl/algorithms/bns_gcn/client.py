@@ -12,5 +12,6 @@ class BNSGCNClient(BoundaryClient):
     """Keeps a random fraction ρ = ``boundary_rate`` of its boundary nodes every round."""
 
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
-        rate = getattr(config, "boundary_rate", BNSGCNOptions.boundary_rate)
-        super().__init__(data, config, seed, rate=float(rate))
+        opts = config.options
+        assert isinstance(opts, BNSGCNOptions)
+        super().__init__(data, config, seed, rate=opts.boundary_rate)

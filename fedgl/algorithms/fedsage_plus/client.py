@@ -189,7 +189,7 @@ class FedSagePlusClient(GNNClient):
                 p.grad = extra * o.feat_weight if p.grad is None else p.grad + o.feat_weight * extra
         self.gen_opt.step()
         self._cache = None
-        return {"loss": float(loss)}
+        return {"loss": loss.item()}
 
     def mend(self) -> dict:
         """Generate neighbours for every own node on the full local subgraph and keep them."""

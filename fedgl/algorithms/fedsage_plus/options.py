@@ -4,16 +4,14 @@ encoder hidden 32, Adam lr 1e-3 and weight decay 1e-4, loss weights a = b = c = 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import Any
 
+from fedgl.config.fields import option as _f
 from fedgl.errors import ConfigError
 
 
-def _f(default: object, help: str) -> object:
-    return field(default=default, metadata={"help": help})
-
-
-@dataclass
+@dataclass(frozen=True)
 class FedSagePlusOptions:
     """Options of ``--algorithm fedsage-plus``."""
 
@@ -34,7 +32,7 @@ class FedSagePlusOptions:
     cls_weight: float = _f(1.0, "loss weight c: classifier on the mended impaired graph")
     cross_clients: int = _f(0, "other clients scoring each generator per step (0: all)")
 
-    def validate(self, cfg: object = None) -> None:
+    def validate(self, cfg: Any = None) -> None:
         if self.num_pred < 1:
             raise ConfigError(f"num_pred must be >= 1 (got {self.num_pred}); e.g. --num-pred 5")
         if not 0.0 < self.hidden_portion < 1.0:
@@ -51,12 +49,9 @@ class FedSagePlusOptions:
                 raise ConfigError(f"{name} must be >= 0 (got {getattr(self, name)})")
 
 
-def options_of(config: object) -> FedSagePlusOptions:
-    """The FedSage+ options of a configuration (its ``options`` section, else flat keys, else
-    the defaults)."""
-    opts = getattr(config, "options", None)
-    if isinstance(opts, FedSagePlusOptions):
-        return opts
-    defaults = FedSagePlusOptions()
-    return FedSagePlusOptions(**{k: getattr(config, k, getattr(defaults, k))
-                                 for k in defaults.__dataclass_fields__})
+
+def options_of(config: Any) -> FedSagePlusOptions:
+    """The FedSage+ options of a configuration."""
+    opts = config.options
+    assert isinstance(opts, FedSagePlusOptions), "not a fedsage-plus configuration"
+    return opts

@@ -1,0 +1,11 @@
+"""Registers BNS-GCN (alias bds-gcn) (imports no algorithm code)."""
+
+from fedgl.algorithms.bns_gcn.options import BNSGCNOptions
+from fedgl.config.registry import AlgorithmSpec, register
+
+register(AlgorithmSpec(
+    name="bns-gcn", setting="horizontal", aliases=("bds-gcn",),
+    summary="BNS-GCN: per round, a random share ρ of boundary nodes' features and hidden "
+            "states exchanged through the server at every step",
+    entry="fedgl.algorithms.bns_gcn.runner:run_repeat", options=BNSGCNOptions,
+    unread=("batch_size", "fanouts", "clients_per_round")))

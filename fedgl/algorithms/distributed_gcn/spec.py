@@ -1,0 +1,11 @@
+"""Registers Distributed GCN (imports no algorithm code)."""
+
+from fedgl.algorithms.distributed_gcn.options import DistributedGCNOptions
+from fedgl.config.registry import AlgorithmSpec, register
+
+register(AlgorithmSpec(
+    name="distributed-gcn", setting="horizontal",
+    summary="Distributed GCN: every boundary node's features and hidden states exchanged "
+            "through the server at every step",
+    entry="fedgl.algorithms.distributed_gcn.runner:run_repeat", options=DistributedGCNOptions,
+    unread=("batch_size", "fanouts", "clients_per_round")))
