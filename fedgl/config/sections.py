@@ -17,7 +17,7 @@ from fedgl.errors import ConfigError
 
 NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm")
 DATASET_PREFIXES = ("npz:",)
-PARTITIONS = ("dirichlet", "iid", "metis", "random")
+PARTITIONS = ("dirichlet", "iid", "metis", "random", "louvain", "p-split")
 AGGREGATIONS = ("uniform", "weighted")
 MODELS = ("gcn", "sage", "gin")
 SETTINGS = ("horizontal", "vertical")
@@ -86,8 +86,10 @@ class FederationConfig(Section):
     setting: str | None = option(None, "horizontal (nodes split) or vertical (features and edges "
                                        "split); unset: the algorithm's")
     partition: str = option("dirichlet", "horizontal node split: dirichlet (label skew), iid, "
-                                         "metis or random")
+                                         "metis, random, louvain or p-split")
     beta: float = option(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
+    mcmahan_p: float = option(0.5, "p-split partition: McMahan's p (1 = i.i.d., 0 = one class "
+                                   "per client)")
     min_client_size: int = option(10, "redraw the split until every client has at least this "
                                       "many nodes")
     feature_split: str = option("random", "vertical: feature columns split in seeded random or "
@@ -107,6 +109,9 @@ class FederationConfig(Section):
         choice("feature_split", self.feature_split, FEATURE_SPLITS)
         if self.setting is not None:
             choice("setting", self.setting, SETTINGS)
+        if not 0.0 <= self.mcmahan_p <= 1.0:
+            raise ConfigError(f"mcmahan_p must be in [0, 1] (got {self.mcmahan_p}); 1 is i.i.d., "
+                              "0 one class per client")
         if self.beta <= 0:
             raise ConfigError(f"beta must be > 0 (got {self.beta}); use e.g. 1 (non-i.i.d.) "
                               "or 10000 (i.i.d.)")

@@ -103,8 +103,14 @@ def iid_partition(num_nodes: int, num_clients: int, *, seed: int = 0,
 
 
 def partition(graph: GraphData, num_clients: int, *, method: str = "dirichlet",
-              beta: float = 1.0, seed: int = 0, min_size: int = 10) -> Partition:
-    """Split ``graph``'s nodes across ``num_clients`` clients (``dirichlet`` or ``iid``)."""
+              beta: float = 1.0, seed: int = 0, min_size: int = 10, p: float = 0.5) -> Partition:
+    """Split ``graph``'s nodes across ``num_clients`` clients (``dirichlet``, ``iid``,
+    ``louvain`` or ``p-split`` with McMahan's ``p``)."""
+    if method == "louvain":
+        return louvain_partition(graph.edge_index, graph.num_nodes, num_clients, seed=seed,
+                                 min_size=min_size)
+    if method == "p-split":
+        return p_split_partition(graph.y, num_clients, p, seed=seed, min_size=min_size)
     if method == "dirichlet":
         return dirichlet_partition(graph.y, num_clients, beta, seed=seed, min_size=min_size)
     if method == "iid":
@@ -122,3 +128,70 @@ def _check_feasible(n: int, num_clients: int, min_size: int) -> None:
         raise DataError(f"{num_clients} clients x min_client_size {min_size} exceeds the graph's "
                         f"{n} nodes, so some client would be (nearly) empty; use at most "
                         f"{n // min_size} clients or a smaller --min-client-size")
+
+
+def louvain_partition(edge_index: torch.Tensor | np.ndarray, num_nodes: int, num_clients: int,
+                      *, seed: int = 0, min_size: int = 1) -> Partition:
+    """Louvain communities (networkx's ``louvain_communities``, seeded), packed onto clients.
+
+    Communities are assigned largest first to the client that holds the fewest nodes so far (the
+    OpenFGL rule), so a client is a union of whole communities. Communities never straddle
+    clients, so the cut is the Louvain cut; if there are fewer communities than clients, the
+    largest is halved (by node id order within it) until there are enough."""
+    import networkx as nx
+
+    _check_feasible(num_nodes, num_clients, min_size)
+    ei = np.asarray(edge_index)
+    g = nx.Graph()
+    g.add_nodes_from(range(num_nodes))
+    g.add_edges_from(zip(ei[0].tolist(), ei[1].tolist(), strict=True))
+    comms = [sorted(c) for c in nx.community.louvain_communities(g, seed=seed)]
+    while len(comms) < num_clients:
+        comms.sort(key=len, reverse=True)
+        big = comms.pop(0)
+        comms += [big[: len(big) // 2], big[len(big) // 2:]]
+    comms.sort(key=lambda c: (-len(c), c[0]))
+    owner = np.empty(num_nodes, dtype=np.int64)
+    load = np.zeros(num_clients, dtype=np.int64)
+    for c in comms:
+        k = int(np.argmin(load))
+        owner[c] = k
+        load[k] += len(c)
+    if load.min() < min_size:
+        raise DataError(f"Louvain packing left a client with {load.min()} nodes (< "
+                        f"min_client_size {min_size}); use fewer --clients or a smaller "
+                        "--min-client-size")
+    return Partition(owner, num_clients)
+
+
+def p_split_partition(labels: torch.Tensor | np.ndarray, num_clients: int, p: float, *,
+                      seed: int = 0, min_size: int = 1) -> Partition:
+    """McMahan et al.'s label skew as the FedGCN paper states it (§5): client k has one dominant
+    class ``c_k = k mod C`` and class shares ``p_k(c) = 1 - p + p/C`` for ``c = c_k``, ``p/C``
+    otherwise (p = 1: i.i.d.; p = 0: one class per client).
+
+    Each class's shuffled nodes are split across clients in proportion to ``p_k(c)``; a class
+    that no client weights (p = 0 with fewer clients than classes) is split evenly."""
+    y = np.asarray(labels)
+    n = len(y)
+    _check_feasible(n, num_clients, min_size)
+    if not 0.0 <= p <= 1.0:
+        raise DataError(f"p must be in [0, 1] (got {p}); 1 is i.i.d., 0 one class per client")
+    classes = np.unique(y)
+    num_classes = len(classes)
+    rng = np.random.default_rng(seed)
+    dominant = np.arange(num_clients) % num_classes
+    owner = np.empty(n, dtype=np.int64)
+    for ci, c in enumerate(classes):
+        idx = rng.permutation(np.flatnonzero(y == c))
+        share = np.where(dominant == ci, 1.0 - p + p / num_classes, p / num_classes)
+        share = share / share.sum() if share.sum() > 0 else np.full(num_clients, 1 / num_clients)
+        cuts = np.round(np.cumsum(share) * len(idx)).astype(np.int64)[:-1]
+        for client, part in enumerate(np.split(idx, cuts)):
+            owner[part] = client
+    sizes = np.bincount(owner, minlength=num_clients)
+    if sizes.min() < min_size:
+        raise DataError(f"p-split left a client with {sizes.min()} nodes (< min_client_size "
+                        f"{min_size}); use fewer --clients, a larger --mcmahan-p or a smaller "
+                        "--min-client-size")
+    return Partition(owner, num_clients)

@@ -51,14 +51,14 @@ def owner_sha256(owner: np.ndarray) -> str:
 
 def make_partition(graph: GraphData, cfg: Config, seed: int) -> Partition:
     return partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=seed,
-                     min_size=cfg.min_client_size)
+                     min_size=cfg.min_client_size, p=cfg.mcmahan_p)
 
 
 def write_partition_file(part: Partition, graph: GraphData, cfg: Config, seed: int,
                          cache_dir: Path | None = None) -> tuple[Path, str]:
     """Cache ``part.owner`` as ``.npy`` (written atomically); return the path and checksum."""
     digest = owner_sha256(part.owner)
-    key = hashlib.sha256(f"{graph_fingerprint(graph)}:{cfg.partition}:{cfg.beta}:{cfg.clients}:"
+    key = hashlib.sha256(f"{graph_fingerprint(graph)}:{cfg.partition}:{cfg.beta}:{cfg.mcmahan_p}:{cfg.clients}:"
                          f"{cfg.min_client_size}:{seed}".encode()).hexdigest()[:24]
     folder = (cache_dir or default_cache_dir()) / "partitions"
     folder.mkdir(parents=True, exist_ok=True)
