@@ -58,8 +58,8 @@ def write_partition_file(part: Partition, graph: GraphData, cfg: Config, seed: i
                          cache_dir: Path | None = None) -> tuple[Path, str]:
     """Cache ``part.owner`` as ``.npy`` (written atomically); return the path and checksum."""
     digest = owner_sha256(part.owner)
-    key = hashlib.sha256(f"{graph_fingerprint(graph)}:{cfg.partition}:{cfg.beta}:{cfg.mcmahan_p}:{cfg.clients}:"
-                         f"{cfg.min_client_size}:{seed}".encode()).hexdigest()[:24]
+    key = hashlib.sha256(f"{graph_fingerprint(graph)}:{cfg.partition}:{cfg.beta}:{cfg.mcmahan_p}:"
+                         f"{cfg.clients}:{cfg.min_client_size}:{seed}".encode()).hexdigest()[:24]
     folder = (cache_dir or default_cache_dir()) / "partitions"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{key}.npy"
