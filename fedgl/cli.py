@@ -99,6 +99,17 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
                              "sbm_mu", "sbm_features", "sbm_noise"))
     part.add_argument("--plot", metavar="PNG", help="write a per-client label histogram here")
 
+    sw = sub.add_parser("sweep", help="run a grid of configs from a YAML file (resumable)",
+                        description="Run every cell of a sweep file (see fedgl.sweep); finished "
+                                    "cells are skipped, so re-running resumes.")
+    sw.add_argument("sweep_file", metavar="SWEEP.yaml")
+    sw.add_argument("--out", default=None, help="results folder (default: the file's 'out')")
+    sw.add_argument("--parallel", type=int, default=None, help="cells run at once (processes)")
+
+    rep = sub.add_parser("report", help="tables (markdown) and plots (PNG) of a run or sweep")
+    rep.add_argument("folder", metavar="DIR", help="a run folder (result.json) or sweep folder")
+    rep.add_argument("--out", default=None, help="where to write (default: DIR/report)")
+
     ds = sub.add_parser("datasets", help="list datasets and whether their files are available")
     ds.add_argument("--data-root", dest="data_root", default=None)
     return parser
@@ -116,6 +127,19 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_partition(args)
         if args.command == "datasets":
             return _cmd_datasets(args)
+        if args.command == "sweep":
+            from fedgl.sweep import load_sweep, sweep
+
+            root = sweep(load_sweep(args.sweep_file), out=args.out, parallel=args.parallel,
+                         log=print)
+            print(f"sweep table written to {root / 'sweep.csv'}")
+            return 0
+        if args.command == "report":
+            from fedgl.report import write_report
+
+            dest = write_report(args.folder, args.out)
+            print(f"report written to {dest / 'report.md'}")
+            return 0
         parser.print_help()
         return 0
     except FedglError as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import Any
 
 
 def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
@@ -28,7 +29,7 @@ def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
     ax.set_xlabel("client")
     ax.set_ylabel("nodes")
     ax.set_xticks(np.arange(clients))
-    ax.set_title(title)
+    ax.set_title(title, fontsize="medium")
     ax.legend(fontsize="small", ncol=1, bbox_to_anchor=(1.02, 1), loc="upper left")
     fig.tight_layout()
     out = Path(path)
@@ -42,3 +43,234 @@ def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
         plt.close(fig)
         Path(tmp).unlink(missing_ok=True)
     return out
+
+
+# ---------------------------------------------------------------------------- run / sweep reports
+#: metrics of a report table: (key, header, formatter of mean ± std)
+REPORT_METRICS = (
+    ("test_acc", "test acc (final)", "{:.4f} ± {:.4f}"),
+    ("selected_test_acc", "test acc (best val)", "{:.4f} ± {:.4f}"),
+    ("convergence_round", "rounds to 99% of best", "{:.1f} ± {:.1f}"),
+    ("bytes_to_convergence", "MB to convergence", "MB"),
+    ("total_bytes", "MB total", "MB"),
+)
+
+
+PARTITION_KEYS = ("dataset", "partition", "beta", "mcmahan_p", "clients", "min_client_size")
+
+
+def bytes_to_convergence(history: list[dict], final: dict) -> tuple[int, float]:
+    """(round, bytes) at the first evaluated round whose test accuracy reaches 99 % of the run's
+    best. Bytes = pre-training bytes + round x the mean training bytes per round (exact for a
+    constant per-round cost)."""
+    evaluated = [h for h in history if h.get("test_acc") is not None]
+    if not evaluated:
+        return 0, float(final.get("pretrain_bytes") or 0)
+    best = max(h["test_acc"] for h in evaluated)
+    first = next(h for h in evaluated if h["test_acc"] >= 0.99 * best)
+    per_round = (final.get("train_bytes") or 0) / max(1, final.get("rounds") or 1)
+    return int(first["round"]), float(final.get("pretrain_bytes") or 0) + per_round * first["round"]
+
+
+def repeat_metrics(rep: dict) -> dict[str, float]:
+    """The report's per-repeat numbers, from one repeat of a result file."""
+    final = rep["final"]
+    rnd, nbytes = bytes_to_convergence(rep["history"], final)
+    return {"test_acc": final.get("test_acc"), "selected_test_acc": final.get("selected_test_acc"),
+            "convergence_round": float(rnd), "bytes_to_convergence": nbytes,
+            "total_bytes": float((final.get("pretrain_bytes") or 0)
+                                 + (final.get("train_bytes") or 0))}
+
+
+def load_entries(path: str | Path) -> list[tuple[dict[str, Any], dict]]:
+    """(grid values, result.json dict) for a run folder or every finished cell of a sweep."""
+    import json
+
+    root = Path(path)
+    if (root / "result.json").is_file():
+        data = json.loads((root / "result.json").read_text())
+        return [({"algorithm": data["config"].get("algorithm", "run")}, data)]
+    if (root / "cells.json").is_file():
+        out = []
+        for name, values in json.loads((root / "cells.json").read_text()).items():
+            f = root / "cells" / name / "result.json"
+            if f.is_file():
+                out.append((values, json.loads(f.read_text())))
+        return out
+    from fedgl.errors import ConfigError
+
+    raise ConfigError(f"{root} holds neither result.json nor cells.json; pass a run folder "
+                      "(fedgl run --out) or a sweep folder (fedgl sweep)")
+
+
+def group_entries(entries: list[tuple[dict[str, Any], dict]]) -> list[dict[str, Any]]:
+    """Pool the repeats of cells that differ only in ``seed``; one group per setting."""
+    import statistics
+
+    groups: dict[str, dict[str, Any]] = {}
+    varying = [k for k in dict.fromkeys(k for v, _ in entries for k in v)
+               if k != "seed" and len({str(v.get(k)) for v, _ in entries}) > 1]
+    for values, data in entries:
+        key_values = {k: values.get(k) for k in values if k != "seed"}
+        label = ", ".join(f"{k}={key_values[k]}" for k in key_values if k in varying) or \
+            str(values.get("algorithm", "run"))
+        g = groups.setdefault(label, {"label": label, "values": key_values, "repeats": []})
+        g["repeats"] += data["repeats"]
+    for g in groups.values():
+        per = [repeat_metrics(r) for r in g["repeats"]]
+        g["metrics"] = {}
+        for key, _, _ in REPORT_METRICS:
+            vals = [p[key] for p in per if p[key] is not None and p[key] == p[key]]
+            if vals:
+                g["metrics"][key] = {"mean": statistics.fmean(vals),
+                                     "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0,
+                                     "values": vals}
+    return list(groups.values())
+
+
+def _cell(stat: dict | None, fmt: str) -> str:
+    if stat is None:
+        return "—"
+    if fmt == "MB":
+        return f"{stat['mean'] / 1e6:.3f} ± {stat['std'] / 1e6:.3f}"
+    return fmt.format(stat["mean"], stat["std"])
+
+
+def markdown_table(groups: list[dict[str, Any]]) -> str:
+    head = ["setting", "repeats", *[h for _, h, _ in REPORT_METRICS]]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for g in groups:
+        lines.append("| " + " | ".join([g["label"], str(len(g["repeats"])),
+                                         *[_cell(g["metrics"].get(k), f)
+                                           for k, _, f in REPORT_METRICS]]) + " |")
+    return "\n".join(lines)
+
+
+def _save(fig: Any, path: Path) -> Path:
+    import matplotlib.pyplot as plt
+
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
+    os.close(fd)
+    try:
+        fig.savefig(tmp, dpi=100)
+        os.replace(tmp, path)
+    finally:
+        plt.close(fig)
+        Path(tmp).unlink(missing_ok=True)
+    return path
+
+
+def plot_accuracy_vs_rounds(groups: list[dict[str, Any]], path: Path) -> Path:
+    """Mean test accuracy over repeats at every evaluated round, one line per setting."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
+    for g in groups:
+        by_round: dict[int, list[float]] = {}
+        for rep in g["repeats"]:
+            for h in rep["history"]:
+                if h.get("test_acc") is not None:
+                    by_round.setdefault(int(h["round"]), []).append(h["test_acc"])
+        rounds = sorted(by_round)
+        ax.plot(rounds, [np.mean(by_round[r]) for r in rounds], label=g["label"])
+    ax.set_xlabel("round")
+    ax.set_ylabel("test accuracy (mean over repeats)")
+    ax.set_title("Test accuracy vs rounds")
+    ax.grid(True, alpha=0.3)
+    _legend_outside(ax)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def _legend_outside(ax: Any) -> None:
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
+
+
+def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path:
+    """Final test accuracy vs bytes communicated until convergence (FedGCN paper, Figure 4)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
+    for g in groups:
+        acc, nb = g["metrics"].get("test_acc"), g["metrics"].get("bytes_to_convergence")
+        if acc is None or nb is None:
+            continue
+        ax.errorbar([max(nb["mean"], 1.0)], [acc["mean"]], yerr=[acc["std"]], fmt="o", ms=7,
+                    capsize=3, label=g["label"])
+    ax.set_xscale("log")
+    ax.set_xlabel("bytes communicated until convergence (log scale)")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Accuracy vs communication")
+    ax.grid(True, alpha=0.3)
+    _legend_outside(ax)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def plot_accuracy_vs_clients(groups: list[dict[str, Any]], path: Path) -> Path | None:
+    """Test accuracy vs number of clients, one line per other setting (e.g. FedGCN 0/1/2-hop;
+    the FedGCN paper's Figure 5). None when the groups do not vary the number of clients."""
+    if len({g["values"].get("clients") for g in groups}) < 2:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    lines: dict[str, list[tuple[int, float, float]]] = {}
+    for g in groups:
+        k, acc = g["values"].get("clients"), g["metrics"].get("test_acc")
+        if k is None or acc is None:
+            continue
+        rest = ", ".join(f"{a}={b}" for a, b in g["values"].items() if a != "clients")
+        lines.setdefault(rest or "run", []).append((int(k), acc["mean"], acc["std"]))
+    fig, ax = plt.subplots(figsize=(9.5, 4.2))
+    for label, pts in lines.items():
+        pts.sort()
+        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
+                    marker="o", capsize=3, label=label)
+    ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts}))
+    ax.set_xlabel("number of clients")
+    ax.set_ylabel("test accuracy")
+    ax.set_title("Accuracy vs number of clients")
+    ax.grid(True, alpha=0.3)
+    _legend_outside(ax)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def write_report(path: str | Path, out: str | Path | None = None) -> Path:
+    """Tables (report.md, report.json) and plots (PNG) for a run or sweep folder."""
+    import json
+
+    entries = load_entries(path)
+    dest = Path(out) if out is not None else Path(path) / "report"
+    dest.mkdir(parents=True, exist_ok=True)
+    groups = group_entries(entries)
+    plots = [plot_accuracy_vs_rounds(groups, dest / "accuracy_vs_rounds.png"),
+             plot_accuracy_vs_bytes(groups, dest / "accuracy_vs_bytes.png"),
+             plot_accuracy_vs_clients(groups, dest / "accuracy_vs_clients.png")]
+    seen: set[str] = set()
+    for i, g in enumerate(groups):
+        labels = g["repeats"][0]["partition"].get("labels") if g["repeats"] else None
+        if labels and json.dumps(labels) not in seen and len(seen) < 6:
+            seen.add(json.dumps(labels))
+            split = ", ".join(f"{k}={v}" for k, v in g["values"].items() if k in PARTITION_KEYS)
+            plots.append(plot_label_histogram(labels, dest / f"labels_{i}.png",
+                                              title=f"labels per client\n{split}"))
+    made = [p for p in plots if p is not None]
+    md = ["# fedgl report", "", f"Source: `{path}` ({len(entries)} result files; repeats of "
+          "cells that differ only in seed are pooled; mean ± population std).", "",
+          markdown_table(groups), "", *[f"![{p.stem}]({p.name})" for p in made], ""]
+    (dest / "report.md").write_text("\n".join(md))
+    (dest / "report.json").write_text(json.dumps(
+        [{"label": g["label"], "values": g["values"], "repeats": len(g["repeats"]),
+          "metrics": g["metrics"]} for g in groups], indent=1, default=str))
+    return dest

@@ -1,0 +1,173 @@
+"""``fedgl sweep``: a grid of runs from one YAML file, resumable, optionally in parallel.
+
+A sweep file::
+
+    out: runs/my-sweep          # results folder (``--out`` overrides)
+    parallel: 2                 # cells run at once, each in its own process (default 1)
+    base:                       # config keys every cell shares
+      dataset: cora
+      rounds: 100
+    grid:                       # every combination of these values is one cell
+      algorithm: [fedgcn, bns-gcn, fedsage-plus]
+      beta: [1, 10000]
+      seed: [0, 1, 2]
+      hops: [0, 1, 2]           # an algorithm's own key varies only that algorithm's cells
+
+A cell's config is ``base`` plus its grid values, minus options of *other* algorithms (so
+``hops`` multiplies only the FedGCN cells; cells that become identical run once). Cell ``c``
+writes ``OUT/cells/<name>/result.json``; a cell whose ``result.json`` exists is finished and is
+skipped on the next invocation (so an interrupted sweep resumes where it stopped). A failed cell
+leaves ``error.txt`` and the sweep goes on. At the end ``OUT/sweep.csv`` has one row per cell:
+its grid values, status, folder and the mean and std of every summary metric.
+"""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import itertools
+import json
+import traceback
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from fedgl.errors import ConfigError
+from fedgl.results import SUMMARY_METRICS, RunResult, _atomic_write
+
+SWEEP_KEYS = ("out", "parallel", "base", "grid")
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One grid point: its grid values (what varies) and its full config."""
+
+    name: str
+    values: dict[str, Any]
+    config: dict[str, Any]
+
+
+def load_sweep(path: str | Path) -> dict[str, Any]:
+    """Read and check a sweep file (see module docstring)."""
+    p = Path(path)
+    try:
+        spec = yaml.safe_load(p.read_text())
+    except OSError as exc:
+        raise ConfigError(f"cannot read sweep file {p}: {exc.strerror}; check the path") from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"sweep file {p} is not valid YAML ({exc.__class__.__name__}); "
+                          "fix its syntax") from exc
+    if not isinstance(spec, dict):
+        raise ConfigError(f"sweep file {p} must be a mapping with 'base' and 'grid'")
+    unknown = set(spec) - set(SWEEP_KEYS)
+    if unknown:
+        raise ConfigError(f"unknown sweep keys {sorted(unknown)} in {p}; use {', '.join(SWEEP_KEYS)}")
+    grid = spec.get("grid") or {}
+    if not isinstance(grid, dict) or not all(isinstance(v, list) and v for v in grid.values()):
+        raise ConfigError(f"'grid' in {p} must map config keys to non-empty lists of values")
+    if not isinstance(spec.get("base") or {}, dict):
+        raise ConfigError(f"'base' in {p} must be a mapping of config keys")
+    return spec
+
+
+def expand(spec: dict[str, Any]) -> list[Cell]:
+    """Every cell of the grid, each config validated (a bad key fails before anything runs)."""
+    from fedgl.config import Config
+    from fedgl.config.registry import get_spec, load_all
+
+    base, grid = dict(spec.get("base") or {}), dict(spec.get("grid") or {})
+    options = {name for s in load_all() for name in s.option_names()}
+    cells: dict[str, Cell] = {}
+    for combo in itertools.product(*grid.values()):
+        values = dict(zip(grid, combo, strict=True))
+        algorithm = values.get("algorithm", base.get("algorithm", "fedgcn"))
+        own = set(get_spec(algorithm).option_names())
+        values = {k: v for k, v in values.items() if k not in options or k in own}
+        config = {k: v for k, v in {**base, **values}.items() if k not in options or k in own}
+        config.update(progress=False)
+        Config.from_dict(config, source="sweep cell")
+        name = cell_name(values)
+        cells.setdefault(name, Cell(name, values, config))
+    return list(cells.values())
+
+
+def cell_name(values: dict[str, Any]) -> str:
+    """A readable, filesystem-safe folder name, unique per set of grid values."""
+    text = ",".join(f"{k}={v}" for k, v in values.items())
+    safe = "".join(ch if ch.isalnum() or ch in "=.,-_" else "_" for ch in text)[:100]
+    return f"{safe or 'cell'}-{hashlib.sha256(text.encode()).hexdigest()[:8]}"
+
+
+def run_cell(config: dict[str, Any], folder: str) -> str:
+    """Run one cell into ``folder`` (in a worker process or inline); 'done' or 'failed'."""
+    from fedgl.api import run
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        run({**config, "out": str(out)})
+        (out / "error.txt").unlink(missing_ok=True)
+        return "done"
+    except Exception:  # noqa: BLE001 - recorded per cell; the sweep goes on
+        (out / "error.txt").write_text(traceback.format_exc())
+        return "failed"
+
+
+def sweep(spec: dict[str, Any], *, out: str | Path | None = None, parallel: int | None = None,
+          log: Any = None) -> Path:
+    """Run the unfinished cells of ``spec`` and write ``OUT/sweep.csv``; returns OUT."""
+    root = Path(out or spec.get("out") or "runs/sweep")
+    workers = int(parallel if parallel is not None else spec.get("parallel", 1))
+    if workers < 1:
+        raise ConfigError(f"parallel must be >= 1 (got {workers})")
+    cells = expand(spec)
+    root.mkdir(parents=True, exist_ok=True)
+    _atomic_write(root / "sweep.yaml", yaml.safe_dump(spec, sort_keys=False))
+    _atomic_write(root / "cells.json", json.dumps({c.name: c.values for c in cells}, indent=1))
+    todo = [c for c in cells if not (root / "cells" / c.name / "result.json").is_file()]
+    say = log or (lambda msg: None)
+    say(f"{len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run")
+    if workers == 1:
+        for c in todo:
+            say(f"{c.name}: {run_cell(c.config, str(root / 'cells' / c.name))}")
+    else:
+        import multiprocessing as mp
+
+        with ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            futures = {c.name: pool.submit(run_cell, c.config, str(root / "cells" / c.name))
+                       for c in todo}
+            for name, fut in futures.items():
+                say(f"{name}: {fut.result()}")
+    write_csv(root, cells)
+    return root
+
+
+def write_csv(root: Path, cells: list[Cell]) -> Path:
+    """``sweep.csv``: grid values, status, folder, mean and std of every summary metric."""
+    keys = list(dict.fromkeys(k for c in cells for k in c.values))
+    metrics = list(SUMMARY_METRICS)
+    header = [*keys, "status", "folder", "repeats",
+              *[f"{m}_{s}" for m in metrics for s in ("mean", "std")]]
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(header)
+    for c in cells:
+        folder = root / "cells" / c.name
+        row: list[Any] = [c.values.get(k, "") for k in keys]
+        if (folder / "result.json").is_file():
+            res = RunResult.load(folder)
+            row += ["done", f"cells/{c.name}", len(res.repeats)]
+            for m in metrics:
+                s = res.summary.get(m)
+                row += [s["mean"], s["std"]] if s else ["", ""]
+        else:
+            row += ["failed" if (folder / "error.txt").is_file() else "missing",
+                    f"cells/{c.name}", 0] + [""] * (2 * len(metrics))
+        w.writerow(row)
+    _atomic_write(root / "sweep.csv", buf.getvalue())
+    return root / "sweep.csv"
+
