@@ -57,26 +57,17 @@ def method_config(method: str) -> dict:
     return {"algorithm": method}
 
 
-def bytes_to_convergence(rep: dict) -> tuple[int, float]:
-    """(round, bytes) at the first evaluated round reaching 99 % of the best test accuracy."""
-    evaluated = [h for h in rep["history"] if h.get("test_acc") is not None]
-    best = max(h["test_acc"] for h in evaluated)
-    first = next(h for h in evaluated if h["test_acc"] >= 0.99 * best)
-    f = rep["final"]
-    per_round = f["train_bytes"] / max(1, f["rounds"])
-    return first["round"], f["pretrain_bytes"] + per_round * first["round"]
-
-
 def run_cell(dataset: str, method: str, beta: float, args: argparse.Namespace) -> dict:
     import fedgl
+    from fedgl.report import bytes_to_convergence
 
     t0 = time.perf_counter()
+    seeds = args.figure_seeds if method == "distributed-gcn" and args.figure_seeds else args.seeds
     r = fedgl.run(dataset=dataset, clients=10, rounds=args.rounds, local_steps=3, lr=0.5,
-                  beta=beta, repeats=args.seeds, seed=0, progress=False, oracle_eval=False,
+                  beta=beta, repeats=seeds, seed=0, progress=False, oracle_eval=False,
                   eval_every=args.eval_every, threads=1, **method_config(method))
     acc = r.summary["test_acc"]
-    conv = [bytes_to_convergence({"history": rep.history, "final": rep.final})
-            for rep in r.repeats]
+    conv = [bytes_to_convergence(rep.history, rep.final) for rep in r.repeats]
     return {"dataset": dataset, "method": method, "beta": beta, "mean": acc["mean"],
             "std": acc["std"], "values": acc["values"],
             "total_bytes": statistics.fmean(rep.final["pretrain_bytes"] + rep.final["train_bytes"]
@@ -143,6 +134,10 @@ def main() -> None:
     ap.add_argument("--eval-every", type=int, default=10)
     ap.add_argument("--figure-beta", type=float, default=10000.0)
     ap.add_argument("--methods", default=",".join(FIGURE_METHODS))
+    ap.add_argument("--figure-seeds", type=int, default=0,
+                    help="seeds of the Distributed GCN cell (0: --seeds)")
+    ap.add_argument("--merge", default="", help="also read the cells stored in these folders "
+                                                "(comma-separated), e.g. another process's --out")
     ap.add_argument("--out", default="runs/reproduce-baselines")
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
@@ -150,6 +145,8 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     store = out / "baselines.cells.json"
     cells = json.loads(store.read_text()) if args.resume and store.exists() else {}
+    for other in filter(None, args.merge.split(",")):
+        cells.update(json.loads((Path(other) / "baselines.cells.json").read_text()))
     datasets = args.datasets.split(",")
     betas = [float(b) for b in args.betas.split(",")]
     methods = args.methods.split(",")
