@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from fedgl.errors import ConfigError
+from fedgl.output import apply_umask, describe_os_error
 from fedgl.results import RepeatResult
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -79,7 +80,11 @@ class Checkpointer:
         os.close(fd)
         try:
             torch.save(asdict(ckpt), tmp)
+            apply_umask(tmp)
             os.replace(tmp, self.path)
+        except OSError as exc:
+            raise describe_os_error(exc, f"checkpoint '{self.path}'",
+                                    "choose a writable --out folder") from None
         finally:
             Path(tmp).unlink(missing_ok=True)
 

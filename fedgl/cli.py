@@ -17,7 +17,8 @@ from fedgl.config import SECTIONS, Config
 from fedgl.config.fields import field_kind
 from fedgl.config.registry import algorithm_names, canonical_name, get_spec, load_all
 from fedgl.config.schema import KEY_ALIASES
-from fedgl.errors import ConfigError, FedglError, RunAborted
+from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
+from fedgl.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,6 +85,7 @@ def _algorithm_in(argv: list[str]) -> str | None:
 
 def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="fedgl", description="Federated graph learning (FedGCN and friends).")
+    parser.add_argument("--version", action="version", version=f"fedgl {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="train an algorithm and write result.json / history.csv",
@@ -91,6 +93,8 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
                                      "flags; defaults: FedGCN 2-hop on a Cora-sized SBM graph.")
     run.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
     run.add_argument("--resume", metavar="DIR", help="continue the checkpointed run in DIR")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results already in --out (refused without it)")
     _add_config_flags(run, algorithm=algorithm)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
@@ -101,6 +105,8 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
 
     ds = sub.add_parser("datasets", help="list datasets and whether their files are available")
     ds.add_argument("--data-root", dest="data_root", default=None)
+    ds.add_argument("--check", action="store_true",
+                    help="load and validate every available dataset's files")
     return parser
 
 
@@ -141,7 +147,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     overrides = _overrides(args)
     if args.resume:
-        if args.config_file or set(overrides) - {"progress"}:
+        if args.config_file or args.overwrite or set(overrides) - {"progress"}:
             raise ConfigError("--resume continues a run with its stored config; drop the config "
                               "file and the other flags")
         result = run(resume=args.resume, **overrides)
@@ -154,7 +160,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     out = Path(cfg.out)
     _check_writable_folder(out, "--out")
     try:
-        result = run(cfg)
+        result = run(cfg, overwrite=args.overwrite)
     except OSError as exc:
         if exc.filename is None or not _related(Path(exc.filename), out):
             raise
@@ -265,8 +271,20 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
     root = resolve_data_root(args.data_root)
     print(f"data root: {root}")
+    if args.check:
+        from fedgl.data.datasets import check_datasets
+
+        checked = check_datasets(args.data_root)
+        for name, state in checked.items():
+            print(f"  {name:<9} {'missing' if state == 'missing' else state}")
+        bad = [n for n, state in checked.items() if state not in ("ok", "missing")]
+        if bad:
+            raise DataError(f"{len(bad)} dataset(s) failed the check ({', '.join(bad)}); "
+                            "replace their files")
+        return 0
     for name, ok in available_datasets(args.data_root).items():
-        state = "available" if ok else "missing (downloaded on first use when online)"
+        state = ("available (files present; --check validates them)" if ok
+                 else "missing (downloaded on first use when online)")
         print(f"  {name:<9} {state}")
     print("  npz:PATH  any gnn-benchmark .npz file")
     return 0
