@@ -206,20 +206,37 @@ def _print_summary(result: Any, out: Path) -> None:
                f"{cfg['rounds']} rounds, {len(result.repeats)} repeat(s)")
     table = Table(title=title)
     table.add_column("metric")
-    table.add_column("mean ± std", justify="right")
+    one = len(result.repeats) == 1
+    table.add_column("value" if one else "mean ± std (population)", justify="right")
+
+    def fmt(mean: float, std: float, unit: str, digits: int) -> str:
+        return f"{mean:.{digits}f}{unit}" + ("" if one else f" ± {std:.{digits}f}")
+
     for key, label in SUMMARY_METRICS.items():
-        if key not in result.summary:
+        if key not in result.summary or key.endswith("_seconds"):
             continue
         s = result.summary[key]
         if key.endswith("_acc"):
-            value = f"{s['mean']:.4f} ± {s['std']:.4f}"
+            table.add_row(label, fmt(s["mean"], s["std"], "", 4))
         elif key.endswith("_bytes"):
-            value = f"{s['mean'] / 1e6:.3f} MB ± {s['std'] / 1e6:.3f}"
-        else:
-            value = f"{s['mean']:.2f} s ± {s['std']:.2f}"
-        table.add_row(label, value)
+            table.add_row(label, fmt(s["mean"] / 1e6, s["std"] / 1e6, " MB", 3))
+    for phase, label in (("setup", "setup"), ("pretrain", "pre-training"), ("train", "training"),
+                         ("eval", "evaluation"), ("oracle", "oracle scoring"), ("total", "total")):
+        values = [r.seconds[phase] for r in result.repeats if phase in r.seconds]
+        if values:
+            mean = sum(values) / len(values)
+            std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+            table.add_row(f"time: {label}", fmt(mean, std, " s", 2))
+    if "diverged" in result.summary:
+        table.add_row("[bold red]DIVERGED repeats[/]",
+                      "[bold red]" + ", ".join(map(str, result.summary["diverged"]["values"])) + "[/]")
     console = Console()
     console.print(table)
+    for rep in result.repeats:
+        if "diverged" in rep.extra:
+            d = rep.extra["diverged"]
+            print(f"fedgl: warning: repeat {rep.repeat} DIVERGED at round {d['round']} (non-finite "
+                  f"{d['what']}); it stopped there (--allow-divergence)", file=sys.stderr)
     console.print(f"results written to {out}/result.json and {out}/history.csv")
 
 

@@ -173,6 +173,9 @@ class ExperimentConfig(Section):
     threads: int = option(1, "torch CPU threads in the driver and local clients (0: torch's "
                              "default; one avoids oversubscription)")
     progress: bool = option(True, "show a progress bar over rounds")
+    allow_divergence: bool = option(False, "a non-finite loss or model stops training and is "
+                                           "recorded in the result instead of ending the run "
+                                           "with an error")
 
     def check(self) -> None:
         at_least("repeats", self.repeats, 1)
