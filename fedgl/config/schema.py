@@ -81,6 +81,9 @@ class Config:
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file '{p}' could not be read ({type(exc).__name__}); "
                               "pass a readable UTF-8 YAML file") from None
+        except RecursionError:
+            raise ConfigError(f"config file '{p}' is nested too deeply; use flat keys or one level "
+                              "of sections") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -214,11 +214,11 @@ def planetoid_style_split(y: torch.Tensor, num_classes: int, *, seed: int, per_c
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Seeded split: ``per_class`` training nodes per class, then validation and test nodes.
 
-    On a graph too small for that (``per_class * num_classes > n / 2``) ``per_class`` shrinks to
-    ``max(1, n // (2 * num_classes))`` so validation and test nodes remain.
+    On a graph too small for that (``per_class * num_classes >= n``, which could leave no test
+    node) ``per_class`` shrinks to ``max(1, n // (2 * num_classes))``.
     """
     n = int(y.numel())
-    if per_class * num_classes > n // 2:
+    if per_class * num_classes >= n:
         per_class = max(1, n // (2 * num_classes))
     rng = np.random.default_rng(seed)
     yn = y.numpy()
