@@ -6,8 +6,16 @@ written to the output folder.
 
 from __future__ import annotations
 
-import argparse
+import os
+import signal
 import sys
+
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "fedgl":
+    # Ctrl-C while the imports below load (before main() can catch it): one line, exit 130.
+    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("fedgl: interrupted\n"),
+                                             os._exit(130)))
+
+import argparse
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -115,7 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chosen = _algorithm_in(argv) if "-h" in argv or "--help" in argv else None
         parser = build_parser(canonical_name(chosen) if chosen else None)
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
+            raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         if args.command == "run":
             return _cmd_run(args)
         if args.command == "partition":
@@ -146,6 +158,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fedgl.api import as_config, run
 
     overrides = _overrides(args)
+    if args.config_file and args.config_file.lower() in ("true", "false", "yes", "no", "on", "off"):
+        raise ConfigError(f"'{args.config_file}' is not a config file: yes/no flags take no value; "
+                          "use e.g. --oracle-eval or --no-oracle-eval")
+    if overrides.get("out") is not None and not str(overrides["out"]).strip():
+        raise ConfigError("--out is empty; give a folder, or leave --out out for "
+                          "runs/<algorithm>-<dataset>-<time>")
     if args.resume:
         if args.config_file or args.overwrite or set(overrides) - {"progress"}:
             raise ConfigError("--resume continues a run with its stored config; drop the config "
@@ -180,6 +198,20 @@ def _check_writable_folder(path: Path, flag: str) -> None:
     if not parent.is_dir():
         raise ConfigError(f"{flag} '{path}' lies under '{parent}', which is a file, not a "
                           "folder; choose another path")
+
+
+def _probe_writable(path: Path) -> None:
+    """Fail before any work if a file cannot be created next to ``path``."""
+    import tempfile
+
+    folder = path.absolute().parent
+    try:
+        if folder.is_dir():
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except OSError as exc:
+        raise ConfigError(f"--plot '{path}' could not be written ({exc.strerror}); choose a "
+                          "writable path") from None
 
 
 def _related(a: Path, b: Path) -> bool:
@@ -253,6 +285,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plot '{args.plot}' must end in .png, .pdf or .svg")
     if args.plot:
         _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
+        _probe_writable(Path(args.plot))
     graph = load_graph(cfg)
     part = partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=cfg.seed,
                      min_size=cfg.min_client_size)

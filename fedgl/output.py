@@ -115,6 +115,10 @@ class OutputFolder:
                               "folder; choose another path")
         self._make_parents(parent)
         self._lock(parent / f".{out.name}.lock")
+        for stale in parent.glob(f".{out.name}.staging-*"):   # left by a killed run; ours now
+            shutil.rmtree(stale, ignore_errors=True)
+        for stale in parent.glob(f".{out.name}.old-*"):
+            shutil.rmtree(stale, ignore_errors=True)
         self._check_existing()
         self._staging = Path(tempfile.mkdtemp(dir=parent, prefix=f".{out.name}.staging-"))
 
