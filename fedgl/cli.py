@@ -176,7 +176,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = cfg.replace(out=str(Path("runs") / f"{cfg.algorithm}-{_slug(cfg.dataset)}-{stamp}"))
     out = Path(cfg.out)
-    _check_writable_folder(out, "--out")
     try:
         result = run(cfg, overwrite=args.overwrite)
     except OSError as exc:

@@ -97,12 +97,12 @@ class OutputFolder:
         out = self.out
         if str(out).strip() == "":
             raise OutputError(f"{self.flag} is empty; give a folder path")
-        if out.exists() and not out.is_dir():
-            raise OutputError(f"{self.flag} '{out}' exists and is not a folder; choose another path")
         for part in out.absolute().parts:
             if len(os.fsencode(part)) > 255 - 40:   # room for the staging/lock suffixes
                 raise OutputError(f"{self.flag} '{str(out)[:60]}...' has a name of "
                                   f"{len(part)} characters; use names of at most 200")
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"{self.flag} '{out}' exists and is not a folder; choose another path")
         if self.resume and not (out / CHECKPOINT_NAME).is_file():
             raise OutputError(f"no checkpoint at '{out / CHECKPOINT_NAME}'; pass the --out folder "
                               "of a run started with --checkpoint-every")

@@ -45,7 +45,8 @@ def check_fields(obj: Any) -> None:
             raise ConfigError(f"{f.name} must be set (got null)")
         kind = field_kind(f)
         if kind == "bool":
-            ok = isinstance(value, bool) or type(value).__name__ == "bool_"
+            ok = isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                             and type(value).__name__ in ("bool_", "bool"))
             value = bool(value) if ok else value
         elif kind == "int":
             ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)

@@ -190,6 +190,10 @@ def load_npz(path: str | Path, *, seed: int = 0) -> GraphData:
     except Exception as exc:  # noqa: BLE001 - zip/format errors mean a corrupt file
         raise DataError(f"npz file '{p}' is corrupt or not an npz archive "
                         f"({type(exc).__name__}); re-create it") from None
+    for what, arr in (("adjacency", adj), ("attributes", attr)):
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise DataError(f"npz file '{p}' has {what} of dtype {arr.dtype}, not numbers; "
+                            "re-create it")
     n = adj.shape[0]
     if adj.shape[0] != adj.shape[1] or attr.shape[0] != n or labels.shape[0] != n:
         raise DataError(f"npz file '{p}' has inconsistent shapes (adjacency {adj.shape}, "
