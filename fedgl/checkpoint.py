@@ -9,6 +9,7 @@ by re-running the (deterministic) pre-training exchange on resume.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import tempfile
@@ -82,7 +83,12 @@ class Checkpointer:
             torch.save(asdict(ckpt), tmp)
             apply_umask(tmp)
             os.replace(tmp, self.path)
-        except OSError as exc:
+        except (OSError, RuntimeError) as exc:   # torch.save reports a full disk as RuntimeError
+            if not isinstance(exc, OSError):
+                st = os.statvfs(self.path.parent)
+                full = st.f_bavail * st.f_frsize < 1 << 20
+                exc = OSError(errno.ENOSPC if full else errno.EIO,
+                              os.strerror(errno.ENOSPC) if full else str(exc).splitlines()[0])
             raise describe_os_error(exc, f"checkpoint '{self.path}'",
                                     "choose a writable --out folder") from None
         finally:

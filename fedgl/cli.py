@@ -10,12 +10,20 @@ import os
 import signal
 import sys
 
+
+def _exit_at_once(*_: object) -> None:
+    """Ctrl-C while modules load (nothing written yet): one line, exit 130. An interrupt inside
+    an import would leave a half-imported module behind and fail later with a traceback."""
+    sys.stderr.write("fedgl: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
 if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "fedgl":
-    # Ctrl-C while the imports below load (before main() can catch it): one line, exit 130.
-    signal.signal(signal.SIGINT, lambda *_: (sys.stderr.write("fedgl: interrupted\n"),
-                                             os._exit(130)))
+    signal.signal(signal.SIGINT, _exit_at_once)
 
 import argparse
+import threading
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -127,7 +135,8 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
             raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+        if args.command in ("run", "partition"):
+            _preload()
         if args.command == "run":
             return _cmd_run(args)
         if args.command == "partition":
@@ -146,6 +155,23 @@ def main(argv: list[str] | None = None) -> int:
         print("fedgl: interrupted; no results were written (a run with --checkpoint-every "
               "continues with `fedgl run --resume DIR`)", file=sys.stderr)
         return 130
+
+
+def _preload() -> None:
+    """Import the heavy modules while Ctrl-C still exits at once, then let it raise
+    KeyboardInterrupt so the run cleans up what it started."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        previous = signal.signal(signal.SIGINT, _exit_at_once)
+    try:
+        import scipy.sparse  # noqa: F401
+        import torch_geometric  # noqa: F401
+
+        import fedgl.api  # noqa: F401 - torch, numpy, the data and run machinery
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, signal.default_int_handler
+                          if previous is _exit_at_once else previous)
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
@@ -340,4 +366,11 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    _code = main()
+    if _code == 130:
+        # Under `python -m`, CPython turns an interrupt that main() handled into death by
+        # SIGINT at exit; exit with the code main() chose (the run's resources are closed).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_code)
+    sys.exit(_code)

@@ -149,9 +149,9 @@ class OutputFolder:
             except FileNotFoundError:
                 same = False
             if same:
+                self._lock_fd, self._lock_path = fd, path
                 os.ftruncate(fd, 0)
                 os.write(fd, f"pid {os.getpid()}\n".encode())
-                self._lock_fd, self._lock_path = fd, path
                 return
             os.close(fd)   # the previous holder removed the file: lock the new one
         raise OutputError(f"could not lock {self.flag} '{self.out}'; try again")
