@@ -103,6 +103,7 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
             progress.advance()
         oracle_seconds = 0.0
         diverged: dict | None = None
+        events += [{**e, "round": 0} for e in runtime.events]   # clients restarted at start-up
         seen_events = len(runtime.events)
         for t, weights, metrics in server.rounds(start):
             row = {"round": t, **metrics}
