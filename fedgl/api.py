@@ -73,7 +73,7 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         cfg = as_config(config, **overrides)
         if cfg.checkpoint_every and not cfg.out:
             raise ConfigError("checkpoint_every needs an output folder; set --out DIR")
-        check_resources(cfg)
+        check_resources(cfg, generates_graph=graph is None)
         folder = OutputFolder(cfg.out, overwrite=overwrite) if cfg.out else None
     if folder is not None:
         folder.open()

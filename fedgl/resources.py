@@ -14,7 +14,6 @@ configuration that is refused certainly cannot fit:
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
@@ -80,10 +79,10 @@ def _refuse_if_too_big(need: float, what: str, fix: str) -> None:
                           f"available; {fix}")
 
 
-def check_resources(cfg: Any) -> None:
+def check_resources(cfg: Any, *, generates_graph: bool = True) -> None:
     """Before any work: the device exists; a generated graph fits in memory."""
     check_device(cfg.device)
-    if cfg.dataset.lower() == "sbm":
+    if generates_graph and cfg.dataset.lower() == "sbm":
         need = sbm_bytes(cfg.sbm_nodes, cfg.sbm_classes, cfg.sbm_alpha, cfg.sbm_mu,
                          cfg.sbm_features)
         _refuse_if_too_big(need, f"an SBM graph of {cfg.sbm_nodes} nodes (α={cfg.sbm_alpha:g})",
@@ -97,6 +96,3 @@ def check_memory(cfg: Any, graph: GraphData) -> None:
     _refuse_if_too_big(need, f"training on {graph.name} ({graph.num_nodes} nodes) with hidden "
                        f"{hidden} x {cfg.layers} layers", "lower --hidden or use a smaller graph")
 
-
-def cpu_count() -> int:
-    return os.cpu_count() or 1
