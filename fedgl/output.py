@@ -129,7 +129,10 @@ class OutputFolder:
             missing.append(p)
             p = p.parent
         for folder in reversed(missing):
-            folder.mkdir()
+            try:
+                folder.mkdir()
+            except FileExistsError:   # another run made it meanwhile: not ours to remove
+                continue
             self._created.append(folder)
 
     def _lock(self, path: Path) -> None:

@@ -194,3 +194,21 @@ def test_overwrite_replaces_whole_folder(tmp_path):
               overwrite=True)
     assert json.loads((out / "result.json").read_text())["config"]["rounds"] == 2
     assert _leftovers(tmp_path, "o") == []
+
+
+def test_read_only_mount_is_refused_before_training(tmp_path, capsys):
+    mnt = tmp_path / "ro"
+    mnt.mkdir()
+    try:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k,ro", "tmpfs", str(mnt)],
+                       check=True, capture_output=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        pytest.skip("cannot mount a tmpfs here (needs root with CAP_SYS_ADMIN)")
+    rounds: list[int] = []
+    try:
+        with pytest.raises(OutputError, match="Read-only file system"):
+            fedgl.run(sbm_nodes=60, sbm_features=4, clients=2, rounds=2, progress=False,
+                      out=str(mnt / "run" / "x"), on_round=lambda r, t, s: rounds.append(t))
+        assert rounds == [] and list(mnt.iterdir()) == []
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=10)
