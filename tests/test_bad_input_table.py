@@ -152,6 +152,8 @@ CLI_CASES: list[tuple[str, list[str], list[str]]] = [
     ("lr-diverges-central", ["run", "--algorithm", "centralized", "--sbm-nodes", "200",
                              "--rounds", "2", "--no-progress", "--lr", "1e4", "--sbm-noise", "1e6"],
      ["diverged"]),
+    ("dp-noise-diverges", [*RUN, "--sbm-nodes", "200", "--rounds", "3", "--dp-epsilon", "1e-300"],
+     ["diverged", "noise"]),
     ("lr-above-bound", [*RUN, "--lr", "1e38"], ["lr", "<= 10000"]),
     ("huge-dp-clip", [*RUN, "--dp-epsilon", "1", "--dp-clip", "1e300"], ["dp_clip"]),
     ("huge-sbm-noise", [*RUN, "--sbm-noise", "1e300"], ["sbm_noise"]),

@@ -88,3 +88,15 @@ def test_authentication_failure_is_named():
 
     text = ray_runtime._start_error("10.0.0.1:6379", AuthenticationError("Unauthenticated"))
     assert "token authentication failed" in text and "docs/cluster.md" in text
+
+
+@pytest.mark.slow   # starts and stops a Ray instance (~15 s)
+def test_stale_ray_address_is_not_joined(monkeypatch):
+    """RAY_ADDRESS naming a dead cluster (as a stale ray_current_cluster would) is ignored
+    without --ray-address: fedgl starts its own instance and shuts it down."""
+    if ray.is_initialized():
+        ray.shutdown()
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:1")
+    res = fedgl.run(runtime="ray", **BASE)
+    assert res.repeats[0].extra["runtime"] == "ray"
+    assert not ray.is_initialized()

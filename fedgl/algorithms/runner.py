@@ -162,8 +162,8 @@ def divergence(t: int, weights: object, loss: object, cfg: Config) -> dict | Non
     if not getattr(cfg, "allow_divergence", False):
         raise DivergenceError(
             f"training diverged at round {t}: non-finite {record['what']}; lower --lr (now "
-            f"{cfg.lr:g}) or check the inputs, or pass --allow-divergence to record it in the "
-            "result (a checkpoint written before this round still resumes)")
+            f"{cfg.lr:g}) or check the inputs and noise settings, or pass --allow-divergence to "
+            "record it in the result (a checkpoint written before this round still resumes)")
     return record
 
 
