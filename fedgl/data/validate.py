@@ -3,7 +3,7 @@
 :func:`validate_graph` checks a :class:`GraphData` before any work: tensor types and shapes,
 finite features, labels in ``0..num_classes-1`` with ``2 <= num_classes <= num_nodes``, edge ids
 in ``0..num_nodes-1``, boolean split masks of the right length with a non-empty training and test
-split and disjoint splits. :func:`validated` applies it to a loader's return value, so every
+split (the splits may overlap). :func:`validated` applies it to a loader's return value, so every
 loader behind :func:`fedgl.data.datasets.load_dataset` (present or future) gets it.
 :func:`check_public_split` adds the Planetoid public-split rule (the same number of training
 nodes in every class), which catches label files mixed up across datasets.
@@ -101,8 +101,6 @@ def validate_graph(graph: GraphData, source: str) -> GraphData:
         if not bool(masks[split].any()):
             raise _fail(source, f"the {split} split is empty",
                         "the split files are truncated or the split is missing")
-    if bool((masks["train"] & masks["test"]).any()) or bool((masks["train"] & masks["val"]).any()):
-        raise _fail(source, "the training split overlaps the validation or test split")
     return graph
 
 
