@@ -138,6 +138,8 @@ def main() -> None:
                     help="seeds of the Distributed GCN cell (0: --seeds)")
     ap.add_argument("--merge", default="", help="also read the cells stored in these folders "
                                                 "(comma-separated), e.g. another process's --out")
+    ap.add_argument("--collect-only", action="store_true",
+                    help="run nothing; write the table and figure from the stored cells")
     ap.add_argument("--out", default="runs/reproduce-baselines")
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
@@ -154,7 +156,7 @@ def main() -> None:
             if m in TABLE_METHODS or (ds == "cora" and b == args.figure_beta)]
     for ds, m, b in todo:
         key = f"{ds}|{m}|{b:g}"
-        if key in cells:
+        if key in cells or args.collect_only:
             continue
         cells[key] = run_cell(ds, m, b, args)
         print(json.dumps(cells[key]), flush=True)
