@@ -106,7 +106,7 @@ def figure(cells: dict, dataset: str, beta: float, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
+    fig, ax = plt.subplots(figsize=(8, 4))
     for m in FIGURE_METHODS:
         c = cells.get(f"{dataset}|{m}|{beta:g}")
         if c is None:
@@ -119,7 +119,7 @@ def figure(cells: dict, dataset: str, beta: float, path: Path) -> None:
     ax.set_ylabel("test accuracy")
     ax.set_title(f"{dataset}, 10 clients, β={beta:g}: accuracy vs communication")
     ax.grid(True, alpha=0.3)
-    ax.legend(fontsize="small", loc="lower right")
+    ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
@@ -161,6 +161,7 @@ def main() -> None:
         cells[key] = run_cell(ds, m, b, args)
         print(json.dumps(cells[key]), flush=True)
         store.write_text(json.dumps(cells, indent=1))
+    store.write_text(json.dumps(cells, indent=1))
     (out / "baselines_table2.md").write_text(table(cells, datasets, betas, args.seeds))
     if "cora" in datasets:
         figure(cells, "cora", args.figure_beta, out / "figure4_cora.png")
