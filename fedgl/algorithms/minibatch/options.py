@@ -1,0 +1,32 @@
+"""Options every mini-batch FedSGD algorithm reads (a base class of their options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedgl.errors import ConfigError
+
+OPTIMIZERS = ("adam", "sgd")
+EVAL_MODES = ("cross", "local")
+
+
+@dataclass
+class MiniBatchOptions:
+    server_optimizer: str = field(default="adam", metadata={
+        "help": "server optimiser on the averaged gradient: adam (paper's experiments) or sgd "
+                "(its Algorithm 1)"})
+    eval_mode: str = field(default="cross", metadata={
+        "help": "cross: full-neighbour federated inference through the server (the global-graph "
+                "accuracy); local: each client on its own subgraph"})
+
+    def validate(self, cfg: Any) -> None:
+        if self.server_optimizer not in OPTIMIZERS:
+            raise ConfigError(f"server_optimizer {self.server_optimizer!r} is not one of "
+                              f"{', '.join(OPTIMIZERS)}; use --server-optimizer adam")
+        if self.eval_mode not in EVAL_MODES:
+            raise ConfigError(f"eval_mode {self.eval_mode!r} is not one of "
+                              f"{', '.join(EVAL_MODES)}; use --eval-mode cross")
+        if getattr(cfg, "model", "sage") not in ("sage", "gin", "gcn"):
+            raise ConfigError(f"model {cfg.model!r} has no mini-batch form; use --model sage, "
+                              "gin or gcn")
