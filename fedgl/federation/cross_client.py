@@ -259,6 +259,8 @@ class CrossClientParty:
     def _finish(self, logits: Tensor, r_sum: Tensor, n_dst: int) -> dict[str, Any]:
         st = self._state
         rows = st["rows"][:n_dst]
+        self.last_output = torch.log_softmax(logits.detach(), -1)  # for tests and debugging
+        self.last_ids = st["control"]["ids"][:n_dst]
         if not st["train"]:
             hit = logits.argmax(-1) == self.y[rows]
             masks = [self.masks[s][rows] for s in ("train", "val", "test")]
