@@ -24,6 +24,7 @@ from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, writ
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.ledger import Ledger
+from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
 from fedgl.privacy.leakage import privacy_extra
@@ -64,6 +65,8 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         runtime.close()
         raise
     runtime.on_client_restart = server.restore_client
+    runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                                       getattr(cfg, "latency", ""))
     return server
 
 
@@ -103,7 +106,7 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         oracle_seconds = 0.0
         seen_events = len(runtime.events)
         for t, weights, metrics in server.rounds(start):
-            row = {"round": t, **metrics}
+            row = {"round": t, **metrics, **network_columns(runtime.ledger)}
             if oracle is not None and "test_acc" in metrics:
                 o0 = time.perf_counter()
                 row.update(oracle(weights))
@@ -133,6 +136,15 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         return result
     finally:
         runtime.close()
+
+
+def network_columns(ledger: Ledger) -> dict[str, float]:
+    """History columns for time- and bytes-to-accuracy: cumulative training bytes and, with a
+    simulated network (``bandwidth``), the cumulative simulated training seconds."""
+    row: dict[str, float] = {"train_bytes": ledger.bytes("train")}
+    if ledger.network is not None:
+        row["sim_seconds"] = ledger.simulated_seconds("train")
+    return row
 
 
 def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
@@ -172,6 +184,8 @@ def finish_repeat(repeat: int, seed: int, part_stats: dict, history: list[dict],
         "pretrain_seconds": seconds.get("pretrain", 0.0),
         "train_seconds": seconds.get("train", 0.0),
     }
+    if history and "sim_seconds" in history[-1]:
+        final["sim_seconds"] = history[-1]["sim_seconds"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     return RepeatResult(repeat=repeat, seed=seed, partition=part_stats, history=history,
                         final=final, ledger=ledger, seconds=seconds, peak_rss_mb=peak)

@@ -17,7 +17,7 @@ import torch
 from fedgl.algorithms.minibatch.client import MiniBatchClient
 from fedgl.algorithms.minibatch.server import FedSGDServer, Schedule
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
-from fedgl.algorithms.runner import _progress_info, finish_repeat
+from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
@@ -105,9 +105,7 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
         for t, weights, metrics in server.iterations(0, int(cfg.eval_every), rounds):
             if metrics.pop("communicating"):
                 comm_bytes.append(metrics["iteration_bytes"])
-            row = {"round": t + 1, **metrics, "train_bytes": ledger.bytes("train")}
-            if ledger.network is not None:
-                row["sim_seconds"] = ledger.simulated_seconds("train")
+            row = {"round": t + 1, **metrics, **network_columns(ledger)}
             if oracle is not None and "test_acc" in metrics:
                 o0 = time.perf_counter()
                 row.update(oracle(weights))
@@ -121,8 +119,6 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
                    "oracle": oracle_seconds, "total": time.perf_counter() - t0}
         result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
         result.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
-        if ledger.network is not None:
-            result.final["sim_seconds"] = ledger.simulated_seconds("train")
         return result
     finally:
         runtime.close()
