@@ -40,6 +40,11 @@ BUILTIN: dict[str, str] = {
     "fedgat": "fedgl.algorithms.fedgat.spec",
     "distgat": "fedgl.algorithms.fedgat.spec",
     "centralized-gat": "fedgl.algorithms.fedgat.spec",
+    "swift-fedgnn": "fedgl.algorithms.swift_fedgnn.spec",
+    "fedgnn-g": "fedgl.algorithms.minibatch_baselines.spec",
+    "local-only": "fedgl.algorithms.minibatch_baselines.spec",
+    "llcg": "fedgl.algorithms.minibatch_baselines.spec",
+    "fedgnn-pns": "fedgl.algorithms.minibatch_baselines.spec",
 }
 
 #: common keys only one setting reads

@@ -15,36 +15,12 @@ call that addresses no client costs nothing.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from fedgl.errors import ConfigError
+from fedgl.config import parse_bandwidth, parse_latency
 
-_BW_UNITS = {"bps": 1.0, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12}
-_LAT_UNITS = {"s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6}
-
-
-def parse_bandwidth(text: str) -> float:
-    """``"1Gbps"`` -> 1e9 bits per second (bps, Kbps, Mbps, Gbps, Tbps; case-insensitive)."""
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-zA-Z]+)\s*", str(text))
-    unit = m.group(2).lower() if m else ""
-    if not m or unit not in _BW_UNITS or float(m.group(1)) <= 0:
-        raise ConfigError(f"bandwidth {text!r} is not understood; write e.g. --bandwidth 1Gbps "
-                          "(units bps, Kbps, Mbps, Gbps)")
-    return float(m.group(1)) * _BW_UNITS[unit]
-
-
-def parse_latency(text: str) -> float:
-    """``"5ms"`` -> 0.005 seconds (s, ms, us); ``""`` -> 0."""
-    if str(text).strip() == "":
-        return 0.0
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+)\s*(s|ms|us|µs)\s*", str(text))
-    if not m:
-        raise ConfigError(f"latency {text!r} is not understood; write e.g. --latency 5ms "
-                          "(units s, ms, us)")
-    return float(m.group(1)) * _LAT_UNITS[m.group(2)]
-
+__all__ = ["NetworkModel", "parse_bandwidth", "parse_latency"]
 
 @dataclass(frozen=True)
 class NetworkModel:
@@ -56,9 +32,8 @@ class NetworkModel:
     @classmethod
     def from_strings(cls, bandwidth: str, latency: str = "") -> NetworkModel | None:
         """None when ``bandwidth`` is empty (no simulation)."""
-        if not str(bandwidth or "").strip():
-            return None
-        return cls(parse_bandwidth(bandwidth), parse_latency(latency))
+        bw = parse_bandwidth(bandwidth or "")
+        return None if bw is None else cls(bw, parse_latency(latency or ""))
 
     def transfer_seconds(self, nbytes: int) -> float:
         return self.latency + 8.0 * nbytes / self.bandwidth

@@ -2,23 +2,24 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from fedgl.config.fields import option
 from fedgl.errors import ConfigError
 
 OPTIMIZERS = ("adam", "sgd")
 EVAL_MODES = ("cross", "local")
 
 
-@dataclass
+@dataclass(frozen=True)
 class MiniBatchOptions:
-    server_optimizer: str = field(default="adam", metadata={
-        "help": "server optimiser on the averaged gradient: adam (paper's experiments) or sgd "
-                "(its Algorithm 1)"})
-    eval_mode: str = field(default="cross", metadata={
-        "help": "cross: full-neighbour federated inference through the server (the global-graph "
-                "accuracy); local: each client on its own subgraph"})
+    server_optimizer: str = option(
+        "adam", "server optimiser on the averaged gradient: adam (the paper's experiments) or "
+                "sgd (its Algorithm 1)")
+    eval_mode: str = option(
+        "cross", "cross: full-neighbour federated inference through the server (global-graph "
+                 "accuracy); local: each client on its own subgraph")
 
     def validate(self, cfg: Any) -> None:
         if self.server_optimizer not in OPTIMIZERS:

@@ -2,29 +2,29 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fedgl.algorithms.minibatch.options import MiniBatchOptions
+from fedgl.config.fields import option
 from fedgl.errors import ConfigError
 
 
-@dataclass
+@dataclass(frozen=True)
 class FedGNNGOptions(MiniBatchOptions):
     """FedGNN-G: cross-client training on every client in every iteration (Swift, I=1, K=M)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LocalOnlyOptions(MiniBatchOptions):
     """Local-only FedSGD (the paper's "FedSage" row: Swift with K = 0)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LLCGOptions(MiniBatchOptions):
-    correction_period: int = field(default=10, metadata={
-        "help": "LLCG: a full-neighbour cross-client correction step every this many iterations"})
-    correction_clients: int = field(default=0, metadata={
-        "help": "LLCG: clients in each correction step (0 = all)"})
+    correction_period: int = option(
+        10, "LLCG: a full-neighbour cross-client correction step every this many iterations")
+    correction_clients: int = option(0, "LLCG: clients in each correction step (0: all)")
 
     def validate(self, cfg: Any) -> None:
         super().validate(cfg)
@@ -33,16 +33,14 @@ class LLCGOptions(MiniBatchOptions):
                               "e.g. --correction-period 10 --correction-clients 0")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PNSOptions(MiniBatchOptions):
-    pns_interval: int = field(default=20, metadata={
-        "help": "FedGNN-PNS: first interval between cross-client neighbour samplings"})
-    pns_decay: float = field(default=0.8, metadata={
-        "help": "FedGNN-PNS: interval j is max(pns_min_interval, round(pns_interval * decay^j))"})
-    pns_min_interval: int = field(default=1, metadata={
-        "help": "FedGNN-PNS: smallest interval between samplings"})
-    pns_fanout: int = field(default=10, metadata={
-        "help": "FedGNN-PNS: cross-client neighbours sampled per node and cached (-1 = all)"})
+    pns_interval: int = option(20, "FedGNN-PNS: first interval between neighbour samplings")
+    pns_decay: float = option(
+        0.8, "FedGNN-PNS: interval j is max(pns_min_interval, round(pns_interval * decay^j))")
+    pns_min_interval: int = option(1, "FedGNN-PNS: smallest interval between samplings")
+    pns_fanout: int = option(
+        10, "FedGNN-PNS: cross-client neighbours sampled and cached per node (-1: all)")
 
     def validate(self, cfg: Any) -> None:
         super().validate(cfg)

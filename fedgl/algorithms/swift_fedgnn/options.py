@@ -3,21 +3,21 @@ weight_decay, rounds = the number of iterations T)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from fedgl.algorithms.minibatch.options import MiniBatchOptions
+from fedgl.config.fields import option
 from fedgl.errors import ConfigError
 
 
-@dataclass
+@dataclass(frozen=True)
 class SwiftOptions(MiniBatchOptions):
-    period: int = field(default=10, metadata={
-        "help": "correction frequency I: cross-client training every I iterations"})
-    cross_clients: int = field(default=5, metadata={
-        "help": "K: clients sampled uniformly for each cross-client iteration (0 = local only)"})
-    cross_at_start: bool = field(default=True, metadata={
-        "help": "cross-client training at t = 0 as in Algorithm 1 (false: first at t = I)"})
+    period: int = option(10, "correction frequency I: cross-client training every I iterations")
+    cross_clients: int = option(
+        5, "K: clients drawn uniformly for each cross-client iteration (0: local only)")
+    cross_at_start: bool = option(
+        True, "cross-client training at t = 0 as in Algorithm 1 (false: first at t = I)")
 
     def validate(self, cfg: Any) -> None:
         super().validate(cfg)
