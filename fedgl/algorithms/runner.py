@@ -139,12 +139,12 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
 
 
 def network_columns(ledger: Ledger) -> dict[str, float]:
-    """History columns for time- and bytes-to-accuracy: cumulative training bytes and, with a
-    simulated network (``bandwidth``), the cumulative simulated training seconds."""
-    row: dict[str, float] = {"train_bytes": ledger.bytes("train")}
-    if ledger.network is not None:
-        row["sim_seconds"] = ledger.simulated_seconds("train")
-    return row
+    """History columns for time- and bytes-to-accuracy when a simulated network is on
+    (``bandwidth``): cumulative training bytes and simulated training seconds (none otherwise,
+    so that runs without a network keep their recorded histories)."""
+    if ledger.network is None:
+        return {}
+    return {"train_bytes": ledger.bytes("train"), "sim_seconds": ledger.simulated_seconds("train")}
 
 
 def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:

@@ -17,11 +17,21 @@ the local training path); :func:`layer_update` is the same layer from ``(S, c)``
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import torch
 from torch import Tensor, nn
 
-from fedgl.data.sampling import Block
 from fedgl.models.base import dropout
+
+
+class Block(Protocol):
+    """What a layer needs of a sampled block (:class:`fedgl.data.sampling.Block`): edges
+    (source position, destination position) and the number of destinations, which are the
+    first rows of the sources."""
+
+    edge_index: Tensor
+    num_dst: int
 
 AGGREGATION = {"sage": "mean", "gin": "sum", "gcn": "mean_self"}
 

@@ -105,7 +105,8 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
         for t, weights, metrics in server.iterations(0, int(cfg.eval_every), rounds):
             if metrics.pop("communicating"):
                 comm_bytes.append(metrics["iteration_bytes"])
-            row = {"round": t + 1, **metrics, **network_columns(ledger)}
+            row = {"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
+                   **network_columns(ledger)}
             if oracle is not None and "test_acc" in metrics:
                 o0 = time.perf_counter()
                 row.update(oracle(weights))
