@@ -46,3 +46,17 @@ def test_runtime_calls_feed_the_simulated_clock():
     assert 0.8 < sim < 0.8 + led.seconds("train") + 1e-3
     assert led.summary()["simulated_seconds"]["train"] == pytest.approx(sim, abs=1e-6)
     assert Ledger().simulated_seconds("train") != Ledger().simulated_seconds("train")  # NaN off
+
+
+def test_every_algorithm_history_gets_simulated_time():
+    import fedgl
+
+    res = fedgl.run(dataset="sbm", sbm_nodes=200, clients=3, rounds=3, progress=False,
+                    bandwidth="100Mbps", latency="5ms")
+    rows = res.repeats[0].history
+    assert all(r["sim_seconds"] > 0 for r in rows)
+    assert rows[-1]["sim_seconds"] > rows[0]["sim_seconds"]
+    # at least two 5 ms one-way latencies per call (one fit call per round, plus evaluation)
+    assert rows[-1]["sim_seconds"] >= 3 * 2 * 0.005
+    assert res.repeats[0].final["sim_seconds"] == rows[-1]["sim_seconds"]
+    assert "sim_seconds" in res.summary
