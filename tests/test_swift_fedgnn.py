@@ -252,3 +252,14 @@ def test_llcg_and_pns_runs_and_simulated_time():
     assert all(b > a for a, b in zip(sims, sims[1:], strict=False))
     # each call lasts at least its busiest link's transfer: a lower bound from the totals
     assert sims[-1] >= llcg.final["train_bytes"] * 8 / 10e6 / 4
+
+
+def test_chunked_cross_evaluation_equals_one_exchange():
+    g, part = random_graph(120, seed=6), random_partition(120, 3, seed=6)
+    s = MiniBatchSettings(model="gcn", hidden=8, layers=2, batch_size=8, fanouts=(3, 3))
+    srv, rt, _, _ = _federation(g, part, s, PeriodicSchedule(1, 0, [3, 3]))
+    whole = srv.evaluate()
+    srv.eval_batch = 7
+    before = rt.ledger.messages("eval")
+    assert srv.evaluate() == whole
+    assert rt.ledger.messages("eval") - before > 2 * 3 * 4  # many exchanges, each counted

@@ -92,7 +92,8 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
     try:
         server = FedSGDServer(runtime, s, initial_weights(graph, s, seed), schedule, seed=seed,
                               optimizer=optimizer, num_nodes=graph.num_nodes,
-                              eval_mode=eval_mode, pns_fanout=pns_fanout)
+                              eval_mode=eval_mode, pns_fanout=pns_fanout,
+                              eval_batch=int(getattr(cfg, "eval_batch", 0)))
         oracle = OracleMiniBatch(graph, s) if getattr(cfg, "oracle_eval", False) else None
         setup_seconds = time.perf_counter() - t0
         server.setup()

@@ -97,7 +97,7 @@ class FedSGDServer:
     def __init__(self, runtime: Any, settings: MiniBatchSettings, init_weights: State,
                  schedule: Schedule, *, seed: int, optimizer: str = "adam",
                  num_nodes: int | None = None, eval_mode: str = "cross",
-                 pns_fanout: int = -1) -> None:
+                 pns_fanout: int = -1, eval_batch: int = 0) -> None:
         self.runtime = runtime
         self.s = settings
         self.kind = aggregation_kind(settings.model)
@@ -106,6 +106,7 @@ class FedSGDServer:
         self.num_nodes = num_nodes
         self.eval_mode = eval_mode
         self.pns_fanout = pns_fanout
+        self.eval_batch = eval_batch
         self.generator = torch.Generator().manual_seed(seed * 104_729 + 13)
         self.structure: Structure | None = None
         self._remote_csr: CSRGraph | None = None
@@ -237,9 +238,18 @@ class FedSGDServer:
                 ids = rt.call("eval_nodes", phase="eval")
                 seeds = torch.cat([ids[k]["ids"] for k in sorted(ids)])
                 fan = list(self.s.eval_fanouts) or [-1] * self.s.layers
-                blocks = sample_blocks(self.structure.csr, seeds, fan, self.generator)
-                plan = build_plan(blocks, self.structure.owner)
-                res = run_cross_client(rt, plan, self.kind, train=False, phase="eval")
+                res = {}
+                step = self.eval_batch or max(1, seeds.numel())
+                for chunk in torch.split(seeds, step):
+                    blocks = sample_blocks(self.structure.csr, chunk, fan, self.generator)
+                    plan = build_plan(blocks, self.structure.owner)
+                    part = run_cross_client(rt, plan, self.kind, train=False, phase="eval")
+                    for k, r in part.items():
+                        if k in res:
+                            res[k] = {key: [a + b for a, b in zip(res[k][key], r[key], strict=True)]
+                                      for key in ("correct", "total")}
+                        else:
+                            res[k] = r
         out = {}
         for i, split in enumerate(SPLITS):
             correct = sum(r["correct"][i] for r in res.values())
