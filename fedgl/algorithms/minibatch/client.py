@@ -43,7 +43,7 @@ class MiniBatchClient:
         own = data.owns(src)
         local_ei = torch.stack([data.global_to_local(src[own]), data.global_to_local(dst[own])])
         self.csr = CSRGraph.from_edge_index(local_ei, data.num_nodes)
-        self._local_ei = self.csr_edge_index = local_ei
+        self._local_ei = local_ei
         self.masks = {s: getattr(data, f"{s}_mask") for s in SPLITS}
         self.train_pool = self.masks["train"].nonzero().flatten()
         self.party = CrossClientParty(self.model, data.x, data.y, data.node_ids, self.masks,
