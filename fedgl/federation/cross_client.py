@@ -70,8 +70,6 @@ class LayerRoute:
     slot_targets: dict[int, Tensor]
     recv_targets: dict[int, Tensor]
     num_targets: int
-    single_node_slots: int = 0
-    slots: int = 0
 
 
 @dataclass
