@@ -11,6 +11,7 @@ ratios to Swift-FedGNN.
 
     FEDGL_DATA=../shared/data python benchmarks/reproduce_swift.py [--rounds 200] [--lr 1e-3]
         [--target 0.6] [--algorithms swift,fedgnn-g,local-only,llcg,fedgnn-pns] [--out FILE]
+        [--partition metis|random]
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ PAPER = {  # Table 3 (validation accuracy, %) and Table 1 (GB to the unstated ci
 
 def config(args: argparse.Namespace) -> SimpleNamespace:
     return SimpleNamespace(
-        clients=10, partition="metis", beta=1.0, min_client_size=1, model="sage",
+        clients=10, partition=args.partition, beta=1.0, min_client_size=1, model="sage",
         hidden=args.hidden, layers=2, dropout=0.0, batch_size=256, fanouts="15,10", lr=args.lr,
         weight_decay=5e-4, device="cpu", rounds=args.rounds, eval_every=args.eval_every,
         runtime="local", bandwidth="1Gbps", latency=args.latency, oracle_eval=False, repeats=1,
@@ -91,6 +92,7 @@ def main() -> None:
     p.add_argument("--pns-interval", type=int, default=20)
     p.add_argument("--pns-decay", type=float, default=0.8)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--partition", default="metis", help="metis (the paper) or random")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--algorithms", default="swift,fedgnn-g,local-only,llcg,fedgnn-pns")
     p.add_argument("--out", default="", help="also write the JSON (with histories) here")
