@@ -151,10 +151,12 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
     """Rebuild client state (pre-training re-run, on a scratch ledger so the restored totals
     equal an uninterrupted run's) and restore the server's model, history and ledger."""
     runtime = server.runtime
+    network = runtime.ledger.network
     scratch = Ledger()
     runtime.ledger = scratch
     server.pretrain()
     runtime.ledger = Ledger.from_state_dict(state.ledger)
+    runtime.ledger.network = network  # the simulated clock continues from the checkpoint
     server.weights = {k: v.clone() for k, v in state.weights.items()}
     events = list(state.events) + [{
         "action": "resumed", "round": state.round,
