@@ -43,3 +43,29 @@ def test_bad_inputs_name_the_fix(sbm):
         metis_partition(sbm.edge_index, sbm.num_nodes, 0)
     with pytest.raises(DataError, match="metis"):
         partition(sbm, 3, method="louvre")
+
+
+def test_metis_train_evens_out_training_nodes_and_keeps_sizes(sbm):
+    """Training nodes all in one SBM block (METIS puts them on one client): metis-train spreads
+    them to 20 per client while keeping METIS's part sizes and most of its cut advantage."""
+    import torch
+
+    train = sbm.y == 0
+    g = type(sbm)(sbm.name, sbm.x, sbm.y, sbm.edge_index, train, ~train, ~train, sbm.num_classes)
+    plain = partition(g, 6, method="metis", seed=0)
+    balanced = partition(g, 6, method="metis-train", seed=0)
+    t = int(train.sum())
+    per_client = np.bincount(balanced.owner[train.numpy()], minlength=6)
+    assert per_client.min() >= t // 6 and per_client.max() <= -(-t // 6), per_client
+    assert np.bincount(plain.owner[train.numpy()], minlength=6).max() > 2 * (t // 6)
+    assert balanced.sizes() == plain.sizes()
+    rand = partition(g, 6, method="random", seed=0)
+    assert balanced.cross_client_edges(g.edge_index) < rand.cross_client_edges(g.edge_index)
+    assert torch.is_tensor(g.train_mask)
+
+
+def test_random_partition_is_not_the_sbm_class_draw(sbm):
+    """Same seed as the SBM generator: the owners must not reproduce its class labels."""
+    part = partition(sbm, sbm.num_classes, method="random", seed=0)
+    agree = float((part.owner == sbm.y.numpy()).mean())
+    assert agree < 0.3, agree  # 1/6 expected by chance

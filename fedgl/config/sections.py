@@ -17,7 +17,7 @@ from fedgl.errors import ConfigError
 
 NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm")
 DATASET_PREFIXES = ("npz:",)
-PARTITIONS = ("dirichlet", "iid", "metis", "random")
+PARTITIONS = ("dirichlet", "iid", "metis", "metis-train", "random")
 AGGREGATIONS = ("uniform", "weighted")
 MODELS = ("gcn", "sage", "gin")
 SETTINGS = ("horizontal", "vertical")
@@ -86,7 +86,8 @@ class FederationConfig(Section):
     setting: str | None = option(None, "horizontal (nodes split) or vertical (features and edges "
                                        "split); unset: the algorithm's")
     partition: str = option("dirichlet", "horizontal node split: dirichlet (label skew), iid, "
-                                         "metis or random")
+                                         "metis, metis-train (training nodes balanced too) or "
+                                         "random")
     beta: float = option(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
     min_client_size: int = option(10, "redraw the split until every client has at least this "
                                       "many nodes")
