@@ -17,7 +17,7 @@ import torch
 from fedgl.algorithms.minibatch.client import MiniBatchClient
 from fedgl.algorithms.minibatch.server import FedSGDServer, Schedule
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
-from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
+from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat, network_columns
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
@@ -103,6 +103,7 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
         oracle_seconds = 0.0
         comm_bytes: list[int] = []
         ledger = runtime.ledger
+        diverged: dict | None = None
         for t, weights, metrics in server.iterations(0, int(cfg.eval_every), rounds):
             if metrics.pop("communicating"):
                 comm_bytes.append(metrics["iteration_bytes"])
@@ -114,6 +115,9 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
                 oracle_seconds += time.perf_counter() - o0
             history.append(row)
             progress.advance(_progress_info(row))
+            diverged = divergence(t + 1, weights, row["train_loss"], cfg)
+            if diverged is not None:  # recorded with --allow-divergence
+                break
             if on_round is not None:
                 on_round(repeat, t + 1, server)
         seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
@@ -121,6 +125,9 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
                    "oracle": oracle_seconds, "total": time.perf_counter() - t0}
         result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
         result.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
+        if diverged is not None:
+            result.extra["diverged"] = diverged
+            result.final["diverged_round"] = diverged["round"]
         return result
     finally:
         runtime.close()
