@@ -39,23 +39,40 @@ def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch
 
 
 def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
-                     client_cls: type[GNNClient], server_cls: type[FedAvgServer]) -> FedAvgServer:
+                     client_cls: type[GNNClient], server_cls: type[FedAvgServer], *,
+                     secure_mode: str | None = None, secagg_threshold: int = 0) -> FedAvgServer:
     """Start the clients on the configured runtime and return the server wired to them
     (``server.runtime.ledger`` counts everything from here on).
 
     ``local``: the driver hands every in-process client its :class:`ClientData`. ``ray``: the
     driver writes the partition file and every actor loads its own shard from it.
+
+    With a secure mode (``secure_mode``, else the config's ``secure_sum``; or encrypted models)
+    the driver, as the experimenter, also makes the roster and hands every client its identity
+    key (:mod:`fedgl.privacy.identity`); the server never sees a private identity key.
     """
+    mode = secure_mode or cfg.secure_sum
+    identities = None
+    if mode != "none" or cfg.encrypt_models:
+        from fedgl.privacy.identity import make_roster
+
+        roster, idents = make_roster(range(part.num_clients))
+        client_mode = mode if mode in ("mask", "robust") else "auth"
+        identities = {k: (idents[k], roster, client_mode, secagg_threshold) for k in idents}
     if cfg.runtime == "ray":
         from fedgl.federation.ray_runtime import RayRuntime
 
         path, digest = write_partition_file(part, graph, cfg, seed)
         fingerprint = graph_fingerprint(graph)
-        specs = {k: ShardSpec(cfg.to_dict(), seed, k, str(path), digest, fingerprint)
+        specs = {k: ShardSpec(cfg.to_dict(), seed, k, str(path), digest, fingerprint,
+                              identity=_provision(identities, k))
                  for k in range(part.num_clients)}
         runtime: Runtime = RayRuntime(specs, client_cls, cfg, Ledger())
     else:
         clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
+        if identities is not None:
+            for k, client in clients.items():
+                client.install_identity(*identities[k])
         runtime = LocalRuntime(clients, Ledger(), batch=cfg.batch_clients)
     try:
         server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed),
@@ -64,7 +81,22 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         runtime.close()
         raise
     runtime.on_client_restart = server.restore_client
+    if secure_mode is not None and hasattr(server, "secure_mode"):
+        from fedgl.privacy.secagg import SecureSumServer
+
+        server.secure_mode = secure_mode
+        server.secagg = SecureSumServer(secure_mode if secure_mode in ("mask", "robust")
+                                        else "mask", secagg_threshold)
     return server
+
+
+def _provision(identities: dict | None, k: int) -> dict | None:
+    """Client k's identity key (private), the roster, mode and threshold as plain data."""
+    if identities is None:
+        return None
+    ident, roster, mode, threshold = identities[k]
+    return {"key": ident.private_bytes(), "roster": roster.to_dict(), "mode": mode,
+            "threshold": threshold}
 
 
 RoundCallback = Callable[[int, int, FedAvgServer], None]

@@ -35,6 +35,7 @@ class ShardSpec:
     partition_path: str
     partition_sha256: str
     graph_fingerprint: str
+    identity: dict | None = None  # the client's identity key and the roster (secure modes)
 
 
 def graph_fingerprint(graph: GraphData) -> str:

@@ -42,6 +42,12 @@ class ClientActor:
         module, name = client_cls_path.rsplit(":", 1)
         cls = getattr(importlib.import_module(module), name)
         self.client = cls(load_shard(spec), cfg, spec.seed)
+        if spec.identity is not None:  # provisioned by the experimenter, not by the server
+            from fedgl.privacy.identity import Identity, Roster
+
+            ident = spec.identity
+            self.client.install_identity(Identity(ident["key"]), Roster.from_dict(ident["roster"]),
+                                         ident["mode"], ident["threshold"])
 
     def call(self, method: str, kwargs: dict[str, Any]) -> Any:
         return getattr(self.client, method)(**kwargs)
