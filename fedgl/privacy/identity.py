@@ -156,4 +156,6 @@ def shamir_combine(shares: Mapping[int, bytes], length: int = 32) -> bytes:
                 num = num * xs[j] % PRIME
                 den = den * (xs[j] - xs[i]) % PRIME
         secret = (secret + ys[i] * num * pow(den, -1, PRIME)) % PRIME
+    if secret >= 1 << (8 * length):
+        raise ValueError("the shares do not reconstruct a secret (too few or inconsistent)")
     return secret.to_bytes(length, "big")

@@ -522,7 +522,7 @@ class SecureSumServer:
                              f"the threshold {t}; the run stops")
         dropped = sorted(set(u2) - set(u3))
         for u in u3:  # remove self masks
-            seed = shamir_combine({v: r["b"][u] for v, r in revealed.items()})
+            seed = _combine({v: r["b"][u] for v, r in revealed.items()}, u)
             acc[pos[u]] -= prg(seed, pos[u].size)
         s_pub = dict(zip(directory["ids"], directory["s"], strict=True))
         dir_hash = directory_hash(session, instance, directory)
@@ -530,7 +530,7 @@ class SecureSumServer:
             from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
             s_u = X25519PrivateKey.from_private_bytes(
-                shamir_combine({v: r["s"][u] for v, r in revealed.items()}))
+                _combine({v: r["s"][u] for v, r in revealed.items()}, u))
             for v in u3:
                 spans = pair_spans(segments[v], u)
                 if not spans:
@@ -541,6 +541,14 @@ class SecureSumServer:
                 acc[pos[v]] -= local
         self.stats["dropped_in_session"] = dropped
         return decode_fixed(acc)
+
+
+def _combine(shares: Mapping[int, bytes], owner: int) -> bytes:
+    try:
+        return shamir_combine(shares)
+    except ValueError:
+        raise RunAborted(f"the shares of client {owner}'s secret do not reconstruct it (a client "
+                         "sent a corrupt share); the run stops") from None
 
 
 def _positions(placement: Sequence[tuple[int, int]]) -> np.ndarray:
