@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 from fedgl.errors import RunAborted
 from fedgl.federation.runtime import LocalRuntime
@@ -101,3 +102,32 @@ def test_shamir_threshold():
         assert shamir_combine({k: shares[k] for k in (0, 3, 5)}) != secret
     except ValueError:
         pass
+
+
+@pytest.mark.parametrize("mode", ["mask", "robust"])
+def test_fedavg_over_the_secure_sum_equals_plain_fedavg(mode):
+    """FedGCN (2-hop) with models averaged through the secure sum: the same global model as
+    plain FedAvg after every round (fixed point: 2^-32 per client), and no fit reply carries a
+    model."""
+    from fedgl.algorithms.fedgcn.client import FedGCNClient
+    from fedgl.algorithms.fedgcn.server import FedGCNServer
+    from fedgl.algorithms.runner import build_federation
+    from fedgl.config import Config
+    from tests.helpers import random_graph, random_partition
+
+    graph = random_graph(nodes=100, seed=3)
+    part = random_partition(graph.num_nodes, 4, seed=3)
+    cfg = Config.from_dict({"clients": 4, "progress": False, "hops": 2, "rounds": 3,
+                            "dropout": 0.0, "aggregation": "weighted", "secure_sum": "mask"})
+    plain = build_federation(graph, part, Config.from_dict({**cfg.to_dict(), "secure_sum": "none"}),
+                             0, FedGCNClient, FedGCNServer)
+    secure = build_federation(graph, part, cfg, 0, FedGCNClient, FedGCNServer, secure_mode=mode,
+                              secure_models=True)
+    plain.pretrain()
+    secure.pretrain()
+    for (_, wp, _), (_, ws, _) in zip(plain.rounds(), secure.rounds(), strict=True):
+        for key in wp:
+            assert torch.allclose(wp[key], ws[key], atol=1e-6), key
+    replies = secure.runtime.call("fit", {"weights": secure.weights, "local_steps": 1,
+                                          "round": 9}, phase="train")
+    assert all(set(r["weights"]) == {"secure_length"} for r in replies.values())

@@ -21,6 +21,7 @@ from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
+from fedgl.errors import ConfigError
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.ledger import Ledger
@@ -40,7 +41,8 @@ def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch
 
 def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
                      client_cls: type[GNNClient], server_cls: type[FedAvgServer], *,
-                     secure_mode: str | None = None, secagg_threshold: int = 0) -> FedAvgServer:
+                     secure_mode: str | None = None, secagg_threshold: int = 0,
+                     secure_models: bool = False) -> FedAvgServer:
     """Start the clients on the configured runtime and return the server wired to them
     (``server.runtime.ledger`` counts everything from here on).
 
@@ -50,6 +52,7 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
     With a secure mode (``secure_mode``, else the config's ``secure_sum``; or encrypted models)
     the driver, as the experimenter, also makes the roster and hands every client its identity
     key (:mod:`fedgl.privacy.identity`); the server never sees a private identity key.
+    ``secure_models``: FedAvg models travel only inside secure sums (mask or robust).
     """
     mode = secure_mode or cfg.secure_sum
     identities = None
@@ -58,7 +61,8 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
 
         roster, idents = make_roster(range(part.num_clients))
         client_mode = mode if mode in ("mask", "robust") else "auth"
-        identities = {k: (idents[k], roster, client_mode, secagg_threshold) for k in idents}
+        identities = {k: (idents[k], roster, client_mode, secagg_threshold, secure_models)
+                      for k in idents}
     if cfg.runtime == "ray":
         from fedgl.federation.ray_runtime import RayRuntime
 
@@ -87,6 +91,14 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         server.secure_mode = secure_mode
         server.secagg = SecureSumServer(secure_mode if secure_mode in ("mask", "robust")
                                         else "mask", secagg_threshold)
+    if secure_models:
+        from fedgl.privacy.secagg import SecureSumServer
+        from fedgl.privacy.secure_models import SecureFedAvg
+
+        if mode not in ("mask", "robust"):
+            raise ConfigError("secure model averaging needs the mask or robust secure sum")
+        server.strategy = SecureFedAvg(cfg.aggregation, runtime,
+                                       SecureSumServer(mode, secagg_threshold), server.weights)
     return server
 
 
@@ -94,9 +106,9 @@ def _provision(identities: dict | None, k: int) -> dict | None:
     """Client k's identity key (private), the roster, mode and threshold as plain data."""
     if identities is None:
         return None
-    ident, roster, mode, threshold = identities[k]
+    ident, roster, mode, threshold, models = identities[k]
     return {"key": ident.private_bytes(), "roster": roster.to_dict(), "mode": mode,
-            "threshold": threshold}
+            "threshold": threshold, "secure_models": models}
 
 
 RoundCallback = Callable[[int, int, FedAvgServer], None]

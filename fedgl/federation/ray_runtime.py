@@ -47,7 +47,8 @@ class ClientActor:
 
             ident = spec.identity
             self.client.install_identity(Identity(ident["key"]), Roster.from_dict(ident["roster"]),
-                                         ident["mode"], ident["threshold"])
+                                         ident["mode"], ident["threshold"],
+                                         ident.get("secure_models", False))
 
     def call(self, method: str, kwargs: dict[str, Any]) -> Any:
         return getattr(self.client, method)(**kwargs)

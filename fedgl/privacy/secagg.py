@@ -150,7 +150,8 @@ def apply_pair_mask(out: np.ndarray, spans: list[tuple[int, int]], key: bytes, a
 @dataclass
 class _Session:
     session: bytes
-    instance: str
+    instance: str  # the sum's label (signed; the same at every client)
+    input_id: str  # what this client's input is (one robust sum per input)
     c_key: object
     s_key: object
     advert: dict
@@ -180,12 +181,15 @@ class SecAggClient:
         self._done: dict[str, frozenset[int]] = {}  # instance -> participants it was summed over
 
     # -- step 0: advertise signed ephemeral keys
-    def advertise(self, session: bytes, instance: str) -> dict:
+    def advertise(self, session: bytes, instance: str, input_id: str | None = None) -> dict:
+        """Fresh signed ephemeral keys for the sum ``instance``. ``input_id`` names this
+        client's input (default: the instance): a robust client takes part in one sum per input,
+        a mask client in sums over one set of clients per input."""
         c_key, c_pub = _x25519_pair()
         s_key, s_pub = _x25519_pair()
         sig = self.identity.sign(frame(b"fedgl/adv/v2", session, instance, self.me, c_pub, s_pub))
         advert = {"c": c_pub, "s": s_pub, "sig": sig}
-        self._st = _Session(bytes(session), instance, c_key, s_key, advert)
+        self._st = _Session(bytes(session), instance, input_id or instance, c_key, s_key, advert)
         return dict(advert)
 
     def current(self, session: bytes) -> _Session | None:
@@ -245,9 +249,9 @@ class SecAggClient:
         if self.mode == "robust" and len(members) < self.threshold:
             raise RunAborted(f"only {len(members)} clients in the secure sum, below the threshold "
                              f"{self.threshold}: the sum cannot be unmasked safely; the run stops")
-        if st.instance in self._done and (self.mode == "robust"
-                                          or self._done[st.instance] != members):
-            raise AttackDetected(f"a second secure sum over the same values ('{st.instance}') "
+        if st.input_id in self._done and (self.mode == "robust"
+                                          or self._done[st.input_id] != members):
+            raise AttackDetected(f"a second secure sum over the same values ('{st.input_id}') "
                                  "with other clients: differencing the two sums would reveal a "
                                  "client's input; the run stops")
         st.directory = {k: (bytes(c), bytes(s)) for k, (c, s, _) in entries.items()}
@@ -344,7 +348,7 @@ class SecAggClient:
             apply_pair_mask(out, pair_spans(segments, v), st.masks[v], self.me < v)
         if self.mode == "robust":
             np.add(out, prg(st.self_seed, out.size), out=out)
-        self._done[st.instance] = frozenset(st.u2)
+        self._done[st.input_id] = frozenset(st.u2)
         return out
 
     # -- steps 3 and 4 (robust): agree on the survivors, then reveal one kind of share each
@@ -408,17 +412,24 @@ class SecureSumParty:
     (via :meth:`install_identity`) and implements :meth:`secagg_input` for generic sums."""
 
     secagg: SecAggClient | None = None
+    secure_models: bool = False
 
     def install_identity(self, identity: Identity, roster: Roster, mode: str = "mask",
-                         threshold: int = 0) -> None:
-        """Provisioning by the experimenter (outside the server): identity key and roster."""
+                         threshold: int = 0, secure_models: bool = False) -> None:
+        """Provisioning by the experimenter (outside the server): identity key and roster, the
+        secure-sum mode, and whether models leave only inside secure sums."""
         self.secagg = SecAggClient(self.client_id_for_secagg(), identity, roster, mode, threshold)
+        self.secure_models = secure_models
 
     def client_id_for_secagg(self) -> int:
         return int(self.data.client_id)  # type: ignore[attr-defined]
 
     def secagg_input(self, instance: str) -> np.ndarray:
         raise NotImplementedError
+
+    def secagg_instance(self, instance: str) -> str:
+        """The id of this client's input for a sum the server labels ``instance``."""
+        return instance
 
     def _agg(self) -> SecAggClient:
         if self.secagg is None:
@@ -427,7 +438,7 @@ class SecureSumParty:
         return self.secagg
 
     def secagg_advertise(self, session: bytes, instance: str) -> dict:
-        return {"adv": self._agg().advertise(session, instance)}
+        return {"adv": self._agg().advertise(session, instance, self.secagg_instance(instance))}
 
     def secagg_keys(self, session: bytes, directory: dict) -> dict:
         if self._agg().current(session) is None:

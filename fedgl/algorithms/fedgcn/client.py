@@ -32,12 +32,12 @@ from fedgl.federation.aggregate import State
 from fedgl.models import gcn_edge_weights
 from fedgl.privacy.dp import GaussianMechanism, clip_rows
 from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
-from fedgl.privacy.secagg import SecureSumParty
+from fedgl.privacy.secure_models import SecureModelParty
 
 PRETRAIN = "fedgcn/pretrain"  # the secure-sum instance: the pre-training release, summed once
 
 
-class FedGCNClient(GNNClient, SecureSumParty):
+class FedGCNClient(GNNClient, SecureModelParty):
     """A FedGCN party. Holds only its :class:`ClientData` and, after pre-training, the sums it
     received (rows for its own nodes, and with 2-hop for its remote neighbours)."""
 
@@ -244,7 +244,10 @@ class FedGCNClient(GNNClient, SecureSumParty):
     # ------------------------------------------------------------------ encrypted models
     def encode_weights(self, weights: State, num_train: int):
         """With ``encrypt_models``: ``Enc(c · w)`` with c = 1 (uniform) or the number of
-        training nodes (weighted), and c in clear for the server's divisor."""
+        training nodes (weighted), and c in clear for the server's divisor. With secure models
+        the weights stay here until the server's secure sum asks for them."""
+        if self.secure_models:
+            return self.hold_model(weights, num_train, self.config.aggregation)
         if not self.config.encrypt_models:
             return weights
         coeff = float(num_train) if self.config.aggregation == "weighted" else 1.0
