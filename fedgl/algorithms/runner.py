@@ -7,6 +7,7 @@ model on the full graph for the labelled oracle metric.
 
 from __future__ import annotations
 
+import copy
 import math
 import resource
 import time
@@ -73,14 +74,16 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
                  for k in range(part.num_clients)}
         runtime: Runtime = RayRuntime(specs, client_cls, cfg, Ledger())
     else:
-        clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
+        # every party its own copy of the configuration: no object shared between parties
+        clients = {d.client_id: client_cls(d, copy.deepcopy(cfg), seed)
+                   for d in split_graph(graph, part)}
         if identities is not None:
             for k, client in clients.items():
                 client.install_identity(*identities[k])
         runtime = LocalRuntime(clients, Ledger(), batch=cfg.batch_clients)
     try:
         server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed),
-                            cfg)
+                            copy.deepcopy(cfg))
     except BaseException:
         runtime.close()
         raise
