@@ -4,6 +4,8 @@ crosses parties)."""
 
 from __future__ import annotations
 
+import pytest
+
 from fedgl.algorithms.fedgcn.client import FedGCNClient
 from fedgl.algorithms.fedgcn.server import FedGCNServer
 from fedgl.algorithms.runner import build_federation
@@ -19,8 +21,12 @@ def test_a_client_writing_into_its_config_cannot_reach_the_server():
     clients = [server.runtime.local_client(k) for k in server.runtime.client_ids]
     configs = [server.config, cfg, *[c.config for c in clients]]
     assert len({id(c) for c in configs}) == len(configs)  # no shared object
-    clients[0].config.rounds = 99  # a client tries to steer the server through shared state
-    clients[0].config.he_key_holder = 2
+    with pytest.raises(AttributeError, match="immutable"):
+        clients[0].config.rounds = 99
+    # a client that forces writes into its (frozen) sections still only changes its own copy
+    object.__setattr__(clients[0].config.optim, "rounds", 99)
+    object.__setattr__(clients[0].config.privacy, "he_key_holder", 2)
+    assert clients[0].config.rounds == 99
     before = server.runtime.ledger.bytes()
     assert server.config.rounds == 2 and cfg.rounds == 2
     assert server.config.he_key_holder == 0 and clients[1].config.rounds == 2

@@ -42,20 +42,24 @@ def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch
 
 def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
                      client_cls: type[GNNClient], server_cls: type[FedAvgServer], *,
-                     secure_mode: str | None = None, secagg_threshold: int = 0,
-                     secure_models: bool = False) -> FedAvgServer:
+                     secure_mode: str | None = None, secagg_threshold: int | None = None,
+                     secure_models: bool | None = None) -> FedAvgServer:
     """Start the clients on the configured runtime and return the server wired to them
     (``server.runtime.ledger`` counts everything from here on).
 
     ``local``: the driver hands every in-process client its :class:`ClientData`. ``ray``: the
     driver writes the partition file and every actor loads its own shard from it.
 
-    With a secure mode (``secure_mode``, else the config's ``secure_sum``; or encrypted models)
-    the driver, as the experimenter, also makes the roster and hands every client its identity
-    key (:mod:`fedgl.privacy.identity`); the server never sees a private identity key.
-    ``secure_models``: FedAvg models travel only inside secure sums (mask or robust).
+    With a secure sum or encrypted models, the driver, as the experimenter, also makes the
+    roster and hands every client its identity key (:mod:`fedgl.privacy.identity`); the server
+    never sees a private identity key. ``secure_models``: FedAvg models travel only inside secure
+    sums (mask or robust). The keyword arguments override the configuration's privacy keys.
     """
     mode = secure_mode or cfg.secure_sum
+    if secagg_threshold is None:
+        secagg_threshold = getattr(cfg, "secagg_threshold", 0)
+    if secure_models is None:
+        secure_models = getattr(cfg, "secure_models", False)
     identities = None
     if mode != "none" or cfg.encrypt_models:
         from fedgl.privacy.identity import make_roster
@@ -88,12 +92,12 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         runtime.close()
         raise
     runtime.on_client_restart = server.restore_client
-    if secure_mode is not None and hasattr(server, "secure_mode"):
+    if hasattr(server, "secure_mode"):
         from fedgl.privacy.secagg import SecureSumServer
 
-        server.secure_mode = secure_mode
-        server.secagg = SecureSumServer(secure_mode if secure_mode in ("mask", "robust")
-                                        else "mask", secagg_threshold)
+        server.secure_mode = mode
+        server.secagg = SecureSumServer(mode if mode in ("mask", "robust") else "mask",
+                                        secagg_threshold)
     if secure_models:
         from fedgl.privacy.secagg import SecureSumServer
         from fedgl.privacy.secure_models import SecureFedAvg
