@@ -86,6 +86,10 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
             reps.append(rep)
             if checkpointer is not None:
                 checkpointer.repeat_done(rep)
+    if cfg.dp_epsilon is not None:  # every repeat re-releases the same features: ε composes
+        from fedgl.privacy.dp import account_run
+
+        account_run(reps)
     result = RunResult(cfg.to_dict(), environment(cfg.seed, cfg.device), reps)
     if cfg.out:
         result.save(cfg.out)

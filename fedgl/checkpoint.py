@@ -42,6 +42,7 @@ class RepeatProgress:
     history: list[dict]
     ledger: dict
     events: list[dict] = field(default_factory=list)
+    dp_releases: dict[str, list[str]] = field(default_factory=dict)  # DP accounting so far
 
 
 @dataclass

@@ -164,8 +164,10 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
             seen_events = len(runtime.events)
             progress.advance(_progress_info(row))
             if checkpointer is not None:
+                releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
                 checkpointer.round_done(RepeatProgress(repeat, seed, t, weights, history,
-                                                       runtime.ledger.state_dict(), events))
+                                                       runtime.ledger.state_dict(), events,
+                                                       {k: list(v) for k, v in releases.items()}))
             if on_round is not None:
                 on_round(repeat, t, server)
         ledger = runtime.ledger
@@ -192,7 +194,12 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
     runtime = server.runtime
     scratch = Ledger()
     runtime.ledger = scratch
-    server.pretrain()
+    server.pretrain()  # DP: every client releases again (fresh noise); the count keeps both
+    stats = getattr(server, "privacy_stats", None)
+    if stats is not None and state.dp_releases:
+        now = stats.get("dp_releases", {})
+        stats["dp_releases"] = {k: list(state.dp_releases.get(k, [])) + now.get(k, [])
+                                for k in sorted(set(state.dp_releases) | set(now))}
     runtime.ledger = Ledger.from_state_dict(state.ledger)
     server.weights = {k: v.clone() for k, v in state.weights.items()}
     events = list(state.events) + [{

@@ -173,9 +173,18 @@ def privacy_settings(cfg: Config, server: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {"secure_sum": cfg.secure_sum, "encrypt_models": cfg.encrypt_models,
                            "min_contributors": cfg.min_contributors, "dp": None, "he": None}
     if cfg.dp_epsilon is not None:
-        from fedgl.privacy.dp import GaussianMechanism
+        from fedgl.privacy.dp import GaussianMechanism, account
 
-        out["dp"] = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip).describe()
+        mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
+        out["dp"] = mech.describe()
+        releases = (getattr(server, "privacy_stats", None) or {}).get("dp_releases", {})
+        out["dp"]["accounting"] = account(mech, releases)
+    if cfg.secure_sum in ("mask", "robust") or getattr(cfg, "secure_models", False):
+        out["secagg"] = {"mode": cfg.secure_sum, "threshold": getattr(cfg, "secagg_threshold", 0)
+                         or cfg.clients // 2 + 1 if cfg.secure_sum == "robust" else None,
+                         "secure_models": getattr(cfg, "secure_models", False),
+                         "identities": "Ed25519 roster made by the driver (experimenter), "
+                                       "outside the server"}
     if cfg.secure_sum == "he" or cfg.encrypt_models:
         from fedgl.privacy.he import HEParams
 
@@ -189,7 +198,7 @@ def privacy_settings(cfg: Config, server: Any = None) -> dict[str, Any]:
                      "key_holder": cfg.he_key_holder}
     stats = getattr(server, "privacy_stats", None)
     if stats:
-        out["protocol"] = dict(stats)
+        out["protocol"] = {k: v for k, v in stats.items() if k != "dp_releases"}
     return out
 
 

@@ -48,6 +48,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self.received_sums: Tensor | None = None
         self.remote_deg_tilde: Tensor | None = None
         self._dp_seed: int | None = None  # secret: the DP noise is derived from it
+        self._dp_release: str | None = None  # public random name of this release (accounting)
         self._session: bytes | None = None  # the secure protocol session in progress
         self._plan: dict | None = None
         self._he: HEClientContext | None = None
@@ -69,6 +70,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         """
         touched, _, released, counts = self._release()
         msg = {"ids": touched, "sums": released, "num_requested": self._num_requested()}
+        if self._dp_release is not None:
+            msg["dp_release"] = self._dp_release  # lets the run count releases (ε composes)
         if self.hops >= 2:
             msg["degrees"] = self.deg_tilde.clone()
         if counts is not None:
@@ -103,6 +106,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if cfg.dp_epsilon is not None:
             if self._dp_seed is None:
                 self._dp_seed = secrets.randbits(128)
+                self._dp_release = secrets.token_hex(8)
             mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
             released = mech.add_noise(self._sums_of(clip_rows(d.x, cfg.dp_clip), touched),
                                       np.random.default_rng(self._dp_seed))
@@ -151,6 +155,9 @@ class FedGCNClient(GNNClient, SecureModelParty):
             out.update(ids=self._touched(), num_requested=self._num_requested())
             if self.hops >= 2:
                 out["degrees"] = self.deg_tilde.clone()
+            if self.config.dp_epsilon is not None:
+                self._release()
+                out["dp_release"] = self._dp_release
             if self.config.min_contributors > 1:
                 out["counts"] = self._release()[3]
             if self._he_params is not None and self._he_params.pack > 1:

@@ -80,6 +80,7 @@ class FedGCNServer(FedAvgServer):
     def _plain_round(self) -> None:
         cfg = self.config
         msgs = self.runtime.call("partial_sums", None, phase="pretrain")
+        self._count_releases(msgs)
         clients = sorted(msgs)
         ids = torch.cat([msgs[k]["ids"] for k in clients])
         uniq, inverse = torch.unique(ids, return_inverse=True)
@@ -109,6 +110,15 @@ class FedGCNServer(FedAvgServer):
                 reply["degrees"] = degree[want[len(msgs[k]["degrees"]):]]
             replies[k] = reply
         self.runtime.call("receive_sums", replies, phase="pretrain")
+
+    def _count_releases(self, msgs: dict) -> None:
+        """DP accounting: every distinct release a client announced (a restarted or resumed
+        client draws fresh noise: a new release of the same features)."""
+        seen = self.privacy_stats.setdefault("dp_releases", {})
+        for k, m in msgs.items():
+            rid = m.get("dp_release") if isinstance(m, dict) else None
+            if rid is not None and rid not in seen.setdefault(str(k), []):
+                seen[str(k)].append(rid)
 
     def _degrees(self, msgs: dict, rows_of: dict, n: int) -> torch.Tensor | None:
         if self.config.hops < 2:
@@ -141,6 +151,7 @@ class FedGCNServer(FedAvgServer):
         if hello is None:
             return False
         alive = sorted(hello)
+        self._count_releases(hello)
         directory = self.secagg.directory({k: hello[k]["adv"] for k in alive})
         keys = self._call("secagg_keys", {"session": session, "directory": directory}, alive)
         if keys is None or (self.secure_mode != "robust" and sorted(keys) != alive):
