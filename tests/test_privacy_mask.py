@@ -216,3 +216,20 @@ def test_client_refuses_to_send_an_unmaskable_block():
             "peers": torch.zeros(0, dtype=torch.long), "peer_counts": torch.tensor([0])}
     with pytest.raises(RunAborted, match="without co-members"):
         clients[0].secure_upload(session, plan, relayed[0])
+
+
+def test_non_finite_values_are_refused_before_ckks_encoding():
+    from fedgl.privacy.he import pack_fixed
+
+    with pytest.raises(NonFiniteInput, match="non-finite"):
+        pack_fixed(np.array([0.5, np.nan]), 10, 20, 2)
+
+
+def test_a_nan_feature_stops_the_masked_round_with_one_line():
+    graph = random_graph(nodes=60, seed=12)
+    graph.x[3, 0] = float("nan")
+    part = random_partition(graph.num_nodes, 3, seed=12)
+    server = fedgcn_federation(graph, part, hops=2, secure_sum="mask")
+    with pytest.raises(NonFiniteInput, match="non-finite") as err:
+        server.pretrain()
+    assert "\n" not in str(err.value)

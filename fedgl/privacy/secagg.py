@@ -100,14 +100,19 @@ def fixed_point_limit(members: int) -> float:
     return 2.0 ** (62 - FIXED_POINT_BITS - max(members - 1, 1).bit_length())
 
 
+def refuse_non_finite(v: np.ndarray) -> None:
+    """One-line :class:`NonFiniteInput` for NaN/inf (which would pass a range check and wrap)."""
+    if v.size and not bool(np.isfinite(v).all()):
+        raise NonFiniteInput(f"a secure-sum input holds {int((~np.isfinite(v)).sum())} non-finite "
+                             "values (NaN or inf), refused before encoding; lower the learning "
+                             "rate or check the features for NaN")
+
+
 def encode_fixed(values: np.ndarray, members: int) -> np.ndarray:
     """``round(v · 2^32)`` as uint64 (two's complement). Refuses NaN/inf and out-of-range
     values with a one-line error (NaN would otherwise pass the range check and wrap)."""
     v = np.asarray(values, dtype=np.float64).ravel()
-    if v.size and not bool(np.isfinite(v).all()):
-        raise NonFiniteInput(f"a secure-sum input holds {int((~np.isfinite(v)).sum())} non-finite "
-                             "values (NaN or inf), refused before fixed-point encoding; lower the "
-                             "learning rate or check the features for NaN")
+    refuse_non_finite(v)
     if v.size and float(np.abs(v).max()) >= fixed_point_limit(members):
         raise OverflowError(f"secure-sum inputs up to {float(np.abs(v).max()):.3g} exceed the "
                             f"masking fixed-point range ({fixed_point_limit(members):.3g})")
