@@ -257,3 +257,18 @@ def test_robust_split_survivor_sets_cannot_collect_both_shares():
         with pytest.raises(AttackDetected, match="signed this survivor set"):
             rt.call("secagg_unmask", {"session": session, "signatures": sigs}, phase="train",
                     clients=[k])
+
+
+def test_fedgl_keys_writes_a_roster_and_private_keys(tmp_path, capsys):
+    from fedgl.cli import main
+    from fedgl.privacy.identity import Identity, Roster
+
+    assert main(["keys", "--clients", "3", "--out", str(tmp_path / "k")]) == 0
+    import json
+
+    roster = Roster.from_dict(json.loads((tmp_path / "k" / "roster.json").read_text()))
+    assert roster.ids == [0, 1, 2]
+    ident = Identity(bytes.fromhex((tmp_path / "k" / "client-1.key").read_text().strip()))
+    assert roster.verify(1, b"m", ident.sign(b"m")) and not roster.verify(0, b"m", ident.sign(b"m"))
+    assert (tmp_path / "k" / "client-1.key").stat().st_mode & 0o077 == 0
+    assert main(["keys", "--clients", "3", "--out", str(tmp_path / "k")]) == 2  # no overwrite
