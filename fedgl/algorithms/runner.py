@@ -21,7 +21,7 @@ from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
-from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
+from fedgl.data.shards import ShardSpec, make_partition, write_client_shards
 from fedgl.errors import ConfigError
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
@@ -48,7 +48,7 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
     (``server.runtime.ledger`` counts everything from here on).
 
     ``local``: the driver hands every in-process client its :class:`ClientData`. ``ray``: the
-    driver writes the partition file and every actor loads its own shard from it.
+    driver writes one shard file per client and every actor loads only its own (digest-checked).
 
     With a secure sum or encrypted models, the driver, as the experimenter, also makes the
     roster and hands every client its identity key (:mod:`fedgl.privacy.identity`); the server
@@ -71,10 +71,11 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
     if cfg.runtime == "ray":
         from fedgl.federation.ray_runtime import RayRuntime
 
-        path, digest = write_partition_file(part, graph, cfg, seed)
-        fingerprint = graph_fingerprint(graph)
-        specs = {k: ShardSpec(cfg.to_dict(), seed, k, str(path), digest, fingerprint,
-                              identity=_provision(identities, k))
+        # each actor gets only its own shard file (and its digest), never the whole graph
+        shards = write_client_shards(graph, part, cfg, seed)
+        specs = {k: ShardSpec(cfg.to_dict(), seed, k, "", "", "",
+                              identity=_provision(identities, k), shard_path=shards[k][0],
+                              shard_sha256=shards[k][1])
                  for k in range(part.num_clients)}
         runtime: Runtime = RayRuntime(specs, client_cls, cfg, Ledger())
     else:
