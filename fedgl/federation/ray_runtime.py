@@ -43,12 +43,7 @@ class ClientActor:
         cls = getattr(importlib.import_module(module), name)
         self.client = cls(load_shard(spec), cfg, spec.seed)
         if spec.identity is not None:  # provisioned by the experimenter, not by the server
-            from fedgl.privacy.identity import Identity, Roster
-
-            ident = spec.identity
-            self.client.install_identity(Identity(ident["key"]), Roster.from_dict(ident["roster"]),
-                                         ident["mode"], ident["threshold"],
-                                         ident.get("secure_models", False))
+            self.client.provision(spec.identity)
 
     def call(self, method: str, kwargs: dict[str, Any]) -> Any:
         return getattr(self.client, method)(**kwargs)

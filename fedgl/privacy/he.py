@@ -1,7 +1,7 @@
 """CKKS homomorphic encryption (TenSEAL) with client-held keys.
 
 One designated client (the key holder) creates the CKKS context. The secret key leaves it only
-sealed to each other client (X25519 + ChaCha20-Poly1305, see :mod:`fedgl.privacy.secure_sum`),
+sealed to each roster-authenticated client (X25519 + ChaCha20-Poly1305, :mod:`fedgl.privacy.secagg`),
 relayed by the server, which receives a *public* context: the encryption parameters and no key.
 With it the server can load and add ciphertexts, and nothing else: it cannot decrypt.
 

@@ -426,6 +426,11 @@ class SecureSumParty:
         self.secagg = SecAggClient(self.client_id_for_secagg(), identity, roster, mode, threshold)
         self.secure_models = secure_models
 
+    def provision(self, plain: dict) -> None:
+        """:meth:`install_identity` from plain data (what a client process receives)."""
+        self.install_identity(Identity(plain["key"]), Roster.from_dict(plain["roster"]),
+                              plain["mode"], plain["threshold"], plain.get("secure_models", False))
+
     def client_id_for_secagg(self) -> int:
         return int(self.data.client_id)  # type: ignore[attr-defined]
 
