@@ -71,7 +71,15 @@ class FedGCNServer(FedAvgServer):
 
     def restore_client(self, client_id: int) -> None:
         """A restarted client lost its keys: inside the secure round, restart that round (the
-        runtime's re-sent call then answers 'stale'); otherwise re-run pre-training."""
+        runtime's re-sent call then answers 'stale'); otherwise re-run pre-training.
+
+        With the robust secure sum a restarted client cannot rejoin: the others take part in
+        one sum per release (a second one would let a server difference them), so the run
+        stops with the fix (the ``drop`` policy, which the robust sum tolerates)."""
+        if self.secure_mode == "robust" or getattr(self.config, "secure_models", False):
+            raise RunAborted(f"client {client_id} restarted and lost its state, but the robust "
+                             "secure sum (and secure model averaging) never sums the same input "
+                             "twice; use --on-client-failure drop, which it tolerates")
         if self._in_pretrain:
             self._restart_pending = True
             return
