@@ -66,8 +66,9 @@ class SecureFedAvg(FedAvg):
         out = secure_vector_sum(self._call, self.runtime.client_ids, f"model/{self.rounds}",
                                 length, self.server)
         if out is None:
-            raise RunAborted("a client restarted during the secure model sum; the round cannot "
-                             "be completed without re-training")
+            raise RunAborted("a client dropped or restarted during the secure model sum: mask "
+                             "mode needs every client (use --secure-sum robust for dropouts), "
+                             "and a restarted client has lost its model")
         total, _ = out
         coeff = float(total[-1])
         if coeff <= 0:
