@@ -13,7 +13,8 @@ import torch
 from fedgl.algorithms.fedgcn.client import PRETRAIN
 from fedgl.errors import RunAborted
 from fedgl.privacy.identity import AttackDetected, Identity, frame
-from fedgl.privacy.secagg import SecureSumServer, _x25519_pair, secure_vector_sum
+from fedgl.privacy.secagg import _x25519_pair
+from fedgl.privacy.secagg_server import SecureSumServer, secure_vector_sum
 from tests.helpers import fedgcn_federation, random_graph, random_partition
 from tests.test_secagg import caller, federation
 

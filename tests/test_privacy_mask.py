@@ -15,10 +15,10 @@ from fedgl.privacy.secagg import (
     FIXED_POINT_BITS,
     NonFiniteInput,
     SecAggClient,
-    SecureSumServer,
     decode_fixed,
     encode_fixed,
 )
+from fedgl.privacy.secagg_server import SecureSumServer
 from fedgl.privacy.secure_sum import plan_rows
 from tests.helpers import fedgcn_federation, random_graph, random_partition
 

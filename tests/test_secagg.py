@@ -10,7 +10,8 @@ import torch
 from fedgl.errors import RunAborted
 from fedgl.federation.runtime import LocalRuntime
 from fedgl.privacy.identity import make_roster, shamir_combine, shamir_split
-from fedgl.privacy.secagg import SecureSumParty, SecureSumServer, secure_vector_sum
+from fedgl.privacy.secagg import SecureSumParty
+from fedgl.privacy.secagg_server import SecureSumServer, secure_vector_sum
 
 
 class Party(SecureSumParty):

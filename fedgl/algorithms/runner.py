@@ -94,13 +94,13 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         raise
     runtime.on_client_restart = server.restore_client
     if hasattr(server, "secure_mode"):
-        from fedgl.privacy.secagg import SecureSumServer
+        from fedgl.privacy.secagg_server import SecureSumServer
 
         server.secure_mode = mode
         server.secagg = SecureSumServer(mode if mode in ("mask", "robust") else "mask",
                                         secagg_threshold)
     if secure_models:
-        from fedgl.privacy.secagg import SecureSumServer
+        from fedgl.privacy.secagg_server import SecureSumServer
         from fedgl.privacy.secure_models import SecureFedAvg
 
         if mode not in ("mask", "robust"):

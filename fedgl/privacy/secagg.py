@@ -1,5 +1,6 @@
-"""Authenticated secure aggregation for any sum: a client side (:class:`SecAggClient`, used by a
-client through the :class:`SecureSumParty` mixin) and a server side (:class:`SecureSumServer`).
+"""Authenticated secure aggregation for any sum: the client side (:class:`SecAggClient`, used
+by a client through the :class:`SecureSumParty` mixin); the server side is
+:mod:`fedgl.privacy.secagg_server` (:class:`SecureSumServer`, :func:`secure_vector_sum`).
 
 Inputs are real vectors in fixed point (``round(v · 2^32)`` in uint64, wrapping mod 2^64).
 A client's vector is laid out in *segments*, each with the peers that contribute to the same
@@ -34,7 +35,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -45,7 +46,6 @@ from fedgl.privacy.identity import (
     Identity,
     Roster,
     frame,
-    shamir_combine,
     shamir_split,
 )
 
@@ -474,109 +474,6 @@ class SecureSumParty:
         return self._agg().unmask(session, signatures)
 
 
-# ---------------------------------------------------------------------- server side
-Call = Callable[[str, Mapping[int, dict], list[int]], dict | None]
-
-
-@dataclass
-class SecureSumServer:
-    """The server's side: builds directories, relays confirmations and shares, and unmasks.
-
-    ``call(method, per_client_args, clients)`` is the algorithm's ``runtime.call`` (with its
-    ledger phase) and returns None when the protocol must restart (a client restarted)."""
-
-    mode: str = "mask"
-    threshold: int = 0
-    stats: dict = field(default_factory=dict)
-
-    def directory(self, adverts: Mapping[int, dict]) -> dict:
-        ids = sorted(adverts)
-        return {"ids": ids, "c": [adverts[k]["c"] for k in ids],
-                "s": [adverts[k]["s"] for k in ids], "sig": [adverts[k]["sig"] for k in ids]}
-
-    def relay(self, key_replies: Mapping[int, dict]) -> dict[int, dict]:
-        """Per client, the confirmation tags (and shares) its peers addressed to it."""
-        out: dict[int, dict] = {k: {"confirm": {}} for k in key_replies}
-        for u, rep in key_replies.items():
-            for v, tag in rep["confirm"].items():
-                if v in out:
-                    out[v]["confirm"][u] = tag
-            for v, ct in rep.get("shares", {}).items():
-                if v in out:
-                    out[v].setdefault("shares", {})[u] = ct
-        if self.mode == "robust":
-            for v in out:
-                out[v].setdefault("shares", {})
-        return out
-
-    def unmask(self, call: Call, session: bytes, instance: str, directory: dict, u2: list[int],
-               uploads: Mapping[int, np.ndarray], placement: Mapping[int, list[tuple[int, int]]],
-               segments: Mapping[int, Segments], length: int) -> np.ndarray | None:
-        """The sum (float64, ``length`` positions) of the survivors' inputs.
-
-        ``placement[k]``: (global start, length) of each of k's segments; ``segments[k]``: the
-        (length, peers) list k masked with. None: a client restarted (start over)."""
-        u3 = sorted(uploads)
-        acc = np.zeros(length, dtype=np.uint64)
-        pos = {k: _positions(placement[k]) for k in u3}
-        for k in u3:  # positions are distinct within one client's upload; uint64 wraps mod 2^64
-            acc[pos[k]] += np.asarray(uploads[k], dtype=np.uint64)
-        if self.mode == "mask":
-            if u3 != sorted(u2):
-                return None  # masks of a missing client would not cancel
-            return decode_fixed(acc)
-        t = self.threshold or default_threshold(len(directory["ids"]))
-        if len(u3) < t:
-            raise RunAborted(f"only {len(u3)} clients uploaded, below the secure-sum threshold "
-                             f"{t}: the sum cannot be recovered; the run stops")
-        sigs = call("secagg_consistency", {k: {"session": session, "survivors": u3} for k in u3}, u3)
-        if sigs is None:
-            return None
-        signatures = {k: r["sig"] for k, r in sigs.items()}
-        signers = sorted(sigs)
-        revealed = call("secagg_unmask", {k: {"session": session, "signatures": signatures}
-                                          for k in signers}, signers)
-        if revealed is None:
-            return None
-        if len(revealed) < t:
-            raise RunAborted(f"only {len(revealed)} clients answered the unmasking step, below "
-                             f"the threshold {t}; the run stops")
-        dropped = sorted(set(u2) - set(u3))
-        for u in u3:  # remove self masks
-            seed = _combine({v: r["b"][u] for v, r in revealed.items()}, u)
-            acc[pos[u]] -= prg(seed, pos[u].size)
-        s_pub = dict(zip(directory["ids"], directory["s"], strict=True))
-        dir_hash = directory_hash(session, instance, directory)
-        for u in dropped:  # remove survivors' pairwise masks with dropped clients
-            from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
-
-            s_u = X25519PrivateKey.from_private_bytes(
-                _combine({v: r["s"][u] for v, r in revealed.items()}, u))
-            for v in u3:
-                spans = pair_spans(segments[v], u)
-                if not spans:
-                    continue
-                key = mask_key(s_u, s_pub[v], session, dir_hash, u, v)
-                local = np.zeros(sum(n for n, _ in segments[v]), dtype=np.uint64)
-                apply_pair_mask(local, spans, key, v < u)
-                acc[pos[v]] -= local
-        self.stats["dropped_in_session"] = dropped
-        return decode_fixed(acc)
-
-
-def _combine(shares: Mapping[int, bytes], owner: int) -> bytes:
-    try:
-        return shamir_combine(shares)
-    except ValueError:
-        raise RunAborted(f"the shares of client {owner}'s secret do not reconstruct it (a client "
-                         "sent a corrupt share); the run stops") from None
-
-
-def _positions(placement: Sequence[tuple[int, int]]) -> np.ndarray:
-    parts = [np.arange(s, s + n, dtype=np.int64) for s, n in placement]
-    return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-
 def directory_hash(session: bytes, instance: str, directory: Mapping) -> bytes:
     """SHA-256 of the whole directory, bound into every pairwise key (the server computes it
     too, to re-derive a dropped client's mask keys from its reconstructed secret)."""
@@ -584,32 +481,3 @@ def directory_hash(session: bytes, instance: str, directory: Mapping) -> bytes:
                          directory["sig"], strict=True))
     return hashlib.sha256(frame(b"fedgl/dir/v2", session, instance,
                                 *[frame(k, c, s, sig) for k, c, s, sig in entries])).digest()
-
-
-# ---------------------------------------------------------------------- one vector, everyone
-def secure_vector_sum(call: Call, clients: list[int], instance: str, length: int,
-                      server: SecureSumServer) -> tuple[np.ndarray, list[int]] | None:
-    """Σ_k x_k over ``clients`` where every client's input (``secagg_input(instance)``) has
-    ``length`` values (a model average: divide by the summed coefficients). Returns the sum and
-    the clients it covers, or None when a client restarted mid-way."""
-    session = os.urandom(16)
-    adv = call("secagg_advertise", {k: {"session": session, "instance": instance}
-                                    for k in clients}, clients)
-    if adv is None:
-        return None
-    alive = sorted(adv)
-    directory = server.directory({k: adv[k]["adv"] for k in alive})
-    keys = call("secagg_keys", {k: {"session": session, "directory": directory} for k in alive},
-                alive)
-    if keys is None:
-        return None
-    u2 = sorted(keys)
-    relayed = server.relay(keys)
-    segments = {k: [(length, [v for v in u2 if v != k])] for k in u2}
-    up = call("secagg_upload", {k: {"session": session, "received": relayed[k],
-                                    "segments": segments[k]} for k in u2}, u2)
-    if up is None:
-        return None
-    total = server.unmask(call, session, instance, directory, u2, {k: r["masked"] for k, r in up.items()},
-                          {k: [(0, length)] for k in up}, segments, length)
-    return None if total is None else (total, sorted(up))

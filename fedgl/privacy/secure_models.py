@@ -17,7 +17,8 @@ import torch
 
 from fedgl.errors import RunAborted
 from fedgl.federation.aggregate import FedAvg, State
-from fedgl.privacy.secagg import SecureSumParty, SecureSumServer, secure_vector_sum
+from fedgl.privacy.secagg import SecureSumParty
+from fedgl.privacy.secagg_server import SecureSumServer, secure_vector_sum
 
 
 class SecureModelParty(SecureSumParty):

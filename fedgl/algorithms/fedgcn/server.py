@@ -22,7 +22,7 @@ from fedgl.algorithms.base import FedAvgServer
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
 from fedgl.privacy.he import EncryptedModel, HEParams, HEServerContext
-from fedgl.privacy.secagg import SecureSumServer
+from fedgl.privacy.secagg_server import SecureSumServer
 from fedgl.privacy.secure_sum import RowPlan, plan_rows
 
 PRETRAIN = "fedgcn/pretrain"  # the clients' secure-sum instance name (see client.py)
