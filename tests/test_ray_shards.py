@@ -57,3 +57,21 @@ def test_shard_file_is_checked_by_its_digest(tmp_path):
     with pytest.raises(DataError, match="not on this node"):
         load_shard(ShardSpec(cfg.to_dict(), 0, 1, "", "", "", shard_path=str(tmp_path / "x.pt"),
                              shard_sha256=digest))
+
+
+@pytest.mark.slow
+def test_robust_secure_models_on_ray_survive_a_dropped_client(local_ray):
+    """Ray, robust secure sum for pre-training and models, client 0 killed after round 2 under
+    the drop policy: the remaining rounds' secure sums complete without it."""
+    import fedgl
+
+    def kill(repeat, t, server):
+        if t == 2:
+            server.runtime.kill_client(0)
+
+    res = fedgl.run(dataset="sbm", sbm_nodes=300, clients=4, rounds=4, progress=False,
+                    runtime="ray", on_client_failure="drop", on_round=kill,
+                    secure_sum="robust", secure_models=True)
+    rep = res.repeats[0]
+    assert len(rep.history) == 4
+    assert [(e["client"], e["action"]) for e in rep.extra["failures"]] == [(0, "dropped")]
