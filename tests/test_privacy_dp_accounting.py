@@ -44,3 +44,23 @@ def test_a_resumed_run_counts_the_release_before_and_after(tmp_path):
     acc = rep.extra["privacy"]["dp"]["accounting"]
     assert set(acc["releases_per_client"].values()) == {2}  # fresh noise after the resume
     assert acc["repeat_total"]["epsilon"] == 4.0 and acc["run_total"]["releases"] == 2
+
+
+def test_a_restarted_client_counts_a_second_release():
+    """A restarted client process (fresh object from its own data, as the Ray runtime does)
+    draws fresh noise when pre-training is re-run: its release count becomes 2, the others
+    resend their first release and stay at 1."""
+    from fedgl.algorithms.fedgcn.client import FedGCNClient
+    from fedgl.privacy.dp import account
+    from tests.helpers import fedgcn_federation, random_graph, random_partition
+
+    graph = random_graph(nodes=60, seed=5)
+    part = random_partition(graph.num_nodes, 3, seed=5)
+    server = fedgcn_federation(graph, part, hops=2, dp_epsilon=2.0)
+    server.pretrain()
+    old = server.runtime.local_client(1)
+    server.runtime._clients[1] = FedGCNClient(old.data, old.config, old.seed)  # the restart
+    server.restore_client(1)
+    counts = account(GaussianMechanism(2.0, 1e-5, 1.0),
+                     server.privacy_stats["dp_releases"])["releases_per_client"]
+    assert counts == {"0": 1, "1": 2, "2": 1}
