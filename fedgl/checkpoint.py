@@ -14,6 +14,7 @@ RNG states are stored as a tensor and lists, and anything else is refused with a
 
 from __future__ import annotations
 
+import errno
 import os
 import pickle
 import random
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from fedgl.errors import ConfigError, DataError
+from fedgl.output import apply_umask, describe_os_error
 from fedgl.results import RepeatResult
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -86,7 +88,16 @@ class Checkpointer:
         os.close(fd)
         try:
             torch.save(plain(asdict(ckpt)), tmp)
+            apply_umask(tmp)
             os.replace(tmp, self.path)
+        except (OSError, RuntimeError) as exc:   # torch.save reports a full disk as RuntimeError
+            if not isinstance(exc, OSError):
+                st = os.statvfs(self.path.parent)
+                full = st.f_bavail * st.f_frsize < 1 << 20
+                exc = OSError(errno.ENOSPC if full else errno.EIO,
+                              os.strerror(errno.ENOSPC) if full else str(exc).splitlines()[0])
+            raise describe_os_error(exc, f"checkpoint '{self.path}'",
+                                    "choose a writable --out folder") from None
         finally:
             Path(tmp).unlink(missing_ok=True)
 
