@@ -22,6 +22,7 @@ from fedgl.data.client_data import ClientData, client_shard
 from fedgl.data.datasets import default_cache_dir
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition, partition
+from fedgl.data.vertical import VerticalClientData, vertical_shard
 from fedgl.errors import DataError
 
 
@@ -35,6 +36,11 @@ class ShardSpec:
     partition_path: str
     partition_sha256: str
     graph_fingerprint: str
+    # vertical setting: the split recipe (fedgl.data.vertical.vertical_shard keywords) and the
+    # digest of the driver's shard; the partition fields are then unused
+    vertical: dict | None = None
+    # protocol parameters for client classes built by ``from_shard`` (instead of the config)
+    client_params: dict | None = None
 
 
 def graph_fingerprint(graph: GraphData) -> str:
@@ -78,7 +84,7 @@ def _file_sha256(path: Path) -> str | None:
         return None
 
 
-def load_shard(spec: ShardSpec) -> ClientData:
+def load_shard(spec: ShardSpec) -> ClientData | VerticalClientData:
     """Load the dataset locally, verify graph and partition, and keep only this client's data."""
     from fedgl.api import load_graph  # late import: api imports the algorithms
 
@@ -87,6 +93,8 @@ def load_shard(spec: ShardSpec) -> ClientData:
     if graph_fingerprint(graph) != spec.graph_fingerprint:
         raise DataError(f"client {spec.client_id}: the dataset '{cfg.dataset}' on this machine "
                         "differs from the driver's; give every node the same data files")
+    if spec.vertical is not None:
+        return _vertical_shard(graph, spec)
     path = Path(spec.partition_path)
     owner = np.load(path, allow_pickle=False) if path.is_file() else None
     if owner is None or owner_sha256(owner) != spec.partition_sha256:
@@ -95,3 +103,15 @@ def load_shard(spec: ShardSpec) -> ClientData:
         raise DataError(f"client {spec.client_id}: partition checksum mismatch; delete "
                         f"'{path}' and rerun")
     return client_shard(graph, Partition(owner, cfg.clients), spec.client_id)
+
+
+def _vertical_shard(graph: GraphData, spec: ShardSpec) -> VerticalClientData:
+    """Re-split the (verified) graph with the driver's seeded recipe and keep this client's
+    columns and edges; the digest proves it is the shard the driver split."""
+    recipe = dict(spec.vertical or {})
+    digest = recipe.pop("digest", None)
+    data = vertical_shard(graph, recipe.pop("clients"), spec.client_id, **recipe)
+    if digest is not None and data.digest() != digest:
+        raise DataError(f"client {spec.client_id}: the vertical split on this machine differs "
+                        "from the driver's; run the same fedgl version everywhere")
+    return data

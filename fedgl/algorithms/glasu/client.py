@@ -54,6 +54,11 @@ class GlasuClient:
         self._blocks: list[Block] = []
         self._round: dict = {}
 
+    @classmethod
+    def from_shard(cls, data: VerticalClientData, params: dict, seed: int) -> GlasuClient:
+        """Built where the client runs (a Ray actor) from its shard and the plain parameters."""
+        return cls(data, GlasuParams(**{**params, "agg": tuple(params["agg"])}), seed)
+
     # ------------------------------------------------------------------ set-up / batches
     def training_nodes(self) -> dict:
         """The training node ids (a label holder's index list; the server samples from it)."""
@@ -184,7 +189,7 @@ class GlasuClient:
         self._step(loss)
         self._round["q0"] = True
         self._round["loss"] = float(loss)
-        return {"grad": top.grad.detach(), "loss": float(loss)}
+        return {"grad": top.grad.detach(), "loss": float(loss.detach())}
 
     def local_updates(self, h: Tensor | None, grad: Tensor | None = None) -> dict:
         """``Q`` local steps on the own loss (or the surrogate ``Σ g ⊙ H_m[L]`` at a client
@@ -211,7 +216,7 @@ class GlasuClient:
         loss = self._loss(leaf)
         self.opt.zero_grad()
         loss.backward()
-        return {"grad": leaf.grad.detach(), "loss": float(loss)}
+        return {"grad": leaf.grad.detach(), "loss": float(loss.detach())}
 
     def backward_segment(self, grad: Tensor, k: int) -> dict | None:
         """Exact mode: push the server's share of ``∂L/∂H[l_k+1]`` through segment ``k``;

@@ -90,7 +90,8 @@ def build_block(edge_index: Tensor, num_nodes: int, src: Tensor, dst: Tensor) ->
     r = torch.cat([rows[keep], torch.arange(dst.numel())])
     c = torch.cat([s[keep], dst_in_src])
     val = deg[c].rsqrt() * deg[dst_in_src[r]].rsqrt()
-    adj = torch.sparse_coo_tensor(torch.stack([r, c]), val, (dst.numel(), src.numel())).coalesce()
+    adj = torch.sparse_coo_tensor(torch.stack([r, c]), val, (dst.numel(), src.numel()),
+                                  check_invariants=False).coalesce()
     return Block(src, dst, adj, dst_in_src, adj.indices())
 
 
