@@ -76,7 +76,7 @@ def test_concat_K_eq_L_exact_gradients_equal_the_centralised_model(float64):
               for bf in before]
     total = sum(losses)
     total.backward()
-    assert loss_reported == pytest.approx(float(total) / 2, abs=1e-9)
+    assert loss_reported == pytest.approx(float(total.detach()) / 2, abs=1e-9)
     for m, c in enumerate(clients):
         after = c.parameters_dict()
         a, z = p.share(m)
@@ -137,3 +137,24 @@ def test_lazy_aggregation_moves_only_the_layers_after_the_first_aggregation(agg,
         same = torch.allclose(base[0][layer], moved[0][layer])
         assert same == (layer < first_moved), (agg, layer)
     assert not torch.allclose(base[1][0], moved[1][0])  # the perturbation is real
+
+
+@pytest.mark.parametrize("backbone", ["gcn", "gat", "gcnii"])
+def test_sparse_feature_copy_gives_the_dense_forward(backbone, monkeypatch):
+    from fedgl.algorithms.glasu.client import GlasuClient
+
+    graph = random_graph(nodes=70, seed=6)
+    x = graph.x * (torch.rand(graph.x.shape) < 0.2)  # mostly zeros
+    graph = graph.with_features(x)
+    p = glasu_params(graph, clients=2, layers=2, agg="1", backbone=backbone)
+    traces = []
+    for threshold in (0.0, 1.1):  # never / always sparse
+        monkeypatch.setattr(GlasuClient, "SPARSE_BELOW", threshold)
+        server = glasu_federation(graph, p)
+        assert (server.runtime.local_client(0)._xs is not None) == (threshold > 1)
+        loss = server.train_round()["train_loss"]
+        server.evaluate()
+        traces.append((loss, server.runtime.local_client(0).trace))
+    assert traces[0][0] == pytest.approx(traces[1][0], abs=1e-5)
+    for a, b in zip(traces[0][1], traces[1][1], strict=True):
+        assert torch.allclose(a, b, atol=1e-5)

@@ -89,7 +89,7 @@ def _walk(obj, seen=None):
         return
     seen.add(id(obj))
     if isinstance(obj, torch.Tensor):
-        yield obj
+        yield obj.to_dense() if obj.is_sparse else obj
     elif isinstance(obj, Block):
         return
     elif isinstance(obj, dict):

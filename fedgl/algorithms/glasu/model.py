@@ -25,6 +25,14 @@ from fedgl.algorithms.glasu.options import GlasuParams
 from fedgl.algorithms.glasu.sampling import Block
 
 
+def linear(h: Tensor, lin: nn.Linear, bias: bool = True) -> Tensor:
+    """``h Wᵀ (+ b)`` for dense or sparse (COO) ``h``."""
+    if h.is_sparse:
+        out = torch.sparse.mm(h, lin.weight.t())
+        return out + lin.bias if bias and lin.bias is not None else out
+    return nn.functional.linear(h, lin.weight, lin.bias if bias else None)
+
+
 class GATLayer(nn.Module):
     def __init__(self, d_in: int, d_out: int) -> None:
         super().__init__()
@@ -37,7 +45,7 @@ class GATLayer(nn.Module):
         nn.init.uniform_(self.att_src, -bound, bound)
 
     def forward(self, h: Tensor, block: Block) -> Tensor:
-        z = self.lin(h)
+        z = linear(h, self.lin)
         r, c = block.edges
         e = torch.nn.functional.leaky_relu(z[block.dst_in_src[r]] @ self.att_dst
                                            + z[c] @ self.att_src, 0.2)
@@ -73,15 +81,15 @@ class ClientStack(nn.Module):
 
     def first_input(self, x: Tensor) -> Tensor:
         """``H_m[0]``: raw columns, or GCNII's projection ``ReLU(X W_in + b)``."""
-        return torch.relu(self.input(x)) if self.input is not None else x
+        return torch.relu(linear(x, self.input)) if self.input is not None else x
 
     def layer(self, layer: int, h: Tensor, block: Block, h0: Tensor | None) -> Tensor:
         """``H⁺_m[l]`` from ``H_m[l]`` (rows ``block.src``) onto ``block.dst``."""
         conv = self.convs[layer]
         if self.p.backbone == "gcn":
             w = conv.weight.t()  # Â H W + b, multiplying in the cheaper order
-            z = (torch.sparse.mm(block.adj, h @ w) if h.size(1) > w.size(1)
-                 else torch.sparse.mm(block.adj, h) @ w)
+            z = (torch.sparse.mm(block.adj, linear(h, conv, bias=False))
+                 if h.is_sparse or h.size(1) > w.size(1) else torch.sparse.mm(block.adj, h) @ w)
             return torch.relu(z + conv.bias)
         if self.p.backbone == "gat":
             return torch.relu(conv(h, block))
