@@ -42,33 +42,22 @@ def log(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def make_config(dataset: str, args: argparse.Namespace, clients: int, rounds: int):
-    from fedgl.config import Config
-
-    values = dict(dataset=dataset, clients=clients, layers=4, hidden=args.hidden,
-                  dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay,
-                  rounds=rounds, eval_every=max(1, min(args.eval_every, rounds)), progress=False,
-                  threads=1)
-    extra = dict(batch_size=16, fanouts="3", feature_split="random", edge_share=0.8)
-    names = {f for f in Config.__dataclass_fields__} if hasattr(Config, "__dataclass_fields__") \
-        else set()
-    values.update({k: v for k, v in extra.items() if not names or k in names})
-    return Config.from_dict(values) if names else Config(**values)
-
-
 def run_one(graph, dataset: str, args: argparse.Namespace, *, seed: int, clients: int = 3,
             baseline: str = "none", q: int = 1, k: str = "2") -> dict:
-    from fedgl.algorithms.glasu.options import GlasuOptions
-    from fedgl.algorithms.glasu.runner import run_glasu
-    from fedgl.progress import round_progress
+    """One seeded run through the API; ``baseline`` none is GLASU itself."""
+    import fedgl
 
     rounds = max(1, args.updates // q)
-    cfg = make_config(dataset, args, clients, rounds)
-    options = GlasuOptions(backbone="gcnii", agg_layers=k, stale_steps=q, baseline=baseline,
-                           optimizer="adam")
+    cfg = dict(algorithm="glasu" if baseline == "none" else f"glasu-{baseline}",
+               dataset=dataset, clients=clients, layers=4, hidden=args.hidden,
+               dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay, rounds=rounds,
+               eval_every=max(1, min(args.eval_every, rounds)), progress=False, threads=1,
+               seed=seed, batch_size=16, fanout="3", feature_split="random", edge_share=0.8,
+               backbone="gcnii", glasu_optimizer="adam")
+    if baseline == "none":
+        cfg.update(agg_layers=k, stale_steps=q)
     t0 = time.perf_counter()
-    with round_progress(False) as progress:
-        rep = run_glasu(graph, cfg, options, repeat=0, seed=seed, progress=progress)
+    rep = fedgl.run(cfg, graph=graph).repeats[0]
     led = rep.ledger
     return {"dataset": dataset, "seed": seed, "clients": clients, "baseline": baseline, "Q": q,
             "K": k, "rounds": rounds, "updates": rounds * q,

@@ -210,7 +210,7 @@ class GlasuClient:
         loss = self._loss(top)
         self._step(loss)
         self._round["q0"] = True
-        self._round["loss"] = float(loss)
+        self._round["loss"] = float(loss.detach())
         return {"grad": top.grad.detach(), "loss": float(loss.detach())}
 
     def local_updates(self, h: Tensor | None, grad: Tensor | None = None) -> dict:

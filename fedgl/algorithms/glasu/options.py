@@ -9,45 +9,57 @@ numbering). The last layer always aggregates, so every client predicts from the 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from fedgl.config.fields import option
 from fedgl.errors import ConfigError
 
 BACKBONES = ("gcn", "gat", "gcnii")
 AGGREGATES = ("mean", "concat")
 GRAD_MODES = ("local_stale", "exact")
-BASELINES = ("none", "centralized", "standalone", "simulated")
+MODES = ("glasu", "centralized", "standalone", "simulated")
 
 
-def _o(default, help: str):  # noqa: ANN001, ANN202 - dataclass field helper
-    return field(default=default, metadata={"help": help})
+@dataclass(frozen=True)
+class GlasuModelOptions:
+    """The split model and its optimiser: read by GLASU and its baselines."""
 
-
-@dataclass
-class GlasuOptions:
-    """Options of ``--algorithm glasu`` (the baselines reuse them)."""
-
-    backbone: str = _o("gcnii", "GLASU backbone GNN: gcn, gat or gcnii")
-    agg_layers: str = _o("2", "GLASU: aggregation layers, a count K (uniform, always the last) or "
-                              "a list of 1-based layers ending with L, e.g. 2,4")
-    stale_steps: int = _o(4, "GLASU: local updates Q per round with stale other-client embeddings")
-    aggregate: str = _o("mean", "GLASU server aggregation: mean or concat (gcn/gat only)")
-    grad_mode: str = _o("local_stale", "GLASU gradients: local_stale (paper Alg. 4: others' "
-                                       "embeddings are constants) or exact (backprop through the "
-                                       "server, one gradient message per aggregation layer; Q=1)")
-    label_holders: str = _o("all", "GLASU: labels at all clients, or at one (client 0, paper B.2)")
-    baseline: str = _o("none", "GLASU baselines: none, centralized (one party, all features and "
-                               "edges), standalone (each client alone) or simulated (full edges "
-                               "at every client, K=L, exact gradients)")
-    gcnii_alpha: float = _o(0.1, "GCNII initial-residual weight α")
-    gcnii_lambda: float = _o(0.5, "GCNII identity-mapping λ (β_l = log(λ/l + 1))")
-    optimizer: str = _o("sgd", "GLASU client optimiser: sgd or adam")
-    momentum: float = _o(0.0, "GLASU SGD momentum")
+    backbone: str = option("gcnii", "GLASU backbone GNN: gcn, gat or gcnii")
+    aggregate: str = option("mean", "GLASU server aggregation of embeddings: mean or concat "
+                                    "(gcn/gat only)")
+    gcnii_alpha: float = option(0.1, "GCNII initial-residual weight alpha")
+    gcnii_lambda: float = option(0.5, "GCNII identity-mapping lambda (beta_l = log(lambda/l + 1))")
+    glasu_optimizer: str = option("sgd", "GLASU client optimiser: sgd (the paper's plain "
+                                         "steps) or adam (e.g. with --lr 0.01)")
+    glasu_momentum: float = option(0.0, "GLASU SGD momentum")
 
     def validate(self, cfg: object = None) -> None:
         for name, allowed in (("backbone", BACKBONES), ("aggregate", AGGREGATES),
-                              ("grad_mode", GRAD_MODES), ("baseline", BASELINES),
-                              ("label_holders", ("all", "one")), ("optimizer", ("sgd", "adam"))):
+                              ("glasu_optimizer", ("sgd", "adam"))):
+            if getattr(self, name) not in allowed:
+                raise ConfigError(f"{name} must be one of {', '.join(allowed)} "
+                                  f"(got {getattr(self, name)!r})")
+        if self.backbone == "gcnii" and self.aggregate == "concat":
+            raise ConfigError("gcnii needs a constant width: use --aggregate mean with it")
+
+
+@dataclass(frozen=True)
+class GlasuOptions(GlasuModelOptions):
+    """Options of ``--algorithm glasu``."""
+
+    agg_layers: str = option("2", "GLASU aggregation layers: a count K (uniform schedule, always "
+                                  "the last layer) or 1-based layers ending with L, e.g. 2,4")
+    stale_steps: int = option(4, "GLASU local updates Q per round, other clients' embeddings "
+                                 "stale")
+    grad_mode: str = option("local_stale", "GLASU gradients: local_stale (paper Alg. 4: others' "
+                                           "embeddings are constants) or exact (backprop through "
+                                           "the server each step; needs --stale-steps 1)")
+    label_holders: str = option("all", "GLASU labels at all clients, or at one (client 0; "
+                                       "paper appendix B.2)")
+
+    def validate(self, cfg: object = None) -> None:
+        super().validate(cfg)
+        for name, allowed in (("grad_mode", GRAD_MODES), ("label_holders", ("all", "one"))):
             if getattr(self, name) not in allowed:
                 raise ConfigError(f"{name} must be one of {', '.join(allowed)} "
                                   f"(got {getattr(self, name)!r})")
@@ -56,8 +68,6 @@ class GlasuOptions:
         if self.grad_mode == "exact" and self.stale_steps != 1:
             raise ConfigError("grad_mode exact backpropagates through the server every step; "
                               "use --stale-steps 1 with it")
-        if self.backbone == "gcnii" and self.aggregate == "concat":
-            raise ConfigError("gcnii needs a constant width: use --aggregate mean with it")
         if self.label_holders == "one" and self.grad_mode == "exact":
             raise ConfigError("label_holders one uses the paper's stale gradient (B.2); use "
                               "--grad-mode local_stale with it")

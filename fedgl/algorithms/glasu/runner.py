@@ -1,6 +1,7 @@
-"""Runs one seeded repeat of GLASU or one of its baselines (``options.baseline``).
+"""Runs one seeded repeat of GLASU or one of its baselines (registered as ``glasu``,
+``glasu-simulated``, ``glasu-centralized``, ``glasu-standalone``).
 
-- ``none`` (GLASU): ``M`` vertical clients (own columns, own ``edge_share`` of the edges), the
+- ``glasu``: ``M`` vertical clients (own columns, own ``edge_share`` of the edges), the
   configured ``K``, ``Q``, gradient mode and label holders.
 - ``simulated`` (simulated centralised, Ni et al.): ``M`` clients with their own columns but the
   full edge set each, aggregation at every layer, exact gradients, ``Q = 1``.
@@ -22,9 +23,16 @@ from collections.abc import Callable
 from typing import Any
 
 from fedgl.algorithms.glasu.client import GlasuClient
-from fedgl.algorithms.glasu.options import GlasuOptions, GlasuParams, agg_layer_set
+from fedgl.algorithms.glasu.options import (
+    MODES,
+    GlasuModelOptions,
+    GlasuOptions,
+    GlasuParams,
+    agg_layer_set,
+)
 from fedgl.algorithms.glasu.server import GlasuServer
 from fedgl.algorithms.runner import _progress_info, finish_repeat
+from fedgl.config import parse_fanouts
 from fedgl.data.graph import GraphData
 from fedgl.data.vertical import VerticalClientData, split_stats, vertical_shard, vertical_split
 from fedgl.errors import ConfigError
@@ -37,13 +45,7 @@ from fedgl.results import RepeatResult
 
 def parse_fanout(text: Any, layers: int) -> int:
     """GLASU's one fanout for every layer ("" or -1: all neighbours)."""
-    try:  # the common parser, where it exists
-        from fedgl.config import parse_fanouts  # type: ignore[attr-defined]
-
-        values = parse_fanouts(str(text), layers)
-    except ImportError:
-        raw = [v.strip() for v in str(text).split(",") if v.strip()]
-        values = [int(v) for v in raw] or [-1]
+    values = parse_fanouts(str(text), layers)
     if len(set(values)) != 1:
         raise ConfigError(f"GLASU samples the same number of neighbours at every layer; give one "
                           f"fanout, e.g. --fanout 3 (got {text!r})")
@@ -55,25 +57,31 @@ def vertical_settings(cfg: Any) -> dict:
             "edge_share": float(getattr(cfg, "edge_share", 0.8))}
 
 
-def glasu_params(cfg: Any, options: GlasuOptions, num_classes: int, *,
-                 clients: int | None = None) -> GlasuParams:
-    """The protocol parameters of the chosen mode (GLASU or a baseline)."""
+def glasu_params(cfg: Any, options: GlasuModelOptions, num_classes: int,
+                 mode: str = "glasu") -> GlasuParams:
+    """The protocol parameters of ``mode`` (GLASU or a baseline; baselines read only the model
+    options and fix the protocol ones)."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown GLASU mode {mode!r}; one of {', '.join(MODES)}")
     options.validate(cfg)
+    if not isinstance(options, GlasuOptions):
+        options = GlasuOptions(**{f.name: getattr(options, f.name)
+                                  for f in dataclasses.fields(GlasuModelOptions)})
     layers = int(cfg.layers)
-    base = dict(clients=clients or int(cfg.clients), layers=layers, hidden=int(cfg.hidden),
+    base = dict(clients=int(cfg.clients), layers=layers, hidden=int(cfg.hidden),
                 num_classes=num_classes, agg=agg_layer_set(options.agg_layers, layers),
                 stale_steps=options.stale_steps, aggregate=options.aggregate,
                 grad_mode=options.grad_mode, backbone=options.backbone,
                 dropout=float(cfg.dropout), lr=float(cfg.lr),
-                weight_decay=float(cfg.weight_decay), optimizer=options.optimizer,
-                momentum=options.momentum, batch_size=int(getattr(cfg, "batch_size", 16)),
+                weight_decay=float(cfg.weight_decay), optimizer=options.glasu_optimizer,
+                momentum=options.glasu_momentum, batch_size=int(getattr(cfg, "batch_size", 16)),
                 fanout=parse_fanout(getattr(cfg, "fanouts", "3"), layers),
                 label_holders=options.label_holders, gcnii_alpha=options.gcnii_alpha,
                 gcnii_lambda=options.gcnii_lambda)
-    if options.baseline != "none":  # every layer aggregates, exact gradients, one step a round
+    if mode != "glasu":  # every layer aggregates, exact gradients, one step a round
         base.update(agg=tuple(range(layers)), grad_mode="exact", stale_steps=1,
                     label_holders="all")
-    if options.baseline in ("centralized", "standalone"):
+    if mode in ("centralized", "standalone"):
         base.update(clients=1)
     return GlasuParams(**base)
 
@@ -146,14 +154,14 @@ def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, progress: Roun
     return history
 
 
-def run_glasu(graph: GraphData, cfg: Any, options: GlasuOptions, *, repeat: int, seed: int,
-              progress: RoundProgress, on_round: Callable | None = None) -> RepeatResult:
-    """One repeat of the mode ``options.baseline`` (see module docstring)."""
+def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat: int, seed: int,
+              progress: RoundProgress, mode: str = "glasu",
+              on_round: Callable | None = None) -> RepeatResult:
+    """One repeat of ``mode`` (see module docstring)."""
     t0 = time.perf_counter()
-    mode = options.baseline
     split = vertical_settings(cfg)
     M = int(cfg.clients)
-    params = glasu_params(cfg, options, graph.num_classes)
+    params = glasu_params(cfg, options, graph.num_classes, mode)
     labels = params.label_holders
     recipe = {"graph": _fingerprint(graph, cfg)}
     if mode == "standalone":
@@ -170,7 +178,7 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuOptions, *, repeat: int,
         parts = vertical_split(graph, clients, labels=labels, seed=seed, full_edges=full, **split)
         feds = [_federation(parts, params, cfg, seed, recipe)]
     setup_seconds = time.perf_counter() - t0
-    name = "glasu" if mode == "none" else f"glasu-{mode}"
+    name = "glasu" if mode == "glasu" else f"glasu-{mode}"
     try:
         histories = [_train(s, cfg, name, repeat, progress, on_round) for s in feds]
         ledger = feds[0].runtime.ledger
@@ -224,16 +232,21 @@ def _mean_history(histories: list[list[dict]]) -> list[dict]:
     return rows
 
 
-def run_repeat(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progress: RoundProgress,
-               resume_from: Any = None, checkpointer: Any = None,
-               on_round: Callable | None = None) -> RepeatResult:
-    """The registry's entry point: the options are ``cfg.options``."""
-    if resume_from is not None or checkpointer is not None:
-        raise ConfigError("glasu does not checkpoint or resume yet; drop --checkpoint-every")
-    options = getattr(cfg, "options", None)
-    if not isinstance(options, GlasuOptions):
-        options = GlasuOptions(**{f.name: getattr(cfg, f.name)
-                                  for f in dataclasses.fields(GlasuOptions)
-                                  if hasattr(cfg, f.name)})
-    return run_glasu(graph, cfg, options, repeat=repeat, seed=seed, progress=progress,
-                     on_round=on_round)
+def _entry(mode: str) -> Callable[..., RepeatResult]:
+    def run_repeat(graph: GraphData, cfg: Any, *, repeat: int, seed: int,
+                   progress: RoundProgress, resume_from: Any = None, checkpointer: Any = None,
+                   on_round: Callable | None = None) -> RepeatResult:
+        if resume_from is not None or checkpointer is not None:
+            raise ConfigError("GLASU runs do not checkpoint or resume; drop --checkpoint-every")
+        options = cfg.options if cfg.options is not None else GlasuModelOptions()
+        return run_glasu(graph, cfg, options, repeat=repeat, seed=seed, progress=progress,
+                         mode=mode, on_round=on_round)
+
+    run_repeat.__doc__ = f"The registry's entry point of mode {mode!r} (options: ``cfg.options``)."
+    return run_repeat
+
+
+run_repeat = _entry("glasu")
+run_simulated = _entry("simulated")
+run_centralized = _entry("centralized")
+run_standalone = _entry("standalone")
