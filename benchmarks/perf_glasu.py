@@ -4,7 +4,9 @@ configuration's peak resident memory (each configuration runs in its own process
 
 Cora, M = 3, GCNII, L = 4, hidden 64, batch 16, fanout 3, in-process clients (LocalRuntime), one
 thread. The centralised party (M = 1, every column and edge) and GLASU draw the same batches (the
-same seeded server generator over the same training ids). Times exclude evaluation.
+same seeded server generator over the same training ids); the sampled sets differ (GLASU's are
+unions of the clients' samples at aggregation layers, so larger): ``client0_nodes_per_layer`` is
+client 0's mean ``|S[l]|``, l = 0..L. Times exclude evaluation.
 
     FEDGL_DATA=../shared/data python benchmarks/perf_glasu.py --rounds 40
 
@@ -57,14 +59,18 @@ def one(index: int, rounds: int, dataset: str) -> dict:
     server.train_round()  # warm-up (allocations, first-call overheads)
     led0 = (runtime.ledger.bytes("train"), runtime.ledger.messages("train"))
     t0 = time.perf_counter()
+    sizes = [0] * 5
     for _ in range(rounds):
         server.train_round()
+        sets = runtime.local_client(0).sets  # (reading it costs no time inside the loop above)
+        sizes = [a + sets[i].numel() for i, a in enumerate(sizes)]
     seconds = time.perf_counter() - t0
     updates = rounds * q
     return {"name": name, "clients": clients, "K": k, "Q": q, "grad_mode": mode,
             "seconds_per_update": seconds / updates, "seconds_per_round": seconds / rounds,
             "bytes_per_update": (runtime.ledger.bytes("train") - led0[0]) / updates,
             "messages_per_update": (runtime.ledger.messages("train") - led0[1]) / updates,
+            "client0_nodes_per_layer": [round(v / rounds, 1) for v in sizes],
             "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0}
 
 

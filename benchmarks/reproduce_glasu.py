@@ -115,6 +115,8 @@ def main(argv: list[str] | None = None) -> dict:
                          "validation, 1000 test; notes A10)")
     ap.add_argument("--out", default="runs/reproduce_glasu")
     ap.add_argument("--doc", action="store_true", help="write docs/reproduction-glasu.md")
+    ap.add_argument("--merge", default=None,
+                    help="a previous glasu.json: keep its runs except the tables run now")
     args = ap.parse_args(argv)
 
     import torch
@@ -126,6 +128,10 @@ def main(argv: list[str] | None = None) -> dict:
     out.mkdir(parents=True, exist_ok=True)
     tables = set(args.tables.split(","))
     results: dict = {"args": vars(args), "runs": []}
+    if args.merge:
+        previous = json.loads(Path(args.merge).read_text())
+        results["args"] = {**previous["args"], "merged": vars(args)}
+        results["runs"] = [r for r in previous["runs"] if r["table"] not in tables]
 
     def record(row: dict) -> None:
         results["runs"].append(row)
@@ -151,7 +157,8 @@ def main(argv: list[str] | None = None) -> dict:
             for m in (5, 7):  # M = 3 is Table 1
                 for baseline in ("standalone", "none"):
                     record({**run_one(graph, args.t6_dataset, args, seed=seed, clients=m,
-                                      baseline=baseline, q=4), "table": "6",
+                                      baseline=baseline, q=4 if baseline == "none" else 1),
+                            "table": "6",
                             "column": f"{baseline}-M{m}"})
     if args.doc:
         Path("docs/reproduction-glasu.md").write_text(render(results))
