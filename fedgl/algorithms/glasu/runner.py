@@ -110,12 +110,12 @@ class SelfRuntime:
         """Nothing to release."""
 
 
-def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any, seed: int,
-                recipe: dict | None) -> GlasuServer:
+def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
+                seed: int) -> GlasuServer:
     if params.clients == 1 and len(parts) == 1:
         runtime: Any = SelfRuntime(GlasuClient(parts[0], params, seed))
     elif getattr(cfg, "runtime", "local") == "ray":
-        runtime = _ray_runtime(parts, params, cfg, seed, recipe or {})
+        runtime = _ray_runtime(parts, params, cfg, seed)
     else:
         runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts})
     server = GlasuServer(runtime, params, seed)
@@ -127,14 +127,21 @@ def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any, 
     return server
 
 
-def _ray_runtime(parts: list[VerticalClientData], params: GlasuParams, cfg: Any, seed: int,
-                 recipe: dict) -> Any:
-    """One actor per vertical client; each loads the dataset and re-splits its own shard."""
-    from fedgl.data.shards import ShardSpec
+def _ray_runtime(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
+                 seed: int) -> Any:
+    """One actor per vertical client; each reads only its own shard file (its columns, edges
+    and labels), written here by the driver (the data owners' side)."""
+    import hashlib
+
+    from fedgl.data.datasets import default_cache_dir
+    from fedgl.data.shards import ShardSpec, write_shard_files
     from fedgl.federation.ray_runtime import RayRuntime
 
-    specs = {d.client_id: ShardSpec(cfg.to_dict(), seed, d.client_id, "", "", recipe["graph"],
-                                    vertical={**recipe["split"], "digest": d.digest()},
+    key = hashlib.sha256(":".join(d.digest() for d in parts).encode()).hexdigest()[:24]
+    files = write_shard_files(parts, default_cache_dir() / "shards" / f"vertical-{key}")
+    specs = {d.client_id: ShardSpec(cfg.to_dict(), seed, d.client_id, "", "", "",
+                                    shard_path=files[d.client_id][0],
+                                    shard_sha256=files[d.client_id][1],
                                     client_params=dataclasses.asdict(params))
              for d in parts}
     return RayRuntime(specs, GlasuClient, cfg, Ledger())
@@ -163,20 +170,17 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
     M = int(cfg.clients)
     params = glasu_params(cfg, options, graph.num_classes, mode)
     labels = params.label_holders
-    recipe = {"graph": _fingerprint(graph, cfg)}
     if mode == "standalone":
         feds = []
         for m in range(M):
             d = vertical_shard(graph, M, m, labels="all", seed=seed, **split)
-            feds.append(_federation([dataclasses.replace(d, client_id=0)], params, cfg, seed,
-                                    None))
+            feds.append(_federation([dataclasses.replace(d, client_id=0)], params, cfg, seed))
         parts = [vertical_shard(graph, M, m, seed=seed, **split) for m in range(M)]
     else:
         clients = 1 if mode == "centralized" else M
         full = mode in ("centralized", "simulated")
-        recipe["split"] = dict(clients=clients, seed=seed, labels=labels, full_edges=full, **split)
         parts = vertical_split(graph, clients, labels=labels, seed=seed, full_edges=full, **split)
-        feds = [_federation(parts, params, cfg, seed, recipe)]
+        feds = [_federation(parts, params, cfg, seed)]
     setup_seconds = time.perf_counter() - t0
     name = "glasu" if mode == "glasu" else f"glasu-{mode}"
     try:
@@ -203,14 +207,6 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
     finally:
         for s in feds:
             s.runtime.close()
-
-
-def _fingerprint(graph: GraphData, cfg: Any) -> str:
-    if getattr(cfg, "runtime", "local") != "ray":
-        return ""
-    from fedgl.data.shards import graph_fingerprint
-
-    return graph_fingerprint(graph)
 
 
 def _json_params(params: GlasuParams) -> dict:
