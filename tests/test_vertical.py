@@ -72,3 +72,19 @@ def test_bad_vertical_settings_get_one_line_errors(kwargs, words):
     with pytest.raises(ConfigError, match=words) as info:
         vertical_split(graph, clients, **kwargs)
     assert "\n" not in str(info.value)
+
+
+def test_vertical_shard_files_round_trip_to_the_clients_own_data(tmp_path):
+    from fedgl.config import Config
+    from fedgl.data.shards import ShardSpec, load_shard, write_shard_files
+
+    graph = random_graph(nodes=50, seed=7)
+    parts = vertical_split(graph, 3, seed=2, labels="one")
+    files = write_shard_files(parts, tmp_path)
+    cfg = Config.from_dict({"algorithm": "glasu", "dataset": "sbm"})
+    for p in parts:
+        path, digest = files[p.client_id]
+        got = load_shard(ShardSpec(cfg.to_dict(), 0, p.client_id, "", "", "", shard_path=path,
+                                   shard_sha256=digest))
+        assert type(got) is type(p) and got.digest() == p.digest()
+        assert torch.equal(got.x, p.x) and (got.y is None) == (p.y is None)
