@@ -34,6 +34,49 @@ CONFIGS = [  # (name, clients, K, Q, grad_mode, full edges)
 ]
 
 
+def build(index: int, graph):  # noqa: ANN001, ANN201 - the server of configuration ``index``
+    from fedgl.algorithms.glasu.client import GlasuClient
+    from fedgl.algorithms.glasu.options import GlasuParams, agg_layer_set
+    from fedgl.algorithms.glasu.runner import SelfRuntime
+    from fedgl.algorithms.glasu.server import GlasuServer
+    from fedgl.data.vertical import vertical_split
+    from fedgl.federation.runtime import LocalRuntime
+
+    name, clients, k, q, mode, full = CONFIGS[index]
+    p = GlasuParams(clients=clients, layers=4, hidden=64, num_classes=graph.num_classes,
+                    agg=agg_layer_set(k, 4), stale_steps=q, grad_mode=mode, backbone="gcnii",
+                    dropout=0.5, lr=0.01, optimizer="adam", batch_size=16, fanout=3)
+    parts = vertical_split(graph, clients, seed=0, full_edges=full)
+    runtime = (SelfRuntime(GlasuClient(parts[0], p, 0)) if clients == 1 else
+               LocalRuntime({d.client_id: GlasuClient(d, p, 0) for d in parts}))
+    server = GlasuServer(runtime, p, 0)
+    server.setup()
+    return server
+
+
+def interleaved(indices: list[int], rounds: int, dataset: str) -> dict:
+    """Configurations ``indices`` in one process, one round each in turn, so that a changing
+    machine load hits them alike; seconds per update of each."""
+    import torch
+
+    from fedgl.data.datasets import load_dataset
+
+    torch.set_num_threads(1)
+    graph = load_dataset(dataset)
+    servers = [build(i, graph) for i in indices]
+    for s in servers:
+        s.train_round()
+    spent = [0.0] * len(servers)
+    for _ in range(rounds):
+        for j, s in enumerate(servers):
+            t0 = time.perf_counter()
+            s.train_round()
+            spent[j] += time.perf_counter() - t0
+    per = [spent[j] / (rounds * CONFIGS[i][3]) for j, i in enumerate(indices)]
+    return {"interleaved": [CONFIGS[i][0] for i in indices], "seconds_per_update": per,
+            "time_vs_first": [v / per[0] for v in per]}
+
+
 def one(index: int, rounds: int, dataset: str) -> dict:
     import torch
 
@@ -79,6 +122,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--rounds", type=int, default=40)
     ap.add_argument("--dataset", default="cora")
     ap.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--interleave", default="0,2,1",
+                    help="also time these configurations round by round in one process "
+                         "(indices into CONFIGS; the first is the reference)")
     args = ap.parse_args(argv)
     if args.one is not None:
         print(json.dumps(one(args.one, args.rounds, args.dataset)))
@@ -98,6 +144,9 @@ def main(argv: list[str] | None = None) -> dict:
             r["bytes_saving_vs_K4_Q1"] = base["bytes_per_update"] / r["bytes_per_update"]
             r["message_saving_vs_K4_Q1"] = base["messages_per_update"] / r["messages_per_update"]
     result = {"dataset": args.dataset, "rounds": args.rounds, "rows": rows}
+    if args.interleave:
+        result["interleaved"] = interleaved([int(i) for i in args.interleave.split(",")],
+                                            args.rounds, args.dataset)
     print(json.dumps(result, indent=1))
     return result
 
