@@ -45,6 +45,10 @@ BUILTIN: dict[str, str] = {
     "local-only": "fedgl.algorithms.minibatch_baselines.spec",
     "llcg": "fedgl.algorithms.minibatch_baselines.spec",
     "fedgnn-pns": "fedgl.algorithms.minibatch_baselines.spec",
+    "glasu": "fedgl.algorithms.glasu.spec",
+    "glasu-simulated": "fedgl.algorithms.glasu.spec",
+    "glasu-centralized": "fedgl.algorithms.glasu.spec",
+    "glasu-standalone": "fedgl.algorithms.glasu.spec",
 }
 
 #: common keys only one setting reads

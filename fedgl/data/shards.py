@@ -25,6 +25,7 @@ from fedgl.data.client_data import ClientData, client_shard
 from fedgl.data.datasets import default_cache_dir, load_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition, partition
+from fedgl.data.vertical import VerticalClientData
 from fedgl.errors import DataError
 
 
@@ -41,6 +42,8 @@ class ShardSpec:
     identity: dict | None = None  # the client's identity key and the roster (secure modes)
     shard_path: str = ""  # this client's shard file (written by the driver)
     shard_sha256: str = ""
+    # protocol parameters for client classes built by ``from_shard`` (instead of the config)
+    client_params: dict | None = None
 
 
 def graph_fingerprint(graph: GraphData) -> str:
@@ -87,21 +90,32 @@ def _file_sha256(path: Path) -> str | None:
 def write_client_shards(graph: GraphData, part: Partition, cfg: Config, seed: int,
                         cache_dir: Path | None = None) -> dict[int, tuple[str, str]]:
     """One file per client with only its :class:`ClientData`; returns {k: (path, sha256)}."""
-    import dataclasses
-    import io
-
-    import torch
-
     from fedgl.data.client_data import split_graph
 
     key = hashlib.sha256(f"{graph_fingerprint(graph)}:{owner_sha256(part.owner)}:{seed}"
                          .encode()).hexdigest()[:24]
     folder = (cache_dir or default_cache_dir()) / "shards" / key
     folder.mkdir(parents=True, exist_ok=True)
+    return write_shard_files(split_graph(graph, part), folder)
+
+
+def write_shard_files(shards: list[ClientData] | list[VerticalClientData],
+                      folder: Path) -> dict[int, tuple[str, str]]:
+    """Write each shard's fields to ``folder/client-<id>.pt`` (atomically, unchanged files kept);
+    a vertical shard is tagged so the client rebuilds the right class."""
+    import dataclasses
+    import io
+
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
     out = {}
-    for d in split_graph(graph, part):
+    for d in shards:
         buf = io.BytesIO()
-        torch.save({f.name: getattr(d, f.name) for f in dataclasses.fields(d)}, buf)
+        fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
+        if isinstance(d, VerticalClientData):
+            fields["setting"] = "vertical"
+        torch.save(fields, buf)
         data = buf.getvalue()
         digest = hashlib.sha256(data).hexdigest()
         path = folder / f"client-{d.client_id}.pt"
@@ -114,7 +128,7 @@ def write_client_shards(graph: GraphData, part: Partition, cfg: Config, seed: in
     return out
 
 
-def _load_own_shard(spec: ShardSpec) -> ClientData:
+def _load_own_shard(spec: ShardSpec) -> ClientData | VerticalClientData:
     import io
 
     import torch
@@ -129,7 +143,8 @@ def _load_own_shard(spec: ShardSpec) -> ClientData:
                         "delete it and rerun")
     try:
         raw = torch.load(io.BytesIO(data), weights_only=True)
-        shard = ClientData(**raw)
+        shard = (VerticalClientData(**raw) if raw.pop("setting", None) == "vertical"
+                 else ClientData(**raw))
     except Exception:  # noqa: BLE001 - digest matched but content is not a shard
         raise DataError(f"client {spec.client_id}: '{path}' is not a client shard; delete it and "
                         "rerun") from None
@@ -139,7 +154,7 @@ def _load_own_shard(spec: ShardSpec) -> ClientData:
     return shard
 
 
-def load_shard(spec: ShardSpec) -> ClientData:
+def load_shard(spec: ShardSpec) -> ClientData | VerticalClientData:
     """This client's data: its own shard file when the spec names one (nothing else is read),
     else the dataset recipe (load locally, verify graph and partition, keep this client's)."""
     if spec.shard_path:
@@ -157,3 +172,4 @@ def load_shard(spec: ShardSpec) -> ClientData:
         raise DataError(f"client {spec.client_id}: partition checksum mismatch; delete "
                         f"'{path}' and rerun")
     return client_shard(graph, Partition(owner, cfg.clients), spec.client_id)
+

@@ -44,7 +44,10 @@ class ClientActor:
         torch.set_num_threads(cfg.threads or cpus)
         module, name = client_cls_path.rsplit(":", 1)
         cls = getattr(importlib.import_module(module), name)
-        self.client = cls(load_shard(spec), cfg, spec.seed)
+        shard = load_shard(spec)
+        # a client class built from protocol parameters (e.g. GLASU's) offers ``from_shard``
+        self.client = (cls.from_shard(shard, spec.client_params, spec.seed)
+                       if spec.client_params is not None else cls(shard, cfg, spec.seed))
         if spec.identity is not None:  # provisioned by the experimenter, not by the server
             self.client.provision(spec.identity)
 
