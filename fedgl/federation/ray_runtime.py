@@ -44,10 +44,18 @@ class ClientActor:
         torch.set_num_threads(cfg.threads or cpus)
         module, name = client_cls_path.rsplit(":", 1)
         cls = getattr(importlib.import_module(module), name)
-        self.client = cls(load_shard(spec), cfg, spec.seed)
+        shard = load_shard(spec)
+        # a client class built from protocol parameters (e.g. GLASU's) offers ``from_shard``
+        self.client = (cls.from_shard(shard, spec.client_params, spec.seed)
+                       if spec.client_params is not None else cls(shard, cfg, spec.seed))
+        if spec.identity is not None:  # provisioned by the experimenter, not by the server
+            self.client.provision(spec.identity)
 
-    def call(self, method: str, kwargs: dict[str, Any]) -> Any:
-        return getattr(self.client, method)(**kwargs)
+    def call(self, method: str, kwargs: dict[str, Any]) -> tuple[Any, float]:
+        """The method's result and its compute seconds (for the simulated network)."""
+        t0 = time.perf_counter()
+        out = getattr(self.client, method)(**kwargs)
+        return out, time.perf_counter() - t0
 
     def node_id(self) -> str:
         import ray
@@ -56,6 +64,22 @@ class ClientActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def feature_row_digests(self, width: int) -> list[str]:
+        """Audit hook: SHA-256 of every row of every ``width``-column tensor alive in this
+        process (a walk of the garbage collector's objects), so a test can check that the
+        process holds no other client's feature row. Digests only: no values leave."""
+        import gc
+        import hashlib
+
+        import torch
+
+        out = set()
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.dim() == 2 and obj.size(1) == width:
+                rows = obj.detach().float().contiguous().numpy()
+                out.update(hashlib.sha256(r.tobytes()).hexdigest() for r in rows)
+        return sorted(out)
 
     def peak_rss_mb(self) -> float:
         """This client process's peak resident memory (``ru_maxrss``, MB)."""
@@ -221,6 +245,10 @@ class RayRuntime:
         nodes = self._ray.get([self._actors[k].node_id.remote() for k in ids])
         return dict(zip(ids, nodes, strict=True))
 
+    def feature_row_digests(self, k: int, width: int) -> list[str]:
+        """Client k's process audit (see :meth:`ClientActor.feature_row_digests`)."""
+        return self._ray.get(self._actors[k].feature_row_digests.remote(width))
+
     def peak_rss_mb(self) -> dict[int, float]:
         """Peak resident memory of every live client process (MB): one party's footprint,
         which the driver's own peak (the server's) does not include."""
@@ -242,16 +270,22 @@ class RayRuntime:
         # ledger still counts one message per recipient, as a real transport would send.
         shared = self._ray.put(args) if targets and per_client[targets[0]] is args else None
         refs = {}
+        down, up, compute = {}, {}, {}
+        wall = time.perf_counter()
         for k in targets:
-            self.ledger.record(phase, "down", k, payload_nbytes(per_client[k]))
+            down[k] = payload_nbytes(per_client[k])
+            self.ledger.record(phase, "down", k, down[k])
             payload = shared if shared is not None else per_client[k]
             refs[k] = self._actors[k].call.remote(method, payload)
         results = {}
         for k in targets:
-            out = self._result(k, refs[k], method, per_client[k], phase)
-            if out is not _DROPPED:
-                self.ledger.record(phase, "up", k, payload_nbytes(out))
+            got = self._result(k, refs[k], method, per_client[k], phase)
+            if got is not _DROPPED:
+                out, compute[k] = got
+                up[k] = payload_nbytes(out)
+                self.ledger.record(phase, "up", k, up[k])
                 results[k] = out
+        self.ledger.record_call(phase, down, up, compute, time.perf_counter() - wall)
         return results
 
     def _result(self, k: int, ref: Any, method: str, kwargs: dict, phase: str) -> Any:
