@@ -109,7 +109,8 @@ def run_cell(config: dict[str, Any], folder: str) -> str:
     out = Path(folder)
     out.mkdir(parents=True, exist_ok=True)
     try:
-        run({**config, "out": str(out)})
+        # an unfinished cell's folder (no result.json) is replaced
+        run({**config, "out": str(out)}, overwrite=True)
         (out / "error.txt").unlink(missing_ok=True)
         return "done"
     except Exception:  # noqa: BLE001 - recorded per cell; the sweep goes on
