@@ -59,16 +59,18 @@ def owner_sha256(owner: np.ndarray) -> str:
 
 
 def make_partition(graph: GraphData, cfg: Config, seed: int) -> Partition:
+    extra = {"p": cfg.mcmahan_p} if cfg.partition == "p-split" else {}
     return partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=seed,
-                     min_size=cfg.min_client_size, p=cfg.mcmahan_p)
+                     min_size=cfg.min_client_size, **extra)
 
 
 def write_partition_file(part: Partition, graph: GraphData, cfg: Config, seed: int,
                          cache_dir: Path | None = None) -> tuple[Path, str]:
     """Cache ``part.owner`` as ``.npy`` (written atomically); return the path and checksum."""
     digest = owner_sha256(part.owner)
-    key = hashlib.sha256(f"{graph_fingerprint(graph)}:{cfg.partition}:{cfg.beta}:{cfg.mcmahan_p}:"
-                         f"{cfg.clients}:{cfg.min_client_size}:{seed}".encode()).hexdigest()[:24]
+    p = f":{cfg.mcmahan_p}" if cfg.partition == "p-split" else ""
+    key = hashlib.sha256(f"{graph_fingerprint(graph)}:{cfg.partition}:{cfg.beta}{p}:{cfg.clients}:"
+                         f"{cfg.min_client_size}:{seed}".encode()).hexdigest()[:24]
     folder = (cache_dir or default_cache_dir()) / "partitions"
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{key}.npy"
