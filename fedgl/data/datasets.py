@@ -1,4 +1,5 @@
-"""Dataset registry and loaders: Planetoid (Cora, CiteSeer, PubMed), gnn-benchmark npz, SBM.
+"""Dataset registry and loaders: Planetoid (Cora, CiteSeer, PubMed), gnn-benchmark npz, SBM,
+the large synthetic graphs (``synthetic:arxiv|products|N,E,d,C``, :mod:`fedgl.data.synthetic`).
 
 The data root is ``data_root`` if given, else ``$FEDGL_DATA``, else ``~/.cache/fedgl``. Planetoid
 raw files are read in place with PyG's reader (nothing is written next to them, so a read-only
@@ -40,7 +41,8 @@ def resolve_data_root(data_root: str | None = None) -> Path:
 
 def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
                  **sbm_options: float) -> GraphData:
-    """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm`` or ``npz:PATH``.
+    """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm``, ``npz:PATH`` or
+    ``synthetic:arxiv|products|N,E,d,C`` (generated once per seed and cached in the user cache).
 
     ``sbm_options`` are passed to :func:`~fedgl.data.sbm.stochastic_block_model` (``nodes``,
     ``classes``, ``alpha``, ``mu``, ``features``, ``noise``); ``seed`` seeds the SBM graph and the
@@ -51,12 +53,17 @@ def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
         return load_planetoid(key, data_root)
     if key == "sbm":
         return stochastic_block_model(seed=seed, **sbm_options)
+    if key.startswith("synthetic:"):
+        from fedgl.data.synthetic import load_synthetic
+
+        return load_synthetic(name, seed=seed)
     if key.startswith("npz:"):
         path = Path(name[4:]).expanduser()
         if not path.is_absolute() and not path.exists():
             path = resolve_data_root(data_root) / path
         return load_npz(path, seed=seed)
-    raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm or npz:PATH")
+    raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm, npz:PATH or "
+                    "synthetic:arxiv|products|N,E,d,C")
 
 
 def available_datasets(data_root: str | None = None) -> dict[str, bool]:
@@ -64,6 +71,7 @@ def available_datasets(data_root: str | None = None) -> dict[str, bool]:
     root = resolve_data_root(data_root)
     out = {k: _planetoid_raw_dir(root, k) is not None for k in PLANETOID}
     out["sbm"] = True
+    out["synthetic:arxiv"] = out["synthetic:products"] = True  # generated on first use
     return out
 
 
