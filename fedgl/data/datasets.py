@@ -41,8 +41,10 @@ def resolve_data_root(data_root: str | None = None) -> Path:
 
 def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
                  **sbm_options: float) -> GraphData:
-    """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm``, ``npz:PATH`` or
-    ``synthetic:arxiv|products|N,E,d,C`` (generated once per seed and cached in the user cache).
+    """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm``, ``npz:PATH``,
+    ``synthetic:arxiv|products|N,E,d,C`` (generated once per seed and cached in the user cache),
+    ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M`` (OGB's raw layout under the data root,
+    official split) or ``reddit`` (PyG's layout); see :mod:`fedgl.data.ogb`.
 
     ``sbm_options`` are passed to :func:`~fedgl.data.sbm.stochastic_block_model` (``nodes``,
     ``classes``, ``alpha``, ``mu``, ``features``, ``noise``); ``seed`` seeds the SBM graph and the
@@ -53,6 +55,14 @@ def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
         return load_planetoid(key, data_root)
     if key == "sbm":
         return stochastic_block_model(seed=seed, **sbm_options)
+    if key in ("ogbn-arxiv", "ogbn-products", "ogbn-papers100m"):
+        from fedgl.data.ogb import load_ogb
+
+        return load_ogb(key, resolve_data_root(data_root))
+    if key == "reddit":
+        from fedgl.data.ogb import load_reddit
+
+        return load_reddit(resolve_data_root(data_root))
     if key.startswith("synthetic:"):
         from fedgl.data.synthetic import load_synthetic
 
@@ -62,7 +72,8 @@ def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
         if not path.is_absolute() and not path.exists():
             path = resolve_data_root(data_root) / path
         return load_npz(path, seed=seed)
-    raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm, npz:PATH or "
+    raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm, npz:PATH, "
+                    "ogbn-arxiv, ogbn-products, ogbn-papers100M, reddit or "
                     "synthetic:arxiv|products|N,E,d,C")
 
 
@@ -71,6 +82,11 @@ def available_datasets(data_root: str | None = None) -> dict[str, bool]:
     root = resolve_data_root(data_root)
     out = {k: _planetoid_raw_dir(root, k) is not None for k in PLANETOID}
     out["sbm"] = True
+    from fedgl.data.ogb import OGB, ogb_folder
+
+    for name in OGB:
+        out[name] = ogb_folder(name, root) is not None
+    out["reddit"] = (root / "Reddit" / "raw" / "reddit_data.npz").is_file()
     out["synthetic:arxiv"] = out["synthetic:products"] = True  # generated on first use
     return out
 

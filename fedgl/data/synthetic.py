@@ -31,18 +31,15 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
-import tempfile
 import time
-import warnings
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from fedgl.data.graph import GraphData
+from fedgl.data.cache import cache_root, cached_arrays
+from fedgl.data.graph import GraphData, csr_edge_index, symmetric_csr
 from fedgl.errors import DataError
 
 FORMAT_VERSION = 1
@@ -191,22 +188,6 @@ def _edge_keys(spec: SyntheticSpec, y: np.ndarray, theta: np.ndarray, rng: np.ra
     return keys
 
 
-def _csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Symmetric CSR (both directions of every pair), column indices sorted within rows."""
-    import scipy.sparse as sp
-
-    idx = np.int32 if n < 2**31 else np.int64
-    lo = (keys // n).astype(idx)
-    hi = (keys % n).astype(idx)
-    rows = np.concatenate([lo, hi])
-    cols = np.concatenate([hi, lo])
-    del lo, hi
-    mat = sp.csr_matrix((np.ones(len(rows), dtype=np.bool_), (rows, cols)), shape=(n, n))
-    del rows, cols
-    mat.sort_indices()
-    return mat.indptr.astype(np.int64), mat.indices.astype(idx, copy=False)
-
-
 def _features(spec: SyntheticSpec, y: np.ndarray, rng: np.random.Generator,
               chunk: int) -> np.ndarray:
     d = spec.features
@@ -241,100 +222,31 @@ def generate(spec: SyntheticSpec, seed: int = 0, *, chunk: int = 1 << 22) -> dic
     theta = _propensities(spec, rng)
     keys = _edge_keys(spec, y, theta, rng, chunk)
     del theta
-    indptr, indices = _csr(keys, spec.nodes)
+    indptr, indices = symmetric_csr(keys, spec.nodes)
     del keys
     return {"indptr": indptr, "indices": indices, "x": _features(spec, y, rng, chunk), "y": y,
             "split": _split(spec, rng)}
 
 
 # ---------------------------------------------------------------------- cache
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 24):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _write_cache(folder: Path, arrays: dict[str, np.ndarray], spec: SyntheticSpec, seed: int,
-                 seconds: float) -> None:
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=folder.parent, prefix=f".{folder.name}."))
-    try:
-        sums = {}
-        for k in ARRAYS:
-            np.save(tmp / f"{k}.npy", arrays[k])
-            sums[k] = _sha256(tmp / f"{k}.npy")
-        meta = {"spec": asdict(spec), "seed": seed, "version": FORMAT_VERSION, "sha256": sums,
-                "generation_seconds": round(seconds, 3)}
-        (tmp / "meta.json").write_text(json.dumps(meta, indent=1))
-        if folder.exists():
-            shutil.rmtree(folder)
-        os.replace(tmp, folder)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _read_cache(folder: Path) -> dict[str, np.ndarray] | None:
-    """The cached arrays, or None when absent or failing a checksum (then regenerated)."""
-    meta_path = folder / "meta.json"
-    if not meta_path.is_file():
-        return None
-    try:
-        meta = json.loads(meta_path.read_text())
-        bad = [k for k in ARRAYS if _sha256(folder / f"{k}.npy") != meta["sha256"][k]]
-    except (OSError, ValueError, KeyError):
-        bad = ["meta.json"]
-    if bad:
-        warnings.warn(f"synthetic graph cache '{folder}' fails its checksum ({', '.join(bad)}); "
-                      "regenerating it", stacklevel=3)
-        return None
-    return {k: np.load(folder / f"{k}.npy", allow_pickle=False) for k in ARRAYS}
-
-
-def synthetic_cache_dir(cache_dir: str | Path | None = None) -> Path:
-    """``cache_dir`` if given, else ``<user cache>/synthetic`` (never the data root, which may
-    be read-only and shared)."""
-    if cache_dir is not None:
-        return Path(cache_dir).expanduser()
-    from fedgl.data.datasets import default_cache_dir
-
-    return default_cache_dir() / "synthetic"
-
-
 def load_synthetic_arrays(spec: SyntheticSpec, seed: int = 0, *,
                           cache_dir: str | Path | None = None, cache: bool = True
                           ) -> dict[str, np.ndarray]:
     """The arrays of ``spec`` at ``seed``: read from the cache, or generated (and cached)."""
-    folder = synthetic_cache_dir(cache_dir) / spec.key(seed)
-    if cache:
-        arrays = _read_cache(folder)
-        if arrays is not None:
-            return arrays
-    t0 = time.perf_counter()
-    arrays = generate(spec, seed)
-    if cache:
-        try:
-            _write_cache(folder, arrays, spec, seed, time.perf_counter() - t0)
-        except OSError as exc:
-            warnings.warn(f"could not cache the synthetic graph in '{folder}' ({exc}); it will be "
-                          "generated again next time", stacklevel=2)
-    return arrays
+    folder = cache_root(cache_dir, "synthetic") / spec.key(seed)
+    meta = {"spec": asdict(spec), "seed": seed, "version": FORMAT_VERSION,
+            "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return cached_arrays(folder, ARRAYS, lambda: generate(spec, seed), meta, cache)
 
 
 def to_graph_data(arrays: dict[str, np.ndarray], spec: SyntheticSpec) -> GraphData:
-    """A :class:`GraphData` (int64 edge list sorted by destination then source, as
-    :func:`~fedgl.data.graph.clean_edge_index` makes it)."""
-    indptr = arrays["indptr"]
-    n = len(indptr) - 1
-    dst = torch.repeat_interleave(torch.arange(n), torch.from_numpy(np.diff(indptr)))
-    src = torch.from_numpy(arrays["indices"]).long()
+    """A :class:`GraphData` of the generated arrays."""
     split = torch.from_numpy(arrays["split"].astype(np.int64))
     return GraphData(name=spec.name, x=torch.from_numpy(np.ascontiguousarray(arrays["x"])),
                      y=torch.from_numpy(arrays["y"].astype(np.int64)),
-                     edge_index=torch.stack([src, dst]), train_mask=split == 0,
-                     val_mask=split == 1, test_mask=split == 2, num_classes=spec.classes)
+                     edge_index=csr_edge_index(arrays["indptr"], arrays["indices"]),
+                     train_mask=split == 0, val_mask=split == 1, test_mask=split == 2,
+                     num_classes=spec.classes)
 
 
 def load_synthetic(name: str, seed: int = 0, *, cache_dir: str | Path | None = None,
