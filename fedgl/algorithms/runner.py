@@ -125,6 +125,8 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         result.extra["runtime"] = cfg.runtime
         result.extra["failures"] = events
         result.extra.update(privacy_extra(graph, part, cfg, server))
+        if hasattr(server, "result_extra"):
+            result.extra.update(server.result_extra())
         if hasattr(runtime, "placement"):
             result.extra["placement"] = {str(k): v for k, v in runtime.placement().items()}
         if hasattr(runtime, "peak_rss_mb"):
