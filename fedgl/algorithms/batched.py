@@ -140,7 +140,8 @@ def fit_stacked(clients: Sequence[Any], weights: State, local_steps: int, round:
     out = []
     for k, c in enumerate(clients):
         state = {name: t[k].detach().clone().cpu() for name, t in params.items()}
-        c.load_weights(state)  # the client's model holds its local result, as after ``fit``
+        if getattr(c, "keep_model", True):  # its model holds its local result, as after ``fit``
+            c.load_weights(state)
         out.append({"weights": state, "num_train": blocks.num_train[k], "loss": mean_loss[k]})
     return out
 

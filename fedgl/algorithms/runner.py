@@ -23,6 +23,7 @@ from fedgl.data.partition import Partition
 from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
+from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
@@ -64,6 +65,9 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         runtime.close()
         raise
     runtime.on_client_restart = server.restore_client
+    per_round = int(getattr(cfg, "clients_per_round", 0))
+    if per_round:
+        server.client_sampler = ClientSampler(per_round, seed)
     return server
 
 
