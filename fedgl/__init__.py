@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-__version__ = "0.1.0"
-
 from fedgl.api import as_config, load_graph, run
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData, split_graph
@@ -18,6 +16,7 @@ from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition, partition
 from fedgl.errors import ConfigError, DataError, FedglError
 from fedgl.results import RunResult
+from fedgl.version import __version__
 
 __all__ = ["ClientData", "Config", "ConfigError", "DataError", "FedglError", "GraphData",
            "Partition", "RunResult", "as_config", "load_dataset", "load_graph", "partition",

@@ -11,8 +11,8 @@ import torch
 
 from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
-from fedgl.data.datasets import load_dataset
-from fedgl.data.graph import GraphData, row_normalize
+from fedgl.data.datasets import load_graph
+from fedgl.data.graph import GraphData
 from fedgl.errors import ConfigError
 from fedgl.progress import round_progress
 from fedgl.results import RunResult, environment
@@ -37,17 +37,6 @@ def _validated(cfg: Config) -> Config:
     return cfg
 
 
-def load_graph(cfg: Config) -> GraphData:
-    """The dataset named by the config, with features row-normalised if asked and non-negative
-    (row normalisation is meaningless for signed features such as the SBM's Gaussians)."""
-    graph = load_dataset(cfg.dataset, cfg.data_root, seed=cfg.seed, nodes=cfg.sbm_nodes,
-                         classes=cfg.sbm_classes, alpha=cfg.sbm_alpha, mu=cfg.sbm_mu,
-                         features=cfg.sbm_features, noise=cfg.sbm_noise)
-    if cfg.normalize_features and graph.num_nodes and bool((graph.x >= 0).all()):
-        graph = graph.with_features(row_normalize(graph.x))
-    return graph
-
-
 def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         graph: GraphData | None = None, resume: str | Path | None = None,
         on_round: Callable[[int, int, Any], None] | None = None, **overrides: Any) -> RunResult:
@@ -63,8 +52,6 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     >>> 0.0 <= result.mean("test_acc") <= 1.0
     True
     """
-    from fedgl.algorithms import REGISTRY
-
     ckpt = None
     if resume is not None:
         ckpt = load_checkpoint(resume)
@@ -82,7 +69,7 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     if cfg.clients > g.num_nodes:
         raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {g.num_nodes} nodes; "
                           f"use at most {g.num_nodes} clients")
-    repeat_fn = REGISTRY[cfg.algorithm]
+    repeat_fn = cfg.spec.load_entry()
     done = ckpt.completed_repeats() if ckpt else []
     checkpointer = (Checkpointer(cfg.out, cfg.to_dict(), cfg.checkpoint_every, done)
                     if cfg.checkpoint_every and cfg.out else None)
@@ -92,11 +79,9 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         torch.set_num_threads(cfg.threads)
     with _restore_threads(threads_before), round_progress(cfg.progress) as progress:
         for r in range(len(done), cfg.repeats):
-            kwargs: dict[str, Any] = {}
-            if cfg.algorithm != "centralized":
-                partial = ckpt.progress if ckpt and ckpt.progress and ckpt.progress.repeat == r else None
-                kwargs = {"resume_from": partial, "checkpointer": checkpointer,
-                          "on_round": on_round}
+            partial = ckpt.progress if ckpt and ckpt.progress and ckpt.progress.repeat == r else None
+            kwargs: dict[str, Any] = {"resume_from": partial, "checkpointer": checkpointer,
+                                      "on_round": on_round}
             rep = repeat_fn(g, cfg, repeat=r, seed=cfg.seed + r, progress=progress, **kwargs)
             reps.append(rep)
             if checkpointer is not None:

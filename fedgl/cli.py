@@ -13,7 +13,10 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fedgl.config import Config
+from fedgl.config import SECTIONS, Config
+from fedgl.config.fields import field_kind
+from fedgl.config.registry import algorithm_names, canonical_name, get_spec, load_all
+from fedgl.config.schema import KEY_ALIASES
 from fedgl.errors import ConfigError, FedglError, RunAborted
 
 
@@ -24,24 +27,62 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
-def _add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None) -> None:
-    """One ``--flag`` per Config field; unset flags stay absent so YAML values are kept."""
-    for f in fields(Config):
-        if only is not None and f.name not in only:
+def _add_field_flag(group: Any, f: Any, seen: set[str]) -> None:
+    """One ``--flag`` for a config field; unset flags stay absent so YAML values are kept."""
+    if f.name in seen:
+        return
+    seen.add(f.name)
+    flag = "--" + f.name.replace("_", "-")
+    kind = field_kind(f)
+    default = "unset" if f.default is None else ("empty" if f.default == "" else f.default)
+    help_text = f"{f.metadata['help']} (default: {default})"
+    if kind == "bool":
+        group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
+                           default=argparse.SUPPRESS, help=help_text)
+        return
+    typ = {"int": int, "float": float}.get(kind, str)
+    names = [flag] + [f"--{alias.replace('_', '-')}" for alias, target in KEY_ALIASES.items()
+                      if target == f.name]
+    group.add_argument(*names, dest=f.name, type=typ, default=argparse.SUPPRESS,
+                       metavar=f.name.upper(), help=help_text)
+
+
+def _add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None,
+                      algorithm: str | None = None) -> None:
+    """Flags grouped by config section, then each algorithm's options under its name (only
+    ``algorithm``'s when it is given)."""
+    seen: set[str] = set()
+    if only is None:
+        parser.add_argument("--algorithm", dest="algorithm", default=argparse.SUPPRESS,
+                            metavar="NAME", help="algorithm: one of "
+                            f"{', '.join(algorithm_names())} (default: fedgcn)")
+    for name, cls in SECTIONS.items():
+        group = parser.add_argument_group(f"{cls.title} ({name})", cls.__doc__.splitlines()[0])
+        for f in fields(cls):
+            if only is None or f.name in only:
+                _add_field_flag(group, f, seen)
+    if only is not None:
+        return
+    specs = [get_spec(algorithm)] if algorithm else load_all()
+    for spec in specs:
+        if spec.options is None:
             continue
-        flag = "--" + f.name.replace("_", "-")
-        kind = str(f.type).split(" ")[0]
-        help_text = f"{f.metadata['help']} (default: {f.default})"
-        if kind == "bool":
-            parser.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
-                                default=argparse.SUPPRESS, help=help_text)
-        else:
-            typ = {"int": int, "float": float}.get(kind, str)
-            parser.add_argument(flag, dest=f.name, type=typ, default=argparse.SUPPRESS,
-                                metavar=f.name.upper(), help=help_text)
+        group = parser.add_argument_group(f"{spec.name} options", spec.summary)
+        for f in fields(spec.options):
+            _add_field_flag(group, f, seen)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _algorithm_in(argv: list[str]) -> str | None:
+    """The ``--algorithm`` given on a command line (to show only its options in --help)."""
+    for i, arg in enumerate(argv):
+        if arg == "--algorithm" and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith("--algorithm="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="fedgl", description="Federated graph learning (FedGCN and friends).")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
@@ -50,7 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
                                      "flags; defaults: FedGCN 2-hop on a Cora-sized SBM graph.")
     run.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
     run.add_argument("--resume", metavar="DIR", help="continue the checkpointed run in DIR")
-    _add_config_flags(run)
+    _add_config_flags(run, algorithm=algorithm)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
     _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta",
@@ -64,8 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     try:
+        chosen = _algorithm_in(argv) if "-h" in argv or "--help" in argv else None
+        parser = build_parser(canonical_name(chosen) if chosen else None)
         args = parser.parse_args(argv)
         if args.command == "run":
             return _cmd_run(args)
@@ -88,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    names = set(Config.field_names())
+    names = set(Config.field_names()) | {"algorithm"}
     return {k: v for k, v in vars(args).items() if k in names}
 
 
@@ -149,9 +192,11 @@ def _print_summary(result: Any, out: Path) -> None:
     from fedgl.results import SUMMARY_METRICS
 
     cfg = result.config
+    parties = ("" if cfg["algorithm"].startswith("centralized")
+               else f", {cfg['clients']} clients, β={cfg['beta']:g}")
     title = (f"{cfg['algorithm']}"
              + (f" {cfg['hops']}-hop" if cfg["algorithm"] == "fedgcn" else "")
-             + f" on {cfg['dataset']}, {cfg['clients']} clients, β={cfg['beta']:g}, "
+             + f" on {cfg['dataset']}{parties}, "
                f"{cfg['rounds']} rounds, {len(result.repeats)} repeat(s)")
     table = Table(title=title)
     table.add_column("metric")

@@ -120,7 +120,7 @@ def environment(seed: int, device: str) -> dict[str, Any]:
     import torch
     import torch_geometric
 
-    from fedgl import __version__
+    from fedgl.version import __version__
 
     return {"fedgl": __version__, "python": platform.python_version(),
             "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,

@@ -9,13 +9,13 @@ import pytest
 import torch
 
 import fedgl
-from fedgl.algorithms.baselines.dist_gat import DistGATClient
 from fedgl.algorithms.fedgat import (
     FedGATClient,
     FedGATServer,
     GATFedAvgServer,
     gat_initial_weights,
 )
+from fedgl.algorithms.fedgat.dist_gat import DistGATClient
 from fedgl.algorithms.runner import build_federation
 from fedgl.api import as_config, load_graph
 from fedgl.data.shards import make_partition
@@ -43,6 +43,8 @@ def _federation(client_cls, **over):
                                   dict(dropout=0.0, fedgat_max_degree=3, fedgat_cap=False)],
                          ids=["plain", "dropout-3-layers", "degree-cap-no-rescale"])
 def test_fit_many_equals_each_clients_own_fit(client_cls, over):
+    if client_cls is DistGATClient:  # the exact GAT has no polynomial to keep in range
+        over = {k: v for k, v in over.items() if k != "fedgat_cap"}
     server, clients = _federation(client_cls, **over)
     w = server.weights
     assert_fit_many_matches_fit(client_cls, clients, w, 3, round=2)

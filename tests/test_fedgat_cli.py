@@ -33,7 +33,7 @@ BAD = [
     (["--algorithm", "fedgat", "--fedgat-backend", "protocol", "--fedgat-node-mb", "0.00001"],
      "use --fedgat-backend fast"),
     (["--algorithm", "fedgat", "--model", "sage"], "drop --model"),
-    (["--algorithm", "distgat", "--hops", "1"], "hops is FedGCN's"),
+    (["--algorithm", "distgat", "--hops", "1"], "hops is read by fedgcn"),
     (["--algorithm", "fedgat", "--secure-sum", "mask"], "use --algorithm fedgcn"),
 ]
 

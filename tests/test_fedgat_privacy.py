@@ -15,8 +15,8 @@ from functools import partial
 
 import torch
 
-from fedgl.algorithms.baselines.dist_gat import DistGATClient
 from fedgl.algorithms.fedgat import GATFedAvgServer, gat_initial_weights, scale_features
+from fedgl.algorithms.fedgat.dist_gat import DistGATClient
 from fedgl.algorithms.runner import build_federation
 from fedgl.config import Config
 from tests.helpers import random_graph, random_partition

@@ -1,25 +1,7 @@
-"""Algorithm registry: config name -> function running one seeded repeat."""
+"""The algorithms, one package each (``fedgcn/``, ``fedgat/``, ...), and the mechanisms they share
+(``base.py``: FedAvg client and server; ``runner.py``: the FedAvg driver; ``batched.py``: batched
+local training; ``single_party.py``: the centralised loop).
 
-from __future__ import annotations
-
-from collections.abc import Callable
-from functools import partial
-
-from fedgl.algorithms.baselines.centralized import run_centralized
-from fedgl.algorithms.baselines.centralized_gat import run_centralized_gat
-from fedgl.algorithms.baselines.dist_gat import run_distgat
-from fedgl.algorithms.fedgat import FedGATClient, FedGATServer, run_gat_federated
-from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
-from fedgl.algorithms.runner import run_federated
-from fedgl.results import RepeatResult
-
-RepeatFn = Callable[..., RepeatResult]
-
-REGISTRY: dict[str, RepeatFn] = {
-    "fedgcn": partial(run_federated, client_cls=FedGCNClient, server_cls=FedGCNServer),
-    "centralized": run_centralized,
-    "fedgat": partial(run_gat_federated, client_cls=FedGATClient, server_cls=FedGATServer,
-                      approximate=True),
-    "distgat": run_distgat,
-    "centralized-gat": run_centralized_gat,
-}
+Nothing is imported here: an algorithm is looked up through :mod:`fedgl.algorithms.registry`,
+which imports its package only when it is chosen.
+"""

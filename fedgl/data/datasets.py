@@ -12,11 +12,12 @@ from __future__ import annotations
 import os
 import socket
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 
-from fedgl.data.graph import GraphData, clean_edge_index
+from fedgl.data.graph import GraphData, clean_edge_index, row_normalize
 from fedgl.data.sbm import stochastic_block_model
 from fedgl.errors import DataError
 
@@ -229,3 +230,14 @@ def planetoid_style_split(y: torch.Tensor, num_classes: int, *, seed: int, per_c
         m[torch.from_numpy(idx.astype(np.int64))] = True
         masks.append(m)
     return masks[0], masks[1], masks[2]
+
+
+def load_graph(cfg: Any) -> GraphData:
+    """The dataset a config names, with features row-normalised if asked and non-negative
+    (row normalisation is meaningless for signed features such as the SBM's Gaussians)."""
+    graph = load_dataset(cfg.dataset, cfg.data_root, seed=cfg.seed, nodes=cfg.sbm_nodes,
+                         classes=cfg.sbm_classes, alpha=cfg.sbm_alpha, mu=cfg.sbm_mu,
+                         features=cfg.sbm_features, noise=cfg.sbm_noise)
+    if cfg.normalize_features and graph.num_nodes and bool((graph.x >= 0).all()):
+        graph = graph.with_features(row_normalize(graph.x))
+    return graph

@@ -19,7 +19,7 @@ import numpy as np
 
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData, client_shard
-from fedgl.data.datasets import default_cache_dir
+from fedgl.data.datasets import default_cache_dir, load_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition, partition
 from fedgl.errors import DataError
@@ -80,8 +80,6 @@ def _file_sha256(path: Path) -> str | None:
 
 def load_shard(spec: ShardSpec) -> ClientData:
     """Load the dataset locally, verify graph and partition, and keep only this client's data."""
-    from fedgl.api import load_graph  # late import: api imports the algorithms
-
     cfg = Config.from_dict(spec.config)
     graph = load_graph(cfg)
     if graph_fingerprint(graph) != spec.graph_fingerprint:

@@ -24,9 +24,12 @@ def poly_attention(cfg: Config) -> PolyAttention:
 
 def build_gat(cfg: Config, in_channels: int, num_classes: int, approximate: bool) -> GAT:
     """The GAT of a config; ``approximate``: FedGAT's polynomial first layer."""
+    if not approximate:
+        return GAT(in_channels, cfg.gat_hidden, num_classes, cfg.layers, cfg.heads,
+                   cfg.output_heads, cfg.dropout)
     return GAT(in_channels, cfg.gat_hidden, num_classes, cfg.layers, cfg.heads, cfg.output_heads,
-               cfg.dropout, attention=poly_attention(cfg) if approximate else None,
-               basis=cfg.fedgat_basis, cap=cfg.fedgat_cap)
+               cfg.dropout, attention=poly_attention(cfg), basis=cfg.fedgat_basis,
+               cap=cfg.fedgat_cap)
 
 
 def gat_initial_weights(cfg: Config, in_channels: int, num_classes: int, seed: int) -> State:

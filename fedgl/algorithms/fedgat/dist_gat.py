@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import torch
 
-from fedgl.algorithms.fedgat import GATClient, GATFedAvgServer, GATView, run_gat_federated
+from fedgl.algorithms.fedgat.client import GATClient, GATView
+from fedgl.algorithms.fedgat.common import run_gat_federated
+from fedgl.algorithms.fedgat.server import GATFedAvgServer
 from fedgl.models.gat import add_self_loops
 from fedgl.results import RepeatResult
 

@@ -10,9 +10,9 @@ import time
 
 import numpy as np
 
-from fedgl.algorithms.baselines.single_party import run_single_party
 from fedgl.algorithms.fedgcn.client import FedGCNClient
 from fedgl.algorithms.runner import initial_weights
+from fedgl.algorithms.single_party import run_single_party
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
@@ -23,13 +23,13 @@ from fedgl.results import RepeatResult
 
 
 def run_centralized(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
-                    progress: RoundProgress) -> RepeatResult:
+                    progress: RoundProgress, **_: object) -> RepeatResult:
     t0 = time.perf_counter()
     whole = Partition(np.zeros(graph.num_nodes, dtype=np.int64), 1)
     (data,) = split_graph(graph, whole)
     # A single party owning every node: its "local subgraph" is the full graph, so the 0-hop
     # inputs are exactly the centralised GCN's (true degrees, every edge).
-    party = FedGCNClient(data, cfg.replace(hops=0), seed)
+    party = FedGCNClient(data, cfg.replace(algorithm="fedgcn", hops=0), seed)
     oracle = OracleEvaluator(graph, cfg) if cfg.oracle_eval else None
     return run_single_party("centralized", graph, cfg, whole, party,
                             initial_weights(graph, cfg, seed), oracle, repeat=repeat, seed=seed,

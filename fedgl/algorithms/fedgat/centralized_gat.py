@@ -12,9 +12,9 @@ import time
 
 import numpy as np
 
-from fedgl.algorithms.baselines.dist_gat import DistGATClient
-from fedgl.algorithms.baselines.single_party import run_single_party
-from fedgl.algorithms.fedgat import GATOracle, gat_initial_weights
+from fedgl.algorithms.fedgat.common import GATOracle, gat_initial_weights
+from fedgl.algorithms.fedgat.dist_gat import DistGATClient
+from fedgl.algorithms.single_party import run_single_party
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData

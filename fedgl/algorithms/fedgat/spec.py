@@ -1,0 +1,28 @@
+"""Registers FedGAT and the baselines of its paper, DistGAT and centralised GAT (imports no
+algorithm code)."""
+
+from fedgl.algorithms.fedgat.options import FedGATOptions, GATOptions
+from fedgl.config.registry import AlgorithmSpec, register
+
+# the GAT algorithms size their layers by heads x gat_hidden and train full-batch
+_GAT_UNREAD = ("model", "hidden", "batch_size", "fanouts", "clients_per_round")
+
+register(AlgorithmSpec(
+    name="fedgat", setting="horizontal",
+    summary="FedGAT: first-layer attention by a Chebyshev polynomial from matrices sent once",
+    entry="fedgl.algorithms.fedgat.runner:run_fedgat", options=FedGATOptions,
+    unread=_GAT_UNREAD))
+
+register(AlgorithmSpec(
+    name="distgat", setting="horizontal",
+    summary="DistGAT: federated GAT with every cross-client edge dropped (FedGAT's baseline)",
+    entry="fedgl.algorithms.fedgat.dist_gat:run_distgat", options=GATOptions,
+    unread=_GAT_UNREAD))
+
+register(AlgorithmSpec(
+    name="centralized-gat", setting="horizontal",
+    summary="centralised GAT: one party holds the whole graph",
+    entry="fedgl.algorithms.fedgat.centralized_gat:run_centralized_gat", options=GATOptions,
+    runtimes=("local",), checkpoints=False,
+    # federation keys are accepted (and ignored) so that one set of keys runs a comparison
+    unread=_GAT_UNREAD))

@@ -1,0 +1,39 @@
+"""FedGCN's own configuration keys."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from fedgl.config.fields import option
+from fedgl.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FedGCNOptions:
+    """FedGCN (Yao et al.): how many hops the one pre-training exchange reaches."""
+
+    hops: int = option(2, "communication hops L of the pre-training round (0, 1 or 2; at most "
+                          "--layers)")
+
+    def validate(self, cfg: Any) -> None:
+        if self.hops < 0:
+            raise ConfigError(f"hops must be 0, 1, 2, ... (got {self.hops})")
+        if self.hops > 2:
+            raise ConfigError(f"hops must be 0, 1 or 2 (got {self.hops}): the pre-training round "
+                              "reaches 2 hops; deeper models use --layers with --hops 2")
+        if self.hops > cfg.layers:
+            raise ConfigError(f"hops ({self.hops}) cannot exceed layers ({cfg.layers}); "
+                              f"use --hops {cfg.layers} or more --layers")
+        if cfg.model == "sage" and self.hops > 0:
+            raise ConfigError("FedGCN with model 'sage' supports only --hops 0 (SAGE's root term "
+                              "would need remote raw features); use --model gcn for 1/2-hop")
+        if cfg.model == "gin":
+            raise ConfigError("FedGCN trains gcn or sage models; use --model gcn")
+        pretrain_only = [name for name, on in (("secure_sum", cfg.secure_sum != "none"),
+                                               ("dp_epsilon", cfg.dp_epsilon is not None),
+                                               ("min_contributors", cfg.min_contributors > 1))
+                         if on]
+        if pretrain_only and self.hops == 0:
+            raise ConfigError(f"{pretrain_only[0]} protects the pre-training sums, which 0-hop "
+                              "does not send; use --hops 1 or 2 or drop it")

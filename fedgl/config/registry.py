@@ -1,0 +1,140 @@
+"""The algorithm registry: what each algorithm is called, which setting it runs in, which keys it
+reads, and where its code is — without importing that code.
+
+An algorithm package declares itself in a small ``spec.py``::
+
+    from fedgl.algorithms.registry import AlgorithmSpec, register
+    from fedgl.algorithms.fedgat.options import FedGATOptions
+
+    register(AlgorithmSpec(
+        name="fedgat", setting="horizontal", summary="FedGAT: polynomial attention",
+        entry="fedgl.algorithms.fedgat.runner:run_fedgat",   # imported only when fedgat runs
+        options=FedGATOptions, runtimes=("local", "ray"), privacy=(),
+        unread=("model", "hidden")))
+
+and one line in :data:`BUILTIN` maps its name to that module, so looking an algorithm up imports
+only its ``spec.py`` (an options dataclass and this module), and running it imports its entry
+point. ``import fedgl`` imports no algorithm package.
+
+The entry point runs one seeded repeat::
+
+    run_repeat(graph, cfg, *, repeat, seed, progress, resume_from=None, checkpointer=None,
+               on_round=None) -> RepeatResult
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from fedgl.errors import ConfigError
+
+#: built-in algorithm name -> the module whose import registers it
+BUILTIN: dict[str, str] = {
+    "fedgcn": "fedgl.algorithms.fedgcn.spec",
+    "centralized": "fedgl.algorithms.fedgcn.spec",
+    "fedgat": "fedgl.algorithms.fedgat.spec",
+    "distgat": "fedgl.algorithms.fedgat.spec",
+    "centralized-gat": "fedgl.algorithms.fedgat.spec",
+}
+
+#: common keys only one setting reads
+HORIZONTAL_KEYS = ("partition", "beta", "min_client_size")
+VERTICAL_KEYS = ("feature_split", "edge_share")
+
+#: privacy features an algorithm may support (see ``PrivacyConfig`` field metadata)
+PRIVACY_FEATURES = ("secure_sum", "he", "encrypt_models", "dp", "min_contributors")
+
+
+@dataclass(frozen=True)
+class AlgorithmSpec:
+    """What the configuration, the CLI and the driver need to know about one algorithm."""
+
+    name: str
+    setting: str                      # "horizontal" or "vertical"
+    entry: str                        # "package.module:function", imported when the algorithm runs
+    summary: str = ""
+    options: type | None = None       # dataclass of the algorithm's own keys
+    runtimes: tuple[str, ...] = ("local", "ray")
+    privacy: tuple[str, ...] = ()     # subset of PRIVACY_FEATURES
+    unread: tuple[str, ...] = ()      # common keys the algorithm ignores (off default: an error)
+    checkpoints: bool = True          # supports --checkpoint-every / --resume
+    aliases: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.setting not in ("horizontal", "vertical"):
+            raise ValueError(f"{self.name}: setting must be horizontal or vertical")
+        unknown = set(self.privacy) - set(PRIVACY_FEATURES)
+        if unknown:
+            raise ValueError(f"{self.name}: unknown privacy features {sorted(unknown)}")
+        if self.options is not None and not dataclasses.is_dataclass(self.options):
+            raise ValueError(f"{self.name}: options must be a dataclass")
+
+    def unread_keys(self) -> tuple[str, ...]:
+        """Common keys this algorithm ignores: its own list plus the other setting's keys."""
+        other = VERTICAL_KEYS if self.setting == "horizontal" else HORIZONTAL_KEYS
+        return tuple(dict.fromkeys((*self.unread, *other)))
+
+    def option_names(self) -> list[str]:
+        return [f.name for f in dataclasses.fields(self.options)] if self.options else []
+
+    def load_entry(self) -> Callable[..., Any]:
+        """Import and return the entry point (this is where the algorithm's code is imported)."""
+        module, _, attr = self.entry.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+
+_SPECS: dict[str, AlgorithmSpec] = {}
+_ALIASES: dict[str, str] = {}
+
+
+def register(spec: AlgorithmSpec) -> AlgorithmSpec:
+    """Add an algorithm (built-in spec modules call this on import; so may a user's code)."""
+    _SPECS[spec.name] = spec
+    for alias in spec.aliases:
+        _ALIASES[alias] = spec.name
+    return spec
+
+
+def algorithm_names() -> list[str]:
+    """Every known algorithm name (built-in and registered), without importing any."""
+    return sorted(set(BUILTIN) | set(_SPECS))
+
+
+def canonical_name(name: str) -> str:
+    name = str(name)
+    if name in BUILTIN or name in _SPECS:
+        return name
+    if name in _ALIASES:
+        return _ALIASES[name]
+    load_all()
+    return _ALIASES.get(name, name)
+
+
+def get_spec(name: str) -> AlgorithmSpec:
+    """The spec of ``name`` (or an alias); ConfigError naming the choices if unknown."""
+    name = canonical_name(name)
+    if name not in _SPECS and name in BUILTIN:
+        importlib.import_module(BUILTIN[name])
+    if name not in _SPECS:
+        names = algorithm_names()
+        close = difflib.get_close_matches(name, names, n=1)
+        hint = f" (did you mean '{close[0]}'?)" if close else ""
+        raise ConfigError(f"unknown algorithm '{name}'{hint}; choose one of {', '.join(names)}")
+    return _SPECS[name]
+
+
+def load_all() -> list[AlgorithmSpec]:
+    """Every spec (imports every built-in ``spec.py``; for --help and cross-algorithm hints)."""
+    for module in sorted(set(BUILTIN.values())):
+        importlib.import_module(module)
+    return [_SPECS[n] for n in sorted(_SPECS)]
+
+
+def readers_of(key: str) -> list[str]:
+    """Names of the algorithms whose options include ``key``."""
+    return [s.name for s in load_all() if key in s.option_names()]
