@@ -29,27 +29,18 @@ COMMON = dict(progress=False, threads=1, repeats=1, seed=0)
 def one_run(kwargs: dict) -> dict:
     """Run one configuration in this process; a summary of its single repeat."""
     import fedgl
-    from fedgl.api import as_config
-    from fedgl.data.datasets import load_dataset
+    from fedgl.api import as_config, load_graph
 
-    kwargs = dict(kwargs)
-    per_round = kwargs.pop("clients_per_round", 0)
-    dataset = kwargs.pop("dataset")
-    # the config validates dataset names; until it knows the synthetic ones the graph is
-    # passed in (replace with dataset=... and clients_per_round when the config sections land)
-    cfg = as_config(**kwargs, dataset="sbm")
-    if per_round:
-        object.__setattr__(cfg, "clients_per_round", per_round)
+    cfg = as_config(**kwargs)
     t0 = time.perf_counter()
-    graph = load_dataset(dataset, seed=cfg.seed)
+    graph = load_graph(cfg)
     load_seconds = time.perf_counter() - t0
     rss_after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     result = fedgl.run(cfg, graph=graph)
     rep = result.repeats[0]
     rounds = max(1, rep.final["rounds"])
     out = {
-        "config": {"dataset": dataset, **{k: v for k, v in kwargs.items() if k not in COMMON}},
-        "clients_per_round": per_round,
+        "config": {k: v for k, v in kwargs.items() if k not in COMMON},
         "test_acc": rep.final["test_acc"],
         "selected_test_acc": rep.final["selected_test_acc"],
         "oracle_test_acc": rep.final["oracle_test_acc"],
@@ -97,13 +88,12 @@ def formula(args: argparse.Namespace) -> dict:
     import numpy as np
     import torch
 
-    from fedgl.api import as_config
-    from fedgl.data.datasets import load_dataset
+    from fedgl.api import as_config, load_graph
     from fedgl.data.shards import make_partition
 
-    cfg = as_config(dataset="sbm", clients=args.clients, beta=args.beta, **COMMON)
+    cfg = as_config(dataset=args.dataset, clients=args.clients, beta=args.beta, **COMMON)
     t0 = time.perf_counter()
-    graph = load_dataset(args.dataset, seed=cfg.seed)
+    graph = load_graph(cfg)
     load = time.perf_counter() - t0
     t0 = time.perf_counter()
     part = make_partition(graph, cfg, cfg.seed)

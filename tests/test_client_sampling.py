@@ -19,14 +19,7 @@ from tests.helpers import random_graph, random_partition
 
 
 def _cfg(**values) -> Config:
-    per_round = values.pop("clients_per_round", 0)
-    method = values.pop("partition", "iid")
-    cfg = Config.from_dict({"progress": False, **values})
-    # replace with the config keys (clients_per_round, partition powerlaw) when the config
-    # sections land on main
-    object.__setattr__(cfg, "clients_per_round", per_round)
-    object.__setattr__(cfg, "partition", method)
-    return cfg
+    return Config.from_dict({"progress": False, "partition": "iid", **values})
 
 
 def _run(graph, cfg, **kwargs):

@@ -162,3 +162,20 @@ def test_load_dataset_uses_the_user_cache(tmp_path, monkeypatch):
     g = load_dataset("synthetic:1500,6000,6,3", "/nonexistent-data-root", seed=2)
     assert g.num_nodes == 1500 and g.num_edges == 6000
     assert len(list((tmp_path / "fedgl" / "synthetic").iterdir())) == 1
+
+
+def test_config_accepts_the_new_dataset_names_and_runs_one(tmp_path, monkeypatch):
+    import fedgl
+    from fedgl.config import Config
+    from fedgl.errors import ConfigError
+
+    for name in ("synthetic:arxiv", "synthetic:products", "synthetic:1000,5000,8,4",
+                 "ogbn-arxiv", "ogbn-products", "ogbn-papers100M", "reddit"):
+        Config.from_dict({"dataset": name})
+    for bad in ("synthetic:", "synthetic:big", "synthetic:1,2,3"):
+        with pytest.raises(ConfigError, match="synthetic"):
+            Config.from_dict({"dataset": bad})
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    result = fedgl.run(algorithm="fedgcn", dataset="synthetic:3000,15000,8,4", clients=4,
+                       hops=2, rounds=3, progress=False)
+    assert result.repeats[0].partition["edges"] == 15_000

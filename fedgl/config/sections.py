@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from fedgl.config.fields import at_least, check_fields, choice, option, parse_fanouts
 from fedgl.errors import ConfigError
 
-NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm")
-DATASET_PREFIXES = ("npz:",)
-PARTITIONS = ("dirichlet", "iid", "metis", "random")
+NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-products",
+                  "ogbn-papers100m", "reddit")
+DATASET_PREFIXES = ("npz:", "synthetic:")
+PARTITIONS = ("dirichlet", "iid", "metis", "random", "powerlaw")
 AGGREGATIONS = ("uniform", "weighted")
 MODELS = ("gcn", "sage", "gin")
 SETTINGS = ("horizontal", "vertical")
@@ -45,7 +46,9 @@ class DataConfig(Section):
     """Which graph, and where its files are."""
 
     title = "data"
-    dataset: str = option("sbm", "dataset: cora, citeseer, pubmed, sbm or npz:PATH")
+    dataset: str = option("sbm", "dataset: cora, citeseer, pubmed, sbm, npz:PATH, ogbn-arxiv, "
+                                 "ogbn-products, ogbn-papers100M, reddit, or "
+                                 "synthetic:arxiv|products|N,E,d,C (generated, cached)")
     data_root: str | None = option(None, "folder holding datasets (unset: $FEDGL_DATA, else the "
                                          "user cache)")
     normalize_features: bool = option(False, "row-normalise node features (Kipf & Welling; "
@@ -63,9 +66,16 @@ class DataConfig(Section):
             close = difflib.get_close_matches(ds, NAMED_DATASETS, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"unknown dataset '{self.dataset}'{hint}; use one of "
-                              f"{', '.join(NAMED_DATASETS)} or npz:PATH")
+                              f"{', '.join(NAMED_DATASETS)}, npz:PATH or "
+                              "synthetic:arxiv|products|N,E,d,C")
         if ds.startswith("npz:") and len(self.dataset) <= 4:
             raise ConfigError("dataset 'npz:' needs a path, e.g. --dataset npz:data/cora_ml.npz")
+        if ds.startswith("synthetic:"):
+            arg = ds.split(":", 1)[1]
+            if arg not in ("arxiv", "products") and not re.fullmatch(r"(\d+(e\d+)?,){3}\d+", arg):
+                raise ConfigError(f"unknown synthetic dataset '{self.dataset}'; use synthetic:arxiv, "
+                                  "synthetic:products or synthetic:N,E,d,C (four integers, e.g. "
+                                  "synthetic:20000,100000,32,10)")
         at_least("sbm_nodes", self.sbm_nodes, 2)
         at_least("sbm_classes", self.sbm_classes, 2)
         at_least("sbm_features", self.sbm_features, 1)
@@ -86,7 +96,7 @@ class FederationConfig(Section):
     setting: str | None = option(None, "horizontal (nodes split) or vertical (features and edges "
                                        "split); unset: the algorithm's")
     partition: str = option("dirichlet", "horizontal node split: dirichlet (label skew), iid, "
-                                         "metis or random")
+                                         "metis, random or powerlaw (power-law client sizes)")
     beta: float = option(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
     min_client_size: int = option(10, "redraw the split until every client has at least this "
                                       "many nodes")
