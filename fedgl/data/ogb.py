@@ -33,6 +33,7 @@ import torch
 
 from fedgl.data.cache import cache_root, cached_arrays
 from fedgl.data.graph import GraphData, csr_edge_index, symmetric_csr
+from fedgl.data.synthetic import sorted_unique
 from fedgl.errors import DataError
 
 OGB = {  # name -> (folder, split folder, binary files)
@@ -73,7 +74,7 @@ def _undirected_csr(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarra
                         "belong together, re-extract them")
     lo, hi = np.minimum(src, dst).astype(np.int64), np.maximum(src, dst).astype(np.int64)
     ok = lo != hi
-    return symmetric_csr(np.unique(lo[ok] * n + hi[ok]), n)
+    return symmetric_csr(sorted_unique(lo[ok] * n + hi[ok]), n)
 
 
 def _split_codes(split_dir: Path, n: int) -> np.ndarray:
