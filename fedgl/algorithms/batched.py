@@ -201,13 +201,17 @@ def uniform_group(clients: Sequence[Any]) -> bool:
 
 
 # Batching pays off for many small clients (fixed kernel costs shared); for large ones the
-# stacked autograd graph only costs memory: FedGCN 2-hop, 10 clients on an arxiv-sized graph
-# took 52.7 s/round and 5.0 GB batched vs 19.4 s and 3.3 GB one by one (docs/performance.md).
+# stacked autograd graph (and the cached union of inputs) only costs memory: FedGCN 2-hop, 10
+# clients on an arxiv-sized graph took 52.7 s/round and 5.0 GB batched vs 19.4 s and 3.3 GB
+# one by one (docs/performance.md). Evaluation has no autograd graph: a larger bound.
 MAX_BATCHED_TRAIN_ROWS = 100_000
+MAX_BATCHED_EVAL_ROWS = 400_000
 
 
-def _too_large(clients: Sequence[Any]) -> bool:
-    return sum(int(c._train_inputs().x.size(0)) for c in clients) > MAX_BATCHED_TRAIN_ROWS
+def _too_large(clients: Sequence[Any], train: bool = True) -> bool:
+    if train:
+        return sum(int(c._train_inputs().x.size(0)) for c in clients) > MAX_BATCHED_TRAIN_ROWS
+    return sum(int(c._cached_inputs().x.size(0)) for c in clients) > MAX_BATCHED_EVAL_ROWS
 
 
 def _same_input_kind(clients: Sequence[Any]) -> bool:
@@ -240,7 +244,7 @@ def fit_gcn_clients(clients: Sequence[Any], weights: State, local_steps: int, ro
 def predict_gnn_clients(clients: Sequence[Any], weights: State,
                         cache: dict | None = None) -> list[Tensor] | None:
     """Batched ``predict`` of GCN/SAGE clients on their full inputs."""
-    if not _same_input_kind(clients):
+    if not _same_input_kind(clients) or _too_large(clients, train=False):
         return None
     kwargs = {"pre_aggregated": True} if clients[0]._cached_inputs().pre_aggregated else {}
 
