@@ -6,6 +6,8 @@
     python benchmarks/bench_scale.py cross-device --clients 10000 --per-round 100 --rounds 20
     # FedGCN pre-training bytes against the appendix formula (counts only, no exchange)
     python benchmarks/bench_scale.py formula --dataset synthetic:products --clients 20
+    # bytes really sent by FedGCN's pre-training (sparse where smaller) vs the dense count
+    FEDGL_DATA=../shared/data python benchmarks/bench_scale.py pretrain-bytes --dataset cora
 
 Every run is a separate process (so that its peak RSS is its own) and prints its summary as
 JSON; the parent prints one JSON object with all runs and the ratios to the centralised run.
@@ -124,12 +126,30 @@ def formula(args: argparse.Namespace) -> dict:
             "largest_client_rows": int(np.bincount(part.owner).max())}
 
 
+def pretrain_bytes(args: argparse.Namespace) -> dict:
+    """FedGCN's pre-training bytes really sent and their dense-equivalent count, per hops."""
+    import fedgl
+
+    out = {"dataset": args.dataset, "clients": args.clients, "beta": args.beta}
+    for hops in args.hops if args.hops is not None else [1, 2]:
+        t0 = time.perf_counter()
+        rep = fedgl.run(algorithm="fedgcn", dataset=args.dataset, clients=args.clients,
+                        beta=args.beta, hops=hops, rounds=1, **COMMON).repeats[0]
+        stats = rep.extra["fedgcn_pretrain"]
+        dense = stats["bytes_up_dense_equivalent"] + stats["bytes_down_dense_equivalent"]
+        out[f"{hops}hop"] = {"bytes_sent": rep.final["pretrain_bytes"], "dense_equivalent": dense,
+                             "ratio": round(dense / max(rep.final["pretrain_bytes"], 1), 1),
+                             "pretrain_seconds": round(rep.seconds["pretrain"], 3),
+                             "run_seconds": round(time.perf_counter() - t0, 2), **stats}
+    return out
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "_one":
         print(json.dumps(one_run(json.loads(sys.argv[2]))))
         return
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["arxiv", "cross-device", "formula"])
+    ap.add_argument("what", choices=["arxiv", "cross-device", "formula", "pretrain-bytes"])
     ap.add_argument("--dataset", default="synthetic:arxiv")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--clients", type=int, default=10)
@@ -141,6 +161,9 @@ def main() -> None:
     args = ap.parse_args()
     if args.what == "formula":
         print(json.dumps(formula(args), indent=1))
+        return
+    if args.what == "pretrain-bytes":
+        print(json.dumps(pretrain_bytes(args), indent=1))
         return
     base = dict(dataset=args.dataset, rounds=args.rounds, lr=args.lr, eval_every=args.eval_every,
                 beta=args.beta, **COMMON)
