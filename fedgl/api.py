@@ -13,8 +13,11 @@ from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
 from fedgl.data.datasets import load_graph
 from fedgl.data.graph import GraphData
+from fedgl.data.validate import validate_graph
 from fedgl.errors import ConfigError
+from fedgl.output import OutputFolder
 from fedgl.progress import round_progress
+from fedgl.resources import check_memory, check_resources
 from fedgl.results import RunResult, environment
 
 
@@ -39,36 +42,71 @@ def _validated(cfg: Config) -> Config:
 
 def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         graph: GraphData | None = None, resume: str | Path | None = None,
-        on_round: Callable[[int, int, Any], None] | None = None, **overrides: Any) -> RunResult:
+        on_round: Callable[[int, int, Any], None] | None = None, overwrite: bool = False,
+        **overrides: Any) -> RunResult:
     """Run ``config.repeats`` seeded repeats of ``config.algorithm`` and return the results.
 
     ``config`` may be a :class:`Config`, a dict of config keys, or a YAML path; keyword arguments
-    override it. Pass ``graph`` to use a graph you built instead of ``config.dataset``. Nothing
-    is written to disk unless ``config.out`` is set. ``resume`` continues the run whose
-    ``--out`` folder holds a checkpoint (its stored config is used; only ``progress`` may be
-    overridden). ``on_round(repeat, round, server)`` is called after every federated round.
+    override it. Pass ``graph`` to use a graph you built instead of ``config.dataset`` (it is
+    validated like a loaded one). Nothing is written to disk unless ``config.out`` is set; then
+    the folder is checked and locked before any work and the results appear in it complete or
+    not at all (an existing results folder is replaced only with ``overwrite=True``).
+    ``resume`` continues the run whose ``--out`` folder holds a checkpoint (its stored config is
+    used; only ``progress`` may be overridden). ``on_round(repeat, round, server)`` is called
+    after every federated round. Every error caused by the input is a :class:`FedglError`.
 
     >>> result = run(algorithm="fedgcn", dataset="sbm", hops=2, rounds=20, progress=False)
     >>> 0.0 <= result.mean("test_acc") <= 1.0
     True
     """
-    ckpt = None
+    if graph is not None and not isinstance(graph, GraphData):
+        raise ConfigError(f"graph must be a fedgl.GraphData (got {type(graph).__name__}); pass "
+                          "dataset='cora' for a named dataset, or fedgl.from_pyg(data)")
     if resume is not None:
-        ckpt = load_checkpoint(resume)
         extra = set(overrides) - {"progress"}
         if config is not None or extra:
             raise ConfigError("--resume continues a run with its stored config; drop the other "
                               f"settings ({', '.join(sorted(extra)) or 'config file'})")
-        cfg = Config.from_dict({**ckpt.config, "out": str(Path(resume)), **overrides})
-        set_rng_state(ckpt.rng)
+        folder: OutputFolder | None = OutputFolder(resume, resume=True, flag="--resume")
+        cfg = None
     else:
         cfg = as_config(config, **overrides)
-    if cfg.checkpoint_every and not cfg.out:
-        raise ConfigError("checkpoint_every needs an output folder; set --out DIR")
-    g = graph if graph is not None else load_graph(cfg)
+        if cfg.checkpoint_every and not cfg.out:
+            raise ConfigError("checkpoint_every needs an output folder; set --out DIR")
+        check_resources(cfg, generates_graph=graph is None)
+        folder = OutputFolder(cfg.out, overwrite=overwrite) if cfg.out else None
+    if folder is not None:
+        folder.open()
+    try:
+        ckpt = None
+        if resume is not None:
+            ckpt = load_checkpoint(resume)
+            cfg = Config.from_dict({**ckpt.config, "out": str(Path(resume)), **overrides})
+            check_resources(cfg)
+            set_rng_state(ckpt.rng)
+        assert cfg is not None
+        if folder is not None and cfg.checkpoint_every:
+            folder.prepare_checkpoints()
+        result = _run_repeats(cfg, graph, ckpt, on_round)
+        if folder is not None:
+            folder.commit(result.save)
+        return result
+    finally:
+        if folder is not None:
+            folder.close()
+
+
+def _run_repeats(cfg: Config, graph: GraphData | None, ckpt: Any,
+                 on_round: Callable[[int, int, Any], None] | None) -> RunResult:
+    if graph is not None:
+        validate_graph(graph, "graph")
+        g = graph
+    else:
+        g = load_graph(cfg)
     if cfg.clients > g.num_nodes:
         raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {g.num_nodes} nodes; "
                           f"use at most {g.num_nodes} clients")
+    check_memory(cfg, g)
     repeat_fn = cfg.spec.load_entry()
     done = ckpt.completed_repeats() if ckpt else []
     checkpointer = (Checkpointer(cfg.out, cfg.to_dict(), cfg.checkpoint_every, done)
@@ -77,6 +115,7 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     threads_before = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
+    threads_used = torch.get_num_threads()
     with _restore_threads(threads_before), round_progress(cfg.progress) as progress:
         for r in range(len(done), cfg.repeats):
             partial = ckpt.progress if ckpt and ckpt.progress and ckpt.progress.repeat == r else None
@@ -86,12 +125,12 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
             reps.append(rep)
             if checkpointer is not None:
                 checkpointer.repeat_done(rep)
-    result = RunResult(cfg.to_dict(), environment(cfg.seed, cfg.device), reps)
-    if cfg.out:
-        result.save(cfg.out)
-        if checkpointer is not None:
-            checkpointer.finish()
-    return result
+    env = environment(cfg.seed, cfg.device)
+    env["torch_threads"] = threads_used
+    recorded = cfg.to_dict()
+    if graph is not None:   # the config's dataset was not what ran
+        recorded["dataset"] = g.name or "custom"
+    return RunResult(recorded, env, reps)
 
 
 @contextmanager

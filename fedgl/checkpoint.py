@@ -9,6 +9,7 @@ by re-running the (deterministic) pre-training exchange on resume.
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import tempfile
@@ -20,6 +21,7 @@ import numpy as np
 import torch
 
 from fedgl.errors import ConfigError
+from fedgl.output import apply_umask, describe_os_error
 from fedgl.results import RepeatResult
 
 CHECKPOINT_FILE = "checkpoint.pt"
@@ -79,7 +81,16 @@ class Checkpointer:
         os.close(fd)
         try:
             torch.save(asdict(ckpt), tmp)
+            apply_umask(tmp)
             os.replace(tmp, self.path)
+        except (OSError, RuntimeError) as exc:   # torch.save reports a full disk as RuntimeError
+            if not isinstance(exc, OSError):
+                st = os.statvfs(self.path.parent)
+                full = st.f_bavail * st.f_frsize < 1 << 20
+                exc = OSError(errno.ENOSPC if full else errno.EIO,
+                              os.strerror(errno.ENOSPC) if full else str(exc).splitlines()[0])
+            raise describe_os_error(exc, f"checkpoint '{self.path}'",
+                                    "choose a writable --out folder") from None
         finally:
             Path(tmp).unlink(missing_ok=True)
 

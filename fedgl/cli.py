@@ -6,8 +6,24 @@ written to the output folder.
 
 from __future__ import annotations
 
-import argparse
+import os
+import signal
 import sys
+
+
+def _exit_at_once(*_: object) -> None:
+    """Ctrl-C while modules load (nothing written yet): one line, exit 130. An interrupt inside
+    an import would leave a half-imported module behind and fail later with a traceback."""
+    sys.stderr.write("fedgl: interrupted\n")
+    sys.stderr.flush()
+    os._exit(130)
+
+
+if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "fedgl":
+    signal.signal(signal.SIGINT, _exit_at_once)
+
+import argparse
+import threading
 import time
 from dataclasses import fields
 from pathlib import Path
@@ -17,7 +33,8 @@ from fedgl.config import SECTIONS, Config
 from fedgl.config.fields import field_kind
 from fedgl.config.registry import algorithm_names, canonical_name, get_spec, load_all
 from fedgl.config.schema import KEY_ALIASES
-from fedgl.errors import ConfigError, FedglError, RunAborted
+from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
+from fedgl.version import __version__
 
 
 class _Parser(argparse.ArgumentParser):
@@ -84,6 +101,7 @@ def _algorithm_in(argv: list[str]) -> str | None:
 
 def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     parser = _Parser(prog="fedgl", description="Federated graph learning (FedGCN and friends).")
+    parser.add_argument("--version", action="version", version=f"fedgl {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
 
     run = sub.add_parser("run", help="train an algorithm and write result.json / history.csv",
@@ -91,6 +109,8 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
                                      "flags; defaults: FedGCN 2-hop on a Cora-sized SBM graph.")
     run.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
     run.add_argument("--resume", metavar="DIR", help="continue the checkpointed run in DIR")
+    run.add_argument("--overwrite", action="store_true",
+                     help="replace the results already in --out (refused without it)")
     _add_config_flags(run, algorithm=algorithm)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
@@ -101,6 +121,8 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
 
     ds = sub.add_parser("datasets", help="list datasets and whether their files are available")
     ds.add_argument("--data-root", dest="data_root", default=None)
+    ds.add_argument("--check", action="store_true",
+                    help="load and validate every available dataset's files")
     return parser
 
 
@@ -109,7 +131,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chosen = _algorithm_in(argv) if "-h" in argv or "--help" in argv else None
         parser = build_parser(canonical_name(chosen) if chosen else None)
-        args = parser.parse_args(argv)
+        args, unknown = parser.parse_known_args(argv)
+        if unknown:
+            where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
+            raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
+        if args.command in ("run", "partition"):
+            _preload()
         if args.command == "run":
             return _cmd_run(args)
         if args.command == "partition":
@@ -130,6 +157,23 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _preload() -> None:
+    """Import the heavy modules while Ctrl-C still exits at once, then let it raise
+    KeyboardInterrupt so the run cleans up what it started."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:
+        previous = signal.signal(signal.SIGINT, _exit_at_once)
+    try:
+        import scipy.sparse  # noqa: F401
+        import torch_geometric  # noqa: F401
+
+        import fedgl.api  # noqa: F401 - torch, numpy, the data and run machinery
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGINT, signal.default_int_handler
+                          if previous is _exit_at_once else previous)
+
+
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     names = set(Config.field_names()) | {"algorithm"}
     return {k: v for k, v in vars(args).items() if k in names}
@@ -140,8 +184,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from fedgl.api import as_config, run
 
     overrides = _overrides(args)
+    if args.config_file and args.config_file.lower() in ("true", "false", "yes", "no", "on", "off"):
+        raise ConfigError(f"'{args.config_file}' is not a config file: yes/no flags take no value; "
+                          "use e.g. --oracle-eval or --no-oracle-eval")
+    if overrides.get("out") is not None and not str(overrides["out"]).strip():
+        raise ConfigError("--out is empty; give a folder, or leave --out out for "
+                          "runs/<algorithm>-<dataset>-<time>")
     if args.resume:
-        if args.config_file or set(overrides) - {"progress"}:
+        if args.config_file or args.overwrite or set(overrides) - {"progress"}:
             raise ConfigError("--resume continues a run with its stored config; drop the config "
                               "file and the other flags")
         result = run(resume=args.resume, **overrides)
@@ -152,9 +202,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = cfg.replace(out=str(Path("runs") / f"{cfg.algorithm}-{_slug(cfg.dataset)}-{stamp}"))
     out = Path(cfg.out)
-    _check_writable_folder(out, "--out")
     try:
-        result = run(cfg)
+        result = run(cfg, overwrite=args.overwrite)
     except OSError as exc:
         if exc.filename is None or not _related(Path(exc.filename), out):
             raise
@@ -174,6 +223,20 @@ def _check_writable_folder(path: Path, flag: str) -> None:
     if not parent.is_dir():
         raise ConfigError(f"{flag} '{path}' lies under '{parent}', which is a file, not a "
                           "folder; choose another path")
+
+
+def _probe_writable(path: Path) -> None:
+    """Fail before any work if a file cannot be created next to ``path``."""
+    import tempfile
+
+    folder = path.absolute().parent
+    try:
+        if folder.is_dir():
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+    except OSError as exc:
+        raise ConfigError(f"--plot '{path}' could not be written ({exc.strerror}); choose a "
+                          "writable path") from None
 
 
 def _related(a: Path, b: Path) -> bool:
@@ -200,20 +263,37 @@ def _print_summary(result: Any, out: Path) -> None:
                f"{cfg['rounds']} rounds, {len(result.repeats)} repeat(s)")
     table = Table(title=title)
     table.add_column("metric")
-    table.add_column("mean ± std", justify="right")
+    one = len(result.repeats) == 1
+    table.add_column("value" if one else "mean ± std (population)", justify="right")
+
+    def fmt(mean: float, std: float, unit: str, digits: int) -> str:
+        return f"{mean:.{digits}f}{unit}" + ("" if one else f" ± {std:.{digits}f}")
+
     for key, label in SUMMARY_METRICS.items():
-        if key not in result.summary:
+        if key not in result.summary or key.endswith("_seconds"):
             continue
         s = result.summary[key]
         if key.endswith("_acc"):
-            value = f"{s['mean']:.4f} ± {s['std']:.4f}"
+            table.add_row(label, fmt(s["mean"], s["std"], "", 4))
         elif key.endswith("_bytes"):
-            value = f"{s['mean'] / 1e6:.3f} MB ± {s['std'] / 1e6:.3f}"
-        else:
-            value = f"{s['mean']:.2f} s ± {s['std']:.2f}"
-        table.add_row(label, value)
+            table.add_row(label, fmt(s["mean"] / 1e6, s["std"] / 1e6, " MB", 3))
+    for phase, label in (("setup", "setup"), ("pretrain", "pre-training"), ("train", "training"),
+                         ("eval", "evaluation"), ("oracle", "oracle scoring"), ("total", "total")):
+        values = [r.seconds[phase] for r in result.repeats if phase in r.seconds]
+        if values:
+            mean = sum(values) / len(values)
+            std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+            table.add_row(f"time: {label}", fmt(mean, std, " s", 2))
+    if "diverged" in result.summary:
+        table.add_row("[bold red]DIVERGED repeats[/]",
+                      "[bold red]" + ", ".join(map(str, result.summary["diverged"]["values"])) + "[/]")
     console = Console()
     console.print(table)
+    for rep in result.repeats:
+        if "diverged" in rep.extra:
+            d = rep.extra["diverged"]
+            print(f"fedgl: warning: repeat {rep.repeat} DIVERGED at round {d['round']} (non-finite "
+                  f"{d['what']}); it stopped there (--allow-divergence)", file=sys.stderr)
     console.print(f"results written to {out}/result.json and {out}/history.csv")
 
 
@@ -230,6 +310,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         raise ConfigError(f"--plot '{args.plot}' must end in .png, .pdf or .svg")
     if args.plot:
         _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
+        _probe_writable(Path(args.plot))
     graph = load_graph(cfg)
     part = partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=cfg.seed,
                      min_size=cfg.min_client_size)
@@ -265,10 +346,21 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
     root = resolve_data_root(args.data_root)
     print(f"data root: {root}")
+    if args.check:
+        from fedgl.data.datasets import check_datasets
+
+        checked = check_datasets(args.data_root)
+        for name, state in checked.items():
+            print(f"  {name:<9} {'missing' if state == 'missing' else state}")
+        bad = [n for n, state in checked.items() if state not in ("ok", "missing")]
+        if bad:
+            raise DataError(f"{len(bad)} dataset(s) failed the check ({', '.join(bad)}); "
+                            "replace their files")
+        return 0
     for name, ok in available_datasets(args.data_root).items():
         if ok:
-            state = "generated on first use, then cached" if name.startswith("synthetic:") \
-                else "available"
+            state = ("generated on first use, then cached" if name.startswith("synthetic:")
+                     else "available (files present; --check validates them)")
         elif name in ("cora", "citeseer", "pubmed"):
             state = "missing (downloaded on first use when online)"
         else:
@@ -279,4 +371,11 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    _code = main()
+    if _code == 130:
+        # Under `python -m`, CPython turns an interrupt that main() handled into death by
+        # SIGINT at exit; exit with the code main() chose (the run's resources are closed).
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(_code)
+    sys.exit(_code)

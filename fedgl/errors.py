@@ -20,6 +20,16 @@ class DataError(FedglError):
     """A dataset that is missing, corrupt, or cannot be partitioned as asked."""
 
 
+class OutputError(FedglError):
+    """The results folder cannot be used: in use by another run, already holding results, not
+    writable, or the disk is full."""
+
+
+class DivergenceError(FedglError):
+    """Training produced a non-finite loss or model (the message names the round and the fix;
+    ``--allow-divergence`` records it in the result instead)."""
+
+
 class RunAborted(Exception):
     """A run stopped by its failure policy (e.g. a client died under ``abort``). Not a user-input
     error: the CLI reports it in one line with exit code 1."""

@@ -11,7 +11,6 @@ import torch
 
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
-from fedgl.devices import resolve_device
 from fedgl.federation.aggregate import State
 from fedgl.models import build_model, gcn_edge_weights
 
@@ -22,7 +21,7 @@ class OracleEvaluator:
     """Scores model weights on the whole graph with the ordinary (centralised) forward pass."""
 
     def __init__(self, graph: GraphData, config: Config) -> None:
-        self.device = resolve_device(config.device)
+        self.device = torch.device(config.device)
         self.model = build_model(config.model, graph.num_features, config.hidden,
                                  graph.num_classes, config.layers, config.dropout).to(self.device)
         ei, w = gcn_edge_weights(graph.edge_index, graph.num_nodes, graph.degrees() + 1)

@@ -51,7 +51,10 @@ class RepeatResult:
 
 @dataclass
 class RunResult:
-    """Everything a run produced. ``summary[metric]`` has ``mean``, ``std`` and ``values``."""
+    """Everything a run produced. ``summary[metric]`` has ``mean``, ``std`` and ``values``; the
+    std is the population standard deviation over repeats (``statistics.pstdev``, 0 for one
+    repeat). ``summary["diverged"]``, present only if a repeat diverged under
+    ``allow_divergence``, has the share of such repeats and their indices."""
 
     config: dict[str, Any]
     environment: dict[str, Any]
@@ -112,6 +115,9 @@ def summarize(repeats: list[RepeatResult]) -> dict[str, dict[str, Any]]:
         out[metric] = {"mean": statistics.fmean(values),
                        "std": statistics.pstdev(values) if len(values) > 1 else 0.0,
                        "values": values}
+    diverged = [r.repeat for r in repeats if r.final.get("diverged_round") is not None]
+    if diverged:   # --allow-divergence: which repeats stopped on a non-finite loss or model
+        out["diverged"] = {"mean": len(diverged) / len(repeats), "std": 0.0, "values": diverged}
     return out
 
 
@@ -148,6 +154,9 @@ def _atomic_write(path: Path, text: str) -> None:
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
+        mask = os.umask(0o022)
+        os.umask(mask)
+        os.chmod(tmp, 0o666 & ~mask)  # mkstemp creates 0600; results get the umask's mode
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -15,7 +15,6 @@ from torch import Tensor
 
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
-from fedgl.devices import resolve_device
 from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
@@ -50,7 +49,7 @@ class GNNClient(ABC):
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
         self.data = data
         self.config = config
-        self.device = resolve_device(config.device)
+        self.device = torch.device(config.device)
         self._model: torch.nn.Module | None = None
         self._model_is_default = False  # built by :meth:`_build_model` (so it can be rebuilt)
         # Cross-device federations (clients sampled per round) keep no model between rounds.

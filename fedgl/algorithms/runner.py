@@ -21,6 +21,7 @@ from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
+from fedgl.errors import DivergenceError
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
@@ -105,6 +106,8 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         for _ in range(start - 1):
             progress.advance()
         oracle_seconds = 0.0
+        diverged: dict | None = None
+        events += [{**e, "round": 0} for e in runtime.events]   # clients restarted at start-up
         seen_events = len(runtime.events)
         for t, weights, metrics in server.rounds(start):
             row = {"round": t, **metrics}
@@ -113,9 +116,12 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
                 row.update(oracle(weights))
                 oracle_seconds += time.perf_counter() - o0
             history.append(row)
+            diverged = divergence(t, weights, row["train_loss"], cfg)
             events += [{**e, "round": t} for e in runtime.events[seen_events:]]
             seen_events = len(runtime.events)
             progress.advance(_progress_info(row))
+            if diverged is not None:   # recorded (--allow-divergence); never checkpointed
+                break
             if checkpointer is not None:
                 checkpointer.round_done(RepeatProgress(repeat, seed, t, weights, history,
                                                        runtime.ledger.state_dict(), events))
@@ -126,6 +132,9 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
                    "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
                    "oracle": oracle_seconds, "total": time.perf_counter() - t0}
         result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
+        if diverged is not None:
+            result.extra["diverged"] = diverged
+            result.final["diverged_round"] = diverged["round"]
         result.extra["runtime"] = cfg.runtime
         result.extra["failures"] = events
         result.extra.update(privacy_extra(graph, part, cfg, server))
@@ -139,6 +148,29 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         return result
     finally:
         runtime.close()
+
+
+def divergence(t: int, weights: object, loss: object, cfg: Config) -> dict | None:
+    """None while training is finite. A non-finite model weight or an infinite loss (a NaN loss
+    with finite weights only means no client trained) raises :class:`DivergenceError`, or with
+    ``cfg.allow_divergence`` returns what to record: ``{"round", "what"}``."""
+    what = []
+    if isinstance(loss, float) and math.isinf(loss):
+        what.append(f"training loss {loss}")
+    if isinstance(weights, dict):
+        bad = [k for k, v in weights.items() if isinstance(v, torch.Tensor)
+               and v.is_floating_point() and not bool(torch.isfinite(v).all())]
+        if bad:
+            what.append(f"model weights ({', '.join(bad[:3])}{', ...' if len(bad) > 3 else ''})")
+    if not what:
+        return None
+    record = {"round": t, "what": " and ".join(what)}
+    if not getattr(cfg, "allow_divergence", False):
+        raise DivergenceError(
+            f"training diverged at round {t}: non-finite {record['what']}; lower --lr (now "
+            f"{cfg.lr:g}) or check the inputs and noise settings, or pass --allow-divergence to "
+            "record it in the result (a checkpoint written before this round still resumes)")
+    return record
 
 
 def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:

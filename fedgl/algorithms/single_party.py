@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fedgl.algorithms.runner import _progress_info, finish_repeat
+from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
@@ -36,6 +36,7 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
     oracle_seconds = 0.0
     progress.start(f"{name} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
     history = []
+    diverged: dict | None = None
     for t in range(1, cfg.rounds + 1):
         with ledger.timer("train"):
             out = party.fit(weights, cfg.local_steps, round=t)
@@ -53,7 +54,14 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
                 oracle_seconds += time.perf_counter() - o0
         history.append(row)
         progress.advance(_progress_info(row))
+        diverged = divergence(t, weights, row["train_loss"], cfg)
+        if diverged is not None:
+            break
     seconds = {"setup": setup_seconds, "pretrain": 0.0, "train": ledger.seconds("train"),
                "eval": ledger.seconds("eval"), "oracle": oracle_seconds,
                "total": time.perf_counter() - started}
-    return finish_repeat(repeat, seed, whole.stats(graph), history, ledger.summary(), seconds)
+    result = finish_repeat(repeat, seed, whole.stats(graph), history, ledger.summary(), seconds)
+    if diverged is not None:
+        result.extra["diverged"] = diverged
+        result.final["diverged_round"] = diverged["round"]
+    return result

@@ -15,6 +15,8 @@ from typing import Any
 
 from fedgl.errors import ConfigError
 
+INT64 = 2**63
+
 
 def option(default: Any, help: str, **extra: Any) -> Any:
     """A config field with a default and one line of help (``extra`` goes into its metadata)."""
@@ -43,11 +45,15 @@ def check_fields(obj: Any) -> None:
             raise ConfigError(f"{f.name} must be set (got null)")
         kind = field_kind(f)
         if kind == "bool":
-            ok = isinstance(value, bool) or type(value).__name__ == "bool_"
+            ok = isinstance(value, bool) or (type(value).__module__ == "numpy"
+                                             and type(value).__name__ in ("bool_", "bool"))
             value = bool(value) if ok else value
         elif kind == "int":
             ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
             value = int(value) if ok else value
+            if ok and not -INT64 <= value < INT64:
+                raise ConfigError(f"{f.name} must lie in -2**63..2**63-1, the range torch and "
+                                  f"numpy accept (got {value})")
         elif kind == "float":
             ok = isinstance(value, numbers.Real) and not isinstance(value, bool)
             if ok:
@@ -71,6 +77,12 @@ def choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 def at_least(name: str, value: float, low: float) -> None:
     if value < low:
         raise ConfigError(f"{name} must be >= {low} (got {value})")
+
+
+def at_most(name: str, value: float, high: float, why: str = "") -> None:
+    """Upper bound of a key; ``why`` says where the bound comes from."""
+    if value > high:
+        raise ConfigError(f"{name} must be <= {high:g} (got {value:g}){'; ' + why if why else ''}")
 
 
 def parse_fanouts(text: str, layers: int) -> list[int]:

@@ -38,6 +38,25 @@ KEY_ALIASES: dict[str, str] = {"fanout": "fanouts"}
 DEFAULT_ALGORITHM = "fedgcn"
 
 
+class _DuplicateKey(yaml.YAMLError):
+    def __init__(self, key: object, line: int) -> None:
+        super().__init__(f"duplicate key {key!r}")
+        self.key, self.line = key, line
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML's safe loader, but a key given twice in one mapping is an error (not last-wins)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+        seen: set = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise _DuplicateKey(key, key_node.start_mark.line + 1)
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 class Config:
     """All settings of a run. Immutable: use :meth:`replace` for a changed copy.
 
@@ -77,10 +96,16 @@ class Config:
         if not p.is_file():
             raise ConfigError(f"config file '{p}' not found; pass an existing YAML file")
         try:
-            data = yaml.safe_load(p.read_text())
+            data = yaml.load(p.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file '{p}' could not be read ({type(exc).__name__}); "
                               "pass a readable UTF-8 YAML file") from None
+        except RecursionError:
+            raise ConfigError(f"config file '{p}' is nested too deeply; use flat keys or one level "
+                              "of sections") from None
+        except _DuplicateKey as exc:
+            raise ConfigError(f"config file '{p}' gives key '{exc.key}' twice (line {exc.line}); "
+                              "keep one") from None
         except yaml.YAMLError as exc:
             mark = getattr(exc, "problem_mark", None)
             where = f" at line {mark.line + 1}" if mark is not None else ""

@@ -12,7 +12,7 @@ import difflib
 import re
 from dataclasses import dataclass
 
-from fedgl.config.fields import at_least, check_fields, choice, option, parse_fanouts
+from fedgl.config.fields import at_least, at_most, check_fields, choice, option, parse_fanouts
 from fedgl.errors import ConfigError
 
 NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-products",
@@ -26,6 +26,17 @@ FEATURE_SPLITS = ("random", "contiguous")
 RUNTIMES = ("local", "ray")
 FAILURE_POLICIES = ("restart", "drop", "abort")
 SECURE_SUMS = ("none", "mask", "he")
+
+# Upper bounds: beyond them a value only overflows, hangs or exhausts memory (the memory check
+# in fedgl.resources refuses what does not fit on this machine within them).
+MAX_NODES = 10**9
+MAX_FEATURES = 10**6
+MAX_CLIENTS = 100_000
+MAX_LAYERS = 64
+MAX_HIDDEN = 2**16
+MAX_STEPS = 10**7
+MAX_REPEATS = 10_000
+MAX_THREADS = 256
 
 
 class Section:
@@ -85,6 +96,11 @@ class DataConfig(Section):
             raise ConfigError(f"sbm_mu must be in [0, 1] (got {self.sbm_mu})")
         if self.sbm_noise < 0:
             raise ConfigError(f"sbm_noise must be >= 0 (got {self.sbm_noise})")
+        at_most("sbm_nodes", self.sbm_nodes, MAX_NODES, "load a real large graph instead")
+        at_most("sbm_features", self.sbm_features, MAX_FEATURES)
+        at_most("sbm_classes", self.sbm_classes, self.sbm_nodes // 2,
+                "every class needs nodes; lower --sbm-classes or raise --sbm-nodes")
+        at_most("sbm_noise", self.sbm_noise, 1e6)
 
 
 @dataclass(frozen=True)
@@ -110,6 +126,9 @@ class FederationConfig(Section):
 
     def check(self) -> None:
         at_least("clients", self.clients, 1)
+        at_most("clients", self.clients, MAX_CLIENTS)
+        at_most("min_client_size", self.min_client_size, MAX_NODES)
+        at_most("beta", self.beta, 1e12, "use e.g. 10000 for an i.i.d.-like split")
         at_least("min_client_size", self.min_client_size, 1)
         at_least("clients_per_round", self.clients_per_round, 0)
         choice("partition", self.partition, PARTITIONS)
@@ -141,6 +160,8 @@ class ModelConfig(Section):
         choice("model", self.model, MODELS)
         at_least("layers", self.layers, 1)
         at_least("hidden", self.hidden, 1)
+        at_most("layers", self.layers, MAX_LAYERS)
+        at_most("hidden", self.hidden, MAX_HIDDEN)
         if not 0 <= self.dropout < 1:
             raise ConfigError(f"dropout must be in [0, 1) (got {self.dropout})")
 
@@ -164,6 +185,11 @@ class OptimConfig(Section):
         at_least("batch_size", self.batch_size, 0)
         if self.lr <= 0:
             raise ConfigError(f"lr must be > 0 (got {self.lr})")
+        at_most("rounds", self.rounds, MAX_STEPS)
+        at_most("local_steps", self.local_steps, MAX_STEPS)
+        at_most("lr", self.lr, 1e4, "a step that large only overflows; use e.g. 0.5")
+        at_most("weight_decay", self.weight_decay, 1e4)
+        at_most("batch_size", self.batch_size, MAX_NODES)
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay must be >= 0 (got {self.weight_decay})")
         parse_fanouts(self.fanouts, max(1, len(self.fanouts.split(","))))
@@ -183,14 +209,22 @@ class ExperimentConfig(Section):
     threads: int = option(1, "torch CPU threads in the driver and local clients (0: torch's "
                              "default; one avoids oversubscription)")
     progress: bool = option(True, "show a progress bar over rounds")
+    allow_divergence: bool = option(False, "a non-finite loss or model stops training and is "
+                                           "recorded in the result instead of ending the run "
+                                           "with an error")
 
     def check(self) -> None:
         at_least("repeats", self.repeats, 1)
         at_least("seed", self.seed, 0)
         at_least("eval_every", self.eval_every, 1)
         at_least("threads", self.threads, 0)
-        if self.device not in ("cpu", "cuda") and not self.device.startswith("cuda:"):
-            raise ConfigError(f"device must be cpu or cuda (got '{self.device}')")
+        at_most("repeats", self.repeats, MAX_REPEATS)
+        at_most("seed", self.seed, 2**63 - 1 - self.repeats,
+                "repeats use seed, seed+1, ... and torch seeds are 64-bit signed")
+        at_most("eval_every", self.eval_every, MAX_STEPS)
+        at_most("threads", self.threads, MAX_THREADS, "more threads than that only oversubscribe")
+        if not re.fullmatch(r"cpu|cuda(:\d{1,3})?", self.device):
+            raise ConfigError(f"device must be cpu, cuda or cuda:N (got '{self.device}')")
 
 
 _RATE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([kmgt]?)(bps|b/s|bit/s)\s*$", re.IGNORECASE)
@@ -243,6 +277,10 @@ class RuntimeConfig(Section):
         choice("on_client_failure", self.on_client_failure, FAILURE_POLICIES)
         at_least("checkpoint_every", self.checkpoint_every, 0)
         at_least("max_client_restarts", self.max_client_restarts, 0)
+        at_most("checkpoint_every", self.checkpoint_every, MAX_STEPS)
+        at_most("max_client_restarts", self.max_client_restarts, 1000)
+        at_most("client_cpus", self.client_cpus, 1024)
+        at_most("client_gpus", self.client_gpus, 64)
         if self.client_cpus < 0 or self.client_gpus < 0:
             raise ConfigError("client_cpus and client_gpus must be >= 0 "
                               f"(got {self.client_cpus}, {self.client_gpus})")
@@ -299,6 +337,8 @@ class PrivacyConfig(Section):
             raise ConfigError(f"dp_delta must be in (0, 1) (got {self.dp_delta}); use e.g. 1e-5")
         if self.dp_clip <= 0:
             raise ConfigError(f"dp_clip must be > 0 (got {self.dp_clip}); use e.g. --dp-clip 1")
+        at_most("dp_clip", self.dp_clip, 1e6, "clip to the scale of the features, e.g. 1")
+        at_most("min_contributors", self.min_contributors, MAX_NODES)
 
     def features_in_use(self) -> list[str]:
         """Privacy features whose keys are off their defaults, in field order."""

@@ -19,6 +19,7 @@ import torch
 
 from fedgl.data.graph import GraphData, clean_edge_index, row_normalize
 from fedgl.data.sbm import stochastic_block_model
+from fedgl.data.validate import check_labels, check_public_split, validated
 from fedgl.errors import DataError
 
 PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
@@ -40,6 +41,7 @@ def resolve_data_root(data_root: str | None = None) -> Path:
     return default_cache_dir()
 
 
+@validated
 def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
                  **sbm_options: float) -> GraphData:
     """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm``, ``npz:PATH``,
@@ -92,6 +94,22 @@ def available_datasets(data_root: str | None = None) -> dict[str, bool]:
     return out
 
 
+def check_datasets(data_root: str | None = None) -> dict[str, str]:
+    """Load every named dataset whose files are present and validate it: name -> "ok", the
+    one-line problem, or "missing"."""
+    out = {}
+    for name, present in available_datasets(data_root).items():
+        if not present:
+            out[name] = "missing"
+            continue
+        try:
+            load_dataset(name, data_root)
+            out[name] = "ok"
+        except DataError as exc:
+            out[name] = str(exc)
+    return out
+
+
 # ---------------------------------------------------------------------- Planetoid
 def _planetoid_raw_dir(root: Path, key: str) -> Path | None:
     folder = PLANETOID[key]
@@ -126,10 +144,13 @@ def load_planetoid(key: str, data_root: str | None = None) -> GraphData:
                         f"({type(exc).__name__}); replace them with intact Planetoid files") from None
     n = int(data.x.size(0))
     y = data.y.long()
-    return GraphData(
+    source = f"{PLANETOID[key]} files in '{raw}'"
+    graph = GraphData(
         name=key, x=data.x.float(), y=y, edge_index=clean_edge_index(data.edge_index, n),
         train_mask=data.train_mask.bool(), val_mask=data.val_mask.bool(),
-        test_mask=data.test_mask.bool(), num_classes=int(y.max()) + 1)
+        test_mask=data.test_mask.bool(), num_classes=check_labels(y, n, source))
+    check_public_split(graph, source)
+    return graph
 
 
 def _download_planetoid(key: str, root: Path) -> Path:
@@ -193,6 +214,10 @@ def load_npz(path: str | Path, *, seed: int = 0) -> GraphData:
     except Exception as exc:  # noqa: BLE001 - zip/format errors mean a corrupt file
         raise DataError(f"npz file '{p}' is corrupt or not an npz archive "
                         f"({type(exc).__name__}); re-create it") from None
+    for what, arr in (("adjacency", adj), ("attributes", attr)):
+        if not (np.issubdtype(arr.dtype, np.number) or arr.dtype == bool):
+            raise DataError(f"npz file '{p}' has {what} of dtype {arr.dtype}, not numbers; "
+                            "re-create it")
     n = adj.shape[0]
     if adj.shape[0] != adj.shape[1] or attr.shape[0] != n or labels.shape[0] != n:
         raise DataError(f"npz file '{p}' has inconsistent shapes (adjacency {adj.shape}, "
@@ -205,7 +230,7 @@ def load_npz(path: str | Path, *, seed: int = 0) -> GraphData:
     coo = adj.tocoo()
     ei = torch.from_numpy(np.vstack([coo.row, coo.col]).astype(np.int64))
     y = torch.from_numpy(labels.astype(np.int64))
-    num_classes = int(y.max()) + 1
+    num_classes = check_labels(y, n, f"npz file '{p}'")
     train, val, test = planetoid_style_split(y, num_classes, seed=seed)
     return GraphData(name=p.stem, x=torch.from_numpy(attr.astype(np.float32)), y=y,
                      edge_index=clean_edge_index(ei, n), train_mask=train, val_mask=val,
@@ -215,8 +240,14 @@ def load_npz(path: str | Path, *, seed: int = 0) -> GraphData:
 def planetoid_style_split(y: torch.Tensor, num_classes: int, *, seed: int, per_class: int = 20,
                           num_val: int = 500, num_test: int = 1000
                           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Seeded split: ``per_class`` training nodes per class, then validation and test nodes."""
+    """Seeded split: ``per_class`` training nodes per class, then validation and test nodes.
+
+    On a graph too small for that (``per_class * num_classes >= n``, which could leave no test
+    node) ``per_class`` shrinks to ``max(1, n // (2 * num_classes))``.
+    """
     n = int(y.numel())
+    if per_class * num_classes >= n:
+        per_class = max(1, n // (2 * num_classes))
     rng = np.random.default_rng(seed)
     yn = y.numpy()
     train_idx = np.concatenate([

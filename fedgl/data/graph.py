@@ -48,6 +48,18 @@ class GraphData:
         """Node degrees without self-loops."""
         return torch.bincount(self.edge_index[1], minlength=self.num_nodes)
 
+    def __repr__(self) -> str:
+        def shape(t: object) -> str:
+            return str(list(t.shape)) if isinstance(t, Tensor) else type(t).__name__
+
+        def count(t: object) -> str:
+            return str(int(t.sum())) if isinstance(t, Tensor) else type(t).__name__
+
+        return (f"GraphData(name={self.name!r}, x={shape(self.x)}, y={shape(self.y)}, "
+                f"edge_index={shape(self.edge_index)}, num_classes={self.num_classes}, "
+                f"train/val/test={count(self.train_mask)}/{count(self.val_mask)}/"
+                f"{count(self.test_mask)})")
+
     def with_features(self, x: Tensor) -> GraphData:
         return GraphData(self.name, x, self.y, self.edge_index, self.train_mask, self.val_mask,
                          self.test_mask, self.num_classes)
@@ -92,3 +104,49 @@ def csr_edge_index(indptr: np.ndarray, indices: np.ndarray) -> torch.Tensor:
     n = len(indptr) - 1
     dst = torch.repeat_interleave(torch.arange(n), torch.from_numpy(np.diff(indptr)))
     return torch.stack([torch.from_numpy(indices).long(), dst])
+
+
+def from_pyg(data: object, name: str = "custom", *, split: int = 0, seed: int = 0) -> GraphData:
+    """A :class:`GraphData` from a PyTorch Geometric ``Data`` (``x``, ``y``, ``edge_index`` and,
+    if present, ``train_mask``/``val_mask``/``test_mask``), validated.
+
+    Edges are made undirected without self-loops or duplicates. Masks of shape ``[N, S]``
+    (several splits) use column ``split``. Without masks a seeded Planetoid-style split is drawn
+    (20 training nodes per class, 500 validation, 1000 test). ``y`` of shape ``[N, 1]`` is
+    flattened.
+    """
+    from fedgl.data.datasets import planetoid_style_split
+    from fedgl.data.validate import check_labels, validate_graph
+    from fedgl.errors import DataError
+
+    missing = [k for k in ("x", "y", "edge_index") if getattr(data, k, None) is None]
+    if missing:
+        raise DataError(f"from_pyg: the data object has no {', '.join(missing)}; node "
+                        "classification needs x, y and edge_index")
+    x, y, ei = data.x, data.y, data.edge_index  # type: ignore[attr-defined]
+    if not all(isinstance(t, Tensor) for t in (x, y, ei)):
+        raise DataError("from_pyg: x, y and edge_index must be torch tensors")
+    if y.dim() == 2 and y.size(1) == 1:
+        y = y.view(-1)
+    n = int(x.size(0)) if x.dim() == 2 else -1
+    num_classes = check_labels(y, n, f"from_pyg({name})")
+    y = y.long()
+    if ei.dim() != 2 or ei.size(0) != 2 or ei.dtype.is_floating_point:
+        raise DataError(f"from_pyg({name}): edge_index must be integer ids of shape [2, E] (got "
+                        f"{ei.dtype}, {list(ei.shape)})")
+    if ei.numel() and (int(ei.min()) < 0 or int(ei.max()) >= n):
+        raise DataError(f"from_pyg({name}): an edge names a node outside 0..{n - 1}; fix "
+                        "edge_index")
+    masks = [getattr(data, f"{s}_mask", None) for s in ("train", "val", "test")]
+    if all(m is None for m in masks):
+        masks = list(planetoid_style_split(y, num_classes, seed=seed))
+    elif any(m is None for m in masks):
+        raise DataError(f"from_pyg({name}): the data has only some of train_mask, val_mask, "
+                        "test_mask; give all three or none (a seeded split is drawn)")
+    else:
+        masks = [m[:, split] if m.dim() == 2 else m for m in masks]
+    graph = GraphData(name=name, x=x.float(), y=y,
+                      edge_index=clean_edge_index(ei, n) if ei.numel() else ei.long(),
+                      train_mask=masks[0].bool(), val_mask=masks[1].bool(),
+                      test_mask=masks[2].bool(), num_classes=num_classes)
+    return validate_graph(graph, f"from_pyg({name})")

@@ -9,6 +9,7 @@ near-uniform label shares.
 
 from __future__ import annotations
 
+import numbers
 from dataclasses import dataclass
 
 import numpy as np
@@ -123,6 +124,7 @@ def partition(graph: GraphData, num_clients: int, *, method: str = "dirichlet",
               beta: float = 1.0, seed: int = 0, min_size: int = 10) -> Partition:
     """Split ``graph``'s nodes across ``num_clients`` clients (``dirichlet``, ``iid`` or
     ``powerlaw`` client sizes)."""
+    _check_arguments(graph, num_clients, min_size)
     if method == "dirichlet":
         return dirichlet_partition(graph.y, num_clients, beta, seed=seed, min_size=min_size)
     if method == "iid":
@@ -132,6 +134,16 @@ def partition(graph: GraphData, num_clients: int, *, method: str = "dirichlet",
     raise DataError(f"unknown partition method '{method}'; use dirichlet, iid or powerlaw")
 
 
+def _check_arguments(graph: object, num_clients: object, min_size: object) -> None:
+    """Wrong argument types are user errors with one line, not a TypeError deep inside."""
+    if not isinstance(graph, GraphData):
+        raise DataError(f"partition needs a fedgl.GraphData (got {type(graph).__name__}); load "
+                        "one with fedgl.load_dataset or fedgl.from_pyg")
+    for name, value in (("num_clients", num_clients), ("min_size", min_size)):
+        if not isinstance(value, numbers.Integral) or isinstance(value, bool):
+            raise DataError(f"{name} must be an int (got {value!r}); pass e.g. {name}=3")
+
+
 def _check_feasible(n: int, num_clients: int, min_size: int) -> None:
     if num_clients < 1:
         raise DataError(f"clients must be >= 1 (got {num_clients})")
@@ -139,6 +151,7 @@ def _check_feasible(n: int, num_clients: int, min_size: int) -> None:
         raise DataError(f"clients ({num_clients}) exceeds the graph's {n} nodes; use at most "
                         f"{n} clients")
     if num_clients * min_size > n:
+        fix = (f"use at most {n // min_size} clients or a smaller --min-client-size"
+               if n // min_size >= 1 else f"use --min-client-size {n // num_clients} or less")
         raise DataError(f"{num_clients} clients x min_client_size {min_size} exceeds the graph's "
-                        f"{n} nodes, so some client would be (nearly) empty; use at most "
-                        f"{n // min_size} clients or a smaller --min-client-size")
+                        f"{n} nodes, so some client would be (nearly) empty; {fix}")

@@ -33,9 +33,12 @@ _DROPPED = object()
 class ClientActor:
     """Hosts one client inside a Ray worker process (wrapped by ``ray.remote`` at start-up)."""
 
-    def __init__(self, client_cls_path: str, spec: ShardSpec) -> None:
+    def __init__(self, client_cls_path: str, spec: ShardSpec,
+                 driver_env: dict[str, str] | None = None) -> None:
         import torch
 
+        for key, value in (driver_env or {}).items():   # the node's own setting wins
+            os.environ.setdefault(key, value)
         cfg = Config.from_dict(spec.config)
         cpus = max(1, int(float(os.environ.get("OMP_NUM_THREADS", "1"))))
         torch.set_num_threads(cfg.threads or cpus)
@@ -61,9 +64,35 @@ class ClientActor:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
 
 
+#: driver environment variables an actor takes when its node does not set them
+DRIVER_ENV = ("FEDGL_DATA", "FEDGL_OFFLINE")
+#: seconds to reach a --ray-address, and for every client actor to start
+CONNECT_TIMEOUT_S = 10.0
+START_TIMEOUT_S = float(os.environ.get("FEDGL_RAY_START_TIMEOUT", "300"))
+
+
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
+    """A TCP connection to ``host:port`` within ``timeout`` (``ray.init`` would retry for ever)."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    if address.startswith(("ray://", "http://", "https://")):
+        return   # a Ray client / job address: ray.init reports its own errors
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise FedglError(f"--ray-address '{address}' must look like HOST:PORT, e.g. "
+                         "127.0.0.1:6379")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise FedglError(f"Ray at {address} is unreachable ({reason} within {timeout:g} s); "
+                         "start it with `ray start --head` there or fix --ray-address") from None
+
+
 def start_ray(cfg: Config) -> bool:
-    """Connect to ``cfg.ray_address`` or start a local Ray bound to 127.0.0.1. Returns whether
-    this call started Ray (and so should shut it down)."""
+    """Join ``cfg.ray_address`` or start a fresh local Ray bound to 127.0.0.1 (never a cluster
+    that ``RAY_ADDRESS`` or a stale ``ray_current_cluster`` file names). Returns whether this
+    call started Ray (and so should shut it down)."""
     import ray
 
     if ray.is_initialized():
@@ -71,16 +100,45 @@ def start_ray(cfg: Config) -> bool:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
+    if cfg.ray_address:
+        check_reachable(cfg.ray_address)
     try:
         if cfg.ray_address:
             ray.init(address=cfg.ray_address, **common)
         else:
-            ray.init(_node_ip_address="127.0.0.1", num_cpus=os.cpu_count(), **common)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        where = cfg.ray_address or "a local instance"
-        raise FedglError(f"could not start or join Ray at {where} ({exc}); check --ray-address "
-                         "and that `ray start --head` is running there") from None
+            ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=os.cpu_count(),
+                     **common)
+    except Exception as exc:  # noqa: BLE001 - any start-up failure is one line
+        raise FedglError(_start_error(cfg.ray_address, exc)) from None
     return True
+
+
+def _start_error(address: str | None, exc: BaseException) -> str:
+    text = _root_message(exc)
+    if type(exc).__name__ == "AuthenticationError" or "authenticat" in text.lower():
+        return (f"Ray at {address or 'the local instance'} refused this driver: token "
+                "authentication failed; give the driver the cluster's token (RAY_AUTH_TOKEN or "
+                "~/.ray/auth_token, see docs/cluster.md)")
+    where = address or "a local instance"
+    return (f"could not start or join Ray at {where} ({text[:200]}); check --ray-address and "
+            "that `ray start --head` is running there")
+
+
+def check_cluster_resources(cfg: Config, clients: int, cluster: Mapping[str, float],
+                            nodes: list[Mapping[str, float]]) -> None:
+    """Refuse actor requests the cluster can never grant (Ray would wait for ever)."""
+    for key, per in (("CPU", cfg.client_cpus), ("GPU", cfg.client_gpus)):
+        if not per:
+            continue
+        flag = f"--client-{key.lower()}s"
+        largest = max((n.get(key, 0.0) for n in nodes), default=0.0)
+        total = cluster.get(key, 0.0)
+        if per > largest:
+            raise FedglError(f"{flag} {per:g} exceeds every node of the Ray cluster (largest "
+                             f"has {largest:g} {key}s); lower {flag}")
+        if per * clients > total:
+            raise FedglError(f"{clients} clients x {flag} {per:g} = {per * clients:g} {key}s, but "
+                             f"the Ray cluster has {total:g}; lower {flag} or --clients")
 
 
 class RayRuntime:
@@ -98,26 +156,60 @@ class RayRuntime:
         self._specs = dict(specs)
         self._cls_path = f"{client_cls.__module__}:{client_cls.__qualname__}"
         self._owns_ray = start_ray(cfg)
-        total = ray.cluster_resources().get("CPU", 1.0)
+        cluster = ray.cluster_resources()
+        nodes = [n.get("Resources", {}) for n in ray.nodes() if n.get("Alive")]
+        try:
+            check_cluster_resources(cfg, len(specs), cluster, nodes)
+        except BaseException:
+            self.close_ray()
+            raise
+        total = cluster.get("CPU", 1.0)
+        self._driver_env = {k: os.environ[k] for k in DRIVER_ENV if os.environ.get(k)}
         self._cpus = cfg.client_cpus or max(0.01, min(1.0, total / max(1, len(specs))))
         self._remote = ray.remote(ClientActor)
         self._restarts: dict[int, int] = defaultdict(int)
         self._dropped: set[int] = set()
-        self._actors = {k: self._start(k) for k in self._specs}
-        for k in self._specs:
-            self._wait_ready(k)
+        self._actors: dict[int, Any] = {}
+        try:
+            self._actors = {k: self._start(k) for k in self._specs}
+            for k in self._specs:
+                self._wait_ready(k)
+        except BaseException:
+            self.close()
+            raise
 
     # ------------------------------------------------------------------ actors
     def _start(self, k: int) -> Any:
         return self._remote.options(num_cpus=self._cpus, num_gpus=self._cfg.client_gpus,
                                     max_restarts=0, scheduling_strategy="SPREAD",
-                                    name=None).remote(self._cls_path, self._specs[k])
+                                    name=None).remote(self._cls_path, self._specs[k],
+                                                      self._driver_env)
 
     def _wait_ready(self, k: int) -> None:
-        try:
-            self._ray.get(self._actors[k].pid.remote())
-        except self._ray.exceptions.RayActorError as exc:
-            raise FedglError(f"client {k} could not start: {_root_message(exc)}") from None
+        """Wait for client ``k``'s actor; one that dies while starting is restarted under the
+        failure policy, unless its own code refused its input (a FedglError: exit 2)."""
+        while True:
+            try:
+                self._ray.get(self._actors[k].pid.remote(), timeout=START_TIMEOUT_S)
+                return
+            except self._ray.exceptions.GetTimeoutError:
+                raise FedglError(f"client {k} did not start within {START_TIMEOUT_S:g} s (the "
+                                 "cluster lacks free resources or the node is stuck); lower "
+                                 "--client-cpus/--client-gpus or set FEDGL_RAY_START_TIMEOUT"
+                                 ) from None
+            except self._ray.exceptions.RayActorError as exc:
+                message = _root_message(exc)
+                if any(name in str(exc) for name in ("ConfigError", "DataError", "FedglError")):
+                    raise FedglError(f"client {k} could not start: {message}") from None
+                if (self._cfg.on_client_failure != "restart"
+                        or self._restarts[k] >= self._cfg.max_client_restarts):
+                    raise RunAborted(f"client {k} died while starting ({message[:300]}); "
+                                     f"{self._restarts[k]} restart(s) used") from None
+                self._restarts[k] += 1
+                self.events.append({"client": k, "method": "start", "phase": "setup",
+                                    "time": time.time(), "error": message[:300],
+                                    "action": "restarted"})
+                self._actors[k] = self._start(k)
 
     @property
     def client_ids(self) -> list[int]:
@@ -195,8 +287,12 @@ class RayRuntime:
             except Exception:  # noqa: BLE001 - already dead is fine
                 pass
         self._actors = {}
+        self.close_ray()
+
+    def close_ray(self) -> None:
         if self._owns_ray:
             self._ray.shutdown()
+            self._owns_ray = False
 
 
 def _root_message(exc: BaseException) -> str:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedgl.config.fields import at_least, choice, option
+from fedgl.config.fields import at_least, at_most, choice, option
 from fedgl.errors import ConfigError
 
 
@@ -62,6 +62,8 @@ class FedGATOptions(GATOptions):
     def validate(self, cfg: Any) -> None:
         super().validate(cfg)
         at_least("degree", self.degree, 1)
+        at_most("degree", self.degree, 64, "a polynomial of higher degree on [-R, R] only adds "
+                "rounding error (the paper uses at most 16)")
         choice("fedgat_backend", self.fedgat_backend, ("fast", "protocol"))
         choice("fedgat_psi", self.fedgat_psi, ("leaky_relu", "smooth"))
         choice("fedgat_coefficients", self.fedgat_coefficients,
