@@ -4,6 +4,11 @@ round with encrypted model aggregation, and test accuracy after a short training
 
     FEDGL_DATA=../shared/data python benchmarks/bench_privacy.py [--datasets cora citeseer]
         [--rounds 100] [--repeats-timing 3]
+    FEDGL_DATA=../shared/data python benchmarks/bench_privacy.py --secagg-only
+
+``--secagg-only``: the authenticated secure sum alone: pre-training and one FedAvg round over
+the secure sum, ``mask`` (no dropout recovery) against ``robust`` (double masking, Shamir
+shares, threshold ⌊n/2⌋+1), and robust with 2 of 10 clients dropping after sharing.
 
 Everything runs in one process, one measurement after another, with one torch thread. Times are
 the ledger's pre-training / training wall seconds. Accuracy: ``--rounds`` rounds, seed 0, one
@@ -68,6 +73,84 @@ def pretrain(graph, part, base, timing_repeats: int) -> dict:
     return out
 
 
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+class _DropAfterSharing:
+    """Clients ``victims`` vanish at the upload (after sharing their secrets)."""
+
+    def __init__(self, runtime, victims):
+        self.rt, self.victims = runtime, set(victims)
+
+    def __getattr__(self, name):
+        return getattr(self.rt, name)
+
+    @property
+    def client_ids(self):
+        return self.rt.client_ids
+
+    def call(self, method, args=None, *, phase, clients=None):
+        targets = list(clients if clients is not None else self.rt.client_ids)
+        if method in ("secure_upload", "secagg_consistency", "secagg_unmask", "secure_receive"):
+            targets = [k for k in targets if k not in self.victims]
+            if isinstance(args, dict) and all(isinstance(k, int) for k in args):
+                args = {k: args[k] for k in targets}
+        return self.rt.call(method, args, phase=phase, clients=targets)
+
+
+def secagg(graph, part, base, timing_repeats: int) -> dict:
+    """Pre-training and one FedAvg round (round 2) over the secure sum, per mode."""
+    from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
+    from fedgl.algorithms.runner import build_federation
+
+    runs = {"plaintext": dict(secure_mode="none"), "mask": dict(secure_mode="mask"),
+            "robust": dict(secure_mode="robust"),
+            "robust_2_dropouts": dict(secure_mode="robust", drop=(3, 7))}
+    out: dict = {}
+    for name, opts in runs.items():
+        drop = opts.pop("drop", ())
+        mode = opts["secure_mode"]
+        cfg = base.replace(secure_sum="mask" if mode != "none" else "none", rounds=2,
+                           eval_every=2)
+        seconds, round_s, round_b = [], [], []
+        for _ in range(timing_repeats if not drop else 1):
+            server = build_federation(graph, part, cfg, cfg.seed, FedGCNClient, FedGCNServer,
+                                      secure_mode=mode if mode != "none" else None,
+                                      secure_models=mode != "none")
+            if drop:
+                server.runtime = _DropAfterSharing(server.runtime, drop)
+            led = server.runtime.ledger
+            server.pretrain()
+            seconds.append(led.seconds("pretrain"))
+            if drop:
+                break
+            marks = [(led.seconds("train"), led.bytes("train")) for _ in server.rounds()]
+            round_s.append(marks[1][0] - marks[0][0])
+            round_b.append(marks[1][1] - marks[0][1])
+        row = {"pretrain_seconds": statistics.median(seconds), "pretrain_seconds_all": seconds,
+               "pretrain_bytes": led.bytes("pretrain"), "messages": led.messages("pretrain"),
+               "protocol": dict(server.privacy_stats), "peak_rss_mb": _peak_rss_mb()}
+        if round_s:
+            row.update(round_seconds=statistics.median(round_s), round_bytes=round_b[-1])
+        out[name] = row
+    plain = out["plaintext"]
+    for row in out.values():
+        row["pretrain_time_ratio"] = row["pretrain_seconds"] / plain["pretrain_seconds"]
+        row["pretrain_bytes_ratio"] = row["pretrain_bytes"] / plain["pretrain_bytes"]
+        if "round_seconds" in row:
+            row["round_time_ratio"] = row["round_seconds"] / plain["round_seconds"]
+            row["round_bytes_ratio"] = row["round_bytes"] / plain["round_bytes"]
+    out["robust_vs_mask"] = {
+        "pretrain_time": out["robust"]["pretrain_seconds"] / out["mask"]["pretrain_seconds"],
+        "pretrain_bytes": out["robust"]["pretrain_bytes"] / out["mask"]["pretrain_bytes"],
+        "round_time": out["robust"]["round_seconds"] / out["mask"]["round_seconds"],
+        "round_bytes": out["robust"]["round_bytes"] / out["mask"]["round_bytes"]}
+    return out
+
+
 def one_round(graph, part, base) -> dict:
     """One FedAvg round (fit + aggregate; evaluation is a separate ledger phase). Round 2 is
     reported: in round 1 the server still broadcasts the plaintext initial model."""
@@ -116,6 +199,8 @@ def main() -> None:
     ap.add_argument("--datasets", nargs="+", default=["cora", "citeseer"])
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--repeats-timing", type=int, default=3)
+    ap.add_argument("--secagg-only", action="store_true",
+                    help="measure only the secure sum modes (mask, robust)")
     args = ap.parse_args()
 
     from fedgl.api import load_graph
@@ -134,6 +219,10 @@ def main() -> None:
         base = Config.from_dict({**BASE, "dataset": ds, "data_root": os.environ.get("FEDGL_DATA")})
         graph = load_graph(base)
         part = make_partition(graph, base, base.seed)
+        if args.secagg_only:
+            report["datasets"][ds] = {"nodes": graph.num_nodes, "features": graph.num_features,
+                                      "secagg": secagg(graph, part, base, args.repeats_timing)}
+            continue
         entry = {"nodes": graph.num_nodes, "features": graph.num_features,
                  "pretrain": pretrain(graph, part, base, args.repeats_timing),
                  "one_round_encrypted_models": one_round(graph, part, base),
@@ -141,7 +230,8 @@ def main() -> None:
         entry["accuracy"] = accuracy(graph, base, args.rounds)
         report["datasets"][ds] = entry
     report["machine"]["loadavg_end"] = os.getloadavg()
-    report["targets"] = targets(report)
+    if not args.secagg_only:
+        report["targets"] = targets(report)
     print(json.dumps(report, indent=2))
 
 

@@ -125,6 +125,10 @@ def _run_repeats(cfg: Config, graph: GraphData | None, ckpt: Any,
             reps.append(rep)
             if checkpointer is not None:
                 checkpointer.repeat_done(rep)
+    if cfg.dp_epsilon is not None:  # every repeat re-releases the same features: ε composes
+        from fedgl.privacy.dp import account_run
+
+        account_run(reps)
     env = environment(cfg.seed, cfg.device)
     env["torch_threads"] = threads_used
     recorded = cfg.to_dict()

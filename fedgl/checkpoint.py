@@ -5,12 +5,18 @@ last completed round, the global model, the history so far, the ledger so far, t
 events, and the RNG states. Clients need no checkpoint: FedAvg sends them the global model every
 round, their dropout is seeded per (seed, client, round), and their pre-training state is rebuilt
 by re-running the (deterministic) pre-training exchange on resume.
+
+A checkpoint holds only tensors and plain data (dicts, lists, tuples, str, int, float, bool,
+None) and is read with ``torch.load(weights_only=True)``, so a crafted file cannot run code: the
+RNG states are stored as a tensor and lists, and anything else is refused with a one-line
+:class:`~fedgl.errors.DataError`.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import pickle
 import random
 import tempfile
 from dataclasses import asdict, dataclass, field
@@ -20,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from fedgl.errors import ConfigError
+from fedgl.errors import ConfigError, DataError
 from fedgl.output import apply_umask, describe_os_error
 from fedgl.results import RepeatResult
 
@@ -38,6 +44,7 @@ class RepeatProgress:
     history: list[dict]
     ledger: dict
     events: list[dict] = field(default_factory=list)
+    dp_releases: dict[str, list[str]] = field(default_factory=dict)  # DP accounting so far
 
 
 @dataclass
@@ -80,7 +87,7 @@ class Checkpointer:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checkpoint.", suffix=".tmp")
         os.close(fd)
         try:
-            torch.save(asdict(ckpt), tmp)
+            torch.save(plain(asdict(ckpt)), tmp)
             apply_umask(tmp)
             os.replace(tmp, self.path)
         except (OSError, RuntimeError) as exc:   # torch.save reports a full disk as RuntimeError
@@ -102,21 +109,52 @@ def load_checkpoint(folder: str | Path) -> Checkpoint:
         raise ConfigError(f"no checkpoint at '{path}'; pass the --out folder of a run started "
                           "with --checkpoint-every")
     try:
-        raw = torch.load(path, weights_only=False)
+        raw = torch.load(path, weights_only=True)
+    except pickle.UnpicklingError:
+        raise DataError(f"checkpoint '{path}' holds objects other than tensors and plain data and "
+                        "was refused unread (not a fedgl checkpoint, or tampered with); start the "
+                        "run again") from None
+    except Exception as exc:  # noqa: BLE001 - any other reader failure: a damaged file
+        raise ConfigError(f"checkpoint '{path}' is unreadable ({type(exc).__name__}); start the "
+                          "run again") from None
+    try:
         prog = raw["progress"]
         return Checkpoint(raw["config"], raw["completed"],
                           RepeatProgress(**prog) if prog is not None else None, raw["rng"])
-    except (KeyError, TypeError, RuntimeError, EOFError, OSError) as exc:
+    except (KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"checkpoint '{path}' is unreadable ({type(exc).__name__}); start the "
                           "run again") from None
 
 
+def plain(obj: Any) -> Any:
+    """``obj`` with numpy arrays as tensors and numpy scalars as Python numbers, so that
+    ``torch.load(weights_only=True)`` reads it back."""
+    if isinstance(obj, dict):
+        return {k: plain(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [plain(v) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(plain(v) for v in obj)
+    if isinstance(obj, np.ndarray):
+        return torch.from_numpy(np.ascontiguousarray(obj))
+    if isinstance(obj, np.generic):
+        return obj.item()
+    return obj
+
+
 def rng_state() -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(),
-            "python": random.getstate()}
+    """Torch, numpy and Python RNG states as a tensor and plain lists."""
+    kind, key, pos, has_gauss, cached = np.random.get_state()
+    version, internal, gauss = random.getstate()
+    return {"torch": torch.get_rng_state(),
+            "numpy": [kind, key.astype(np.int64).tolist(), int(pos), int(has_gauss),
+                      float(cached)],
+            "python": [version, list(internal), gauss]}
 
 
 def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
-    np.random.set_state(state["numpy"])
-    random.setstate(state["python"])
+    kind, key, pos, has_gauss, cached = state["numpy"]
+    np.random.set_state((kind, np.asarray(key, dtype=np.uint32), pos, has_gauss, cached))
+    version, internal, gauss = state["python"]
+    random.setstate((version, tuple(internal), gauss))

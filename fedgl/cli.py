@@ -123,6 +123,13 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     ds.add_argument("--data-root", dest="data_root", default=None)
     ds.add_argument("--check", action="store_true",
                     help="load and validate every available dataset's files")
+
+    keys = sub.add_parser("keys", help="make client identity keys and the federation roster",
+                          description="Write roster.json (public Ed25519 keys, for every "
+                                      "client) and client-<k>.key (private; copy each to its "
+                                      "client only, never to the server).")
+    keys.add_argument("--clients", type=int, required=True)
+    keys.add_argument("--out", required=True, metavar="DIR")
     return parser
 
 
@@ -143,6 +150,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_partition(args)
         if args.command == "datasets":
             return _cmd_datasets(args)
+        if args.command == "keys":
+            return _cmd_keys(args)
         parser.print_help()
         return 0
     except FedglError as exc:
@@ -177,6 +186,21 @@ def _preload() -> None:
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
     names = set(Config.field_names()) | {"algorithm"}
     return {k: v for k, v in vars(args).items() if k in names}
+
+
+def _cmd_keys(args: argparse.Namespace) -> int:
+    from fedgl.privacy.identity import write_keys
+
+    if args.clients < 1:
+        raise ConfigError(f"--clients must be >= 1 (got {args.clients})")
+    out = Path(args.out)
+    _check_writable_folder(out, "--out")
+    if (out / "roster.json").exists():
+        raise ConfigError(f"'{out / 'roster.json'}' exists; choose an empty --out folder (keys "
+                          "are never overwritten)")
+    print(f"roster written to {write_keys(out, args.clients)}; give client-<k>.key to client k "
+          "only")
+    return 0
 
 
 # ---------------------------------------------------------------------- run

@@ -165,3 +165,19 @@ def test_trace_attack_reveals_a_remote_nodes_features():
         h = torch.zeros(graph.num_features, dtype=torch.float64)
         h[m["idx1"]] = torch.diagonal(m["M1"], dim1=1, dim2=2).sum(1) / deg
         assert torch.allclose(h, x[m["id"]], atol=1e-10)
+
+
+def test_obfuscation_randomness_is_not_derived_from_the_run_seed():
+    """Two federations with the same (public) seed receive different obfuscated matrices (OS
+    randomness), and the client's forward pass is the same (the obfuscation cancels)."""
+    graph = _graph64()
+    part = random_partition(graph.num_nodes, 3, seed=1)
+    a = fedgat_federation(graph, part, fedgat_backend="protocol")
+    b = fedgat_federation(graph, part, fedgat_backend="protocol")
+    ra, rb = _received(a.runtime.local_client(0)), _received(b.runtime.local_client(0))
+    ta = [t for t in _tensors(ra["store"]) if t.dim() == 2 and t.size(0) == t.size(1) > 1]
+    tb = [t for t in _tensors(rb["store"]) if t.dim() == 2 and t.size(0) == t.size(1) > 1]
+    assert ta and len(ta) == len(tb)
+    assert not any(torch.allclose(x, y) for x, y in zip(ta, tb, strict=True))
+    for key, w in _fit(a).items():
+        assert torch.allclose(w, _fit(b)[key], atol=1e-8), key

@@ -113,12 +113,13 @@ def test_key_is_sealed_to_clients_and_opaque_to_the_server(small):
     holder = server.runtime.local_client(0)
     secret = holder._he.secret_bytes()
     other = server.runtime.local_client(1)
-    # Nothing sealed for client 1 opens under client 2's key (wrong pairwise secret).
-    sealed = holder._keys.seal(other._keys.public, secret, 0, 1)
-    from cryptography.exceptions import InvalidTag
-    with pytest.raises(InvalidTag):
-        server.runtime.local_client(2)._keys.open(holder._keys.public, sealed, 0, 1)
-    assert other._keys.open(holder._keys.public, sealed, 0, 1) == secret
+    session = holder._session
+    # Nothing sealed for client 1 opens at client 2 (wrong pairwise secret).
+    sealed = holder.secagg.seal(session, 1, secret)
+    from fedgl.privacy.identity import AttackDetected
+    with pytest.raises(AttackDetected, match="does not open"):
+        server.runtime.local_client(2).secagg.open(session, 0, sealed)
+    assert other.secagg.open(session, 0, sealed) == secret
     assert secret not in sealed
 
 

@@ -104,3 +104,70 @@ def test_every_fedgcn_result_carries_the_report():
     extra = res.repeats[0].extra
     assert extra["leakage"]["hops"] == 2 and len(extra["leakage"]["per_client"]) == 3
     assert extra["privacy"]["secure_sum"] == "none"
+
+
+def _closed_neighbourhoods(graph):
+    nbrs = {i: {i} for i in range(graph.num_nodes)}
+    for s, t in graph.edge_index.t().tolist():
+        nbrs[t].add(s)
+    return nbrs
+
+
+@pytest.mark.parametrize("min_contributors", [1, 2])
+def test_recoverable_count_matches_a_rank_test_per_node(min_contributors):
+    """Independent check: node j is counted iff rank([A; e_j]) == rank(A) for the client's
+    received-rows system A (rows × remote nodes)."""
+    graph = random_graph(nodes=70, seed=21)
+    part = random_partition(graph.num_nodes, 3, seed=21)
+    rep = leakage_report(graph, part, Config.from_dict(
+        {"clients": 3, "hops": 2, "min_contributors": min_contributors}))
+    nbrs, owner = _closed_neighbourhoods(graph), part.owner
+    for k in range(3):
+        own = {i for i in range(graph.num_nodes) if owner[i] == k}
+        rows = [sorted(j for j in nbrs[i] if owner[j] != k) for i in sorted(nbrs) if nbrs[i] & own]
+        rows = [r for r in rows if r and not 0 < len(r) < min_contributors]
+        cols = sorted({j for r in rows for j in r})
+        a = np.zeros((len(rows), len(cols)))
+        for i, r in enumerate(rows):
+            a[i, [cols.index(j) for j in r]] = 1
+        base = np.linalg.matrix_rank(a)
+        solvable = sum(np.linalg.matrix_rank(np.vstack([a, np.eye(len(cols))[c]])) == base
+                       for c in range(len(cols)))
+        assert rep["per_client"][k]["remote_nodes_recoverable"] == solvable
+
+
+def test_min_contributors_does_not_stop_differencing():
+    """With --min-contributors 2 no delivered row is one remote node, yet a 2-hop client solves
+    the rows it really received (least squares over the messages) and gets remote nodes' exact
+    features: as many as the report counts with known degree."""
+    graph = random_graph(nodes=90, seed=22)
+    part = random_partition(graph.num_nodes, 3, seed=22)
+    rep = leakage_report(graph, part, Config.from_dict({"clients": 3, "hops": 2,
+                                                        "min_contributors": 2}))
+    assert rep["total"]["exact_disclosure_rows"] == 0
+    server = fedgcn_federation(graph, part, hops=2, min_contributors=2, min_client_size=1)
+    server.pretrain()
+    nbrs, owner = _closed_neighbourhoods(graph), part.owner
+    deg = {i: len(nbrs[i]) for i in nbrs}  # d̃ = degree + 1
+    recovered_total = 0
+    for k in range(3):
+        client = server.runtime.local_client(k)
+        touched, own_part, _, _ = client._release()
+        remote_part = (client.received_sums - own_part).double().numpy()
+        rows, rhs = [], []
+        for r, i in enumerate(touched.tolist()):
+            remote = sorted(j for j in nbrs[i] if owner[j] != k)
+            if len(remote) >= 2:  # delivered (rows with one remote node were withheld)
+                rows.append(remote)
+                rhs.append(remote_part[r])
+        cols = sorted({j for r in rows for j in r})
+        a = np.zeros((len(rows), len(cols)))
+        for i, r in enumerate(rows):
+            a[i, [cols.index(j) for j in r]] = 1
+        z = np.linalg.lstsq(a, np.array(rhs), rcond=None)[0]
+        known_deg = set(touched.tolist())  # 2-hop: degrees of every received row's node
+        exact = [j for c, j in enumerate(cols) if j in known_deg and np.allclose(
+            z[c] * np.sqrt(deg[j]), graph.x[j].double().numpy(), atol=1e-4)]
+        assert len(exact) <= rep["per_client"][k]["recoverable_with_known_degree"]
+        recovered_total += len(exact)
+    assert recovered_total == rep["total"]["recoverable_with_known_degree"] > 0

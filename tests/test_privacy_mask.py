@@ -1,5 +1,6 @@
 """Pairwise-masked secure aggregation: masks cancel exactly, the server sees only masked
-vectors, and a client dropping out mid-protocol restarts the round without it."""
+vectors; on a dropout the mask mode refuses a sum without a roster client and the robust mode
+sums the survivors exactly."""
 
 from __future__ import annotations
 
@@ -7,15 +8,18 @@ import numpy as np
 import pytest
 import torch
 
+from fedgl.errors import RunAborted
 from fedgl.federation.runtime import LocalRuntime
-from fedgl.privacy.secure_sum import (
+from fedgl.privacy.identity import make_roster
+from fedgl.privacy.secagg import (
     FIXED_POINT_BITS,
-    PairwiseKeys,
+    NonFiniteInput,
+    SecAggClient,
     decode_fixed,
     encode_fixed,
-    mask_rows,
-    plan_rows,
 )
+from fedgl.privacy.secagg_server import SecureSumServer
+from fedgl.privacy.secure_sum import plan_rows
 from tests.helpers import fedgcn_federation, random_graph, random_partition
 
 
@@ -23,27 +27,28 @@ def _received(server):
     return {k: server.runtime.local_client(k).received_sums for k in server.runtime.client_ids}
 
 
-def test_pairwise_keys_agree_and_masks_cancel_exactly():
+def test_pairwise_masks_cancel_exactly_over_blocks():
+    """Blocks (members): A = {0, 1, 2}, B = {1, 3}, C = {0, 1, 2, 3}, with 3, 2, 4 rows of 5
+    values: each block's masked uploads add up to the members' fixed-point sum exactly."""
     session = b"s" * 16
-    keys = {k: PairwiseKeys(session) for k in range(4)}
-    pub = {k: v.public for k, v in keys.items()}
-    assert keys[0].shared_key(pub[1], b"x") == keys[1].shared_key(pub[0], b"x")
-    assert keys[0].shared_key(pub[1], b"x") != keys[0].shared_key(pub[2], b"x")
+    roster, ids = make_roster(range(4))
+    agg = {k: SecAggClient(k, ids[k], roster, "mask") for k in range(4)}
+    adverts = {k: agg[k].advertise(session, "test") for k in range(4)}
+    directory = SecureSumServer().directory(adverts)
+    relayed = SecureSumServer().relay({k: agg[k].keys(session, directory) for k in range(4)})
     rng = np.random.default_rng(0)
     d = 5
-    # Blocks (members): A = {0, 1, 2}, B = {1, 3}, C = {0, 1, 2, 3}, with 3, 2, 4 rows.
     blocks = {"A": ([0, 1, 2], 3), "B": ([1, 3], 2), "C": ([0, 1, 2, 3], 4)}
     order = ["A", "B", "C"]
     values, uploads = {}, {}
     for k in range(4):
+        agg[k].accept(session, relayed[k]["confirm"])
         mine = [b for b in order if k in blocks[b][0]]
         vals = rng.normal(size=(sum(blocks[b][1] for b in mine), d))
-        peers = [np.array([m for m in blocks[b][0] if m != k]) for b in mine]
+        segments = [(blocks[b][1] * d, [m for m in blocks[b][0] if m != k]) for b in mine]
         values[k] = (mine, vals)
-        uploads[k] = mask_rows(vals, np.array([blocks[b][1] for b in mine]), peers, keys[k], k,
-                               {p: pub[p] for p in range(4) if p != k})
-        # What the server sees is not the client's encoding.
-        assert not np.any(uploads[k] == encode_fixed(vals, 4))
+        uploads[k] = agg[k].mask(session, vals, segments)
+        assert not np.any(uploads[k] == encode_fixed(vals, 4))  # the server sees no encoding
     for b in order:
         members, rows = blocks[b]
         total = np.zeros(rows * d, dtype=np.uint64)
@@ -57,13 +62,16 @@ def test_pairwise_keys_agree_and_masks_cancel_exactly():
             expect += encode_fixed(part, 4)
             plain += part
         assert np.array_equal(total, expect)  # exact: the masks cancel mod 2^64
-        decoded = decode_fixed(torch.from_numpy(total.view(np.int64))).double().numpy()
-        assert np.allclose(decoded, plain, atol=1e-6)
+        assert np.allclose(decode_fixed(total), plain, atol=1e-6)
 
 
-def test_fixed_point_range_is_checked():
+def test_fixed_point_range_and_non_finite_values_are_refused():
     with pytest.raises(OverflowError, match="fixed-point"):
         encode_fixed(np.array([2.0 ** (62 - FIXED_POINT_BITS)]), 2)
+    for bad in (np.nan, np.inf, -np.inf):
+        with pytest.raises(NonFiniteInput, match="non-finite") as err:
+            encode_fixed(np.array([1.0, bad]), 2)
+        assert "\n" not in str(err.value)
 
 
 @pytest.mark.parametrize("hops", [1, 2])
@@ -136,21 +144,55 @@ class _DropOnce(LocalRuntime):
                             clients=[k for k in targets if k in self.client_ids])
 
 
-@pytest.mark.parametrize("secure_sum", ["mask", "he"])
-def test_dropout_mid_protocol_restarts_without_the_client(secure_sum):
+def _dropout_federation(graph, part, method, **cfg):
+    server = fedgcn_federation(graph, part, hops=2, **cfg)
+    server.runtime = _DropOnce({k: server.runtime.local_client(k) for k in range(4)},
+                               victim=2, method=method)
+    server.pretrain()
+    return server
+
+
+@pytest.mark.parametrize("method", ["secagg_keys", "secure_upload"])
+def test_mask_mode_refuses_to_sum_without_a_client(method):
+    """The cheap mode has no dropout recovery: a session without a roster client is refused
+    by the other clients (one line), since re-running the sum without a client would reveal
+    that client's input by differencing."""
     graph = random_graph(nodes=100, seed=8)
     part = random_partition(graph.num_nodes, 4, seed=8)
+    with pytest.raises(RunAborted, match="needs every roster client") as err:
+        _dropout_federation(graph, part, method, secure_sum="mask")
+    assert "\n" not in str(err.value)
 
-    def federation(method, **cfg):
-        server = fedgcn_federation(graph, part, hops=2, **cfg)
-        server.runtime = _DropOnce({k: server.runtime.local_client(k) for k in range(4)},
-                                   victim=2, method=method)
-        server.pretrain()
-        return server
 
-    # Reference: plaintext where client 2 is gone before sending anything.
-    plain = federation("partial_sums")
-    secure = federation("secure_upload", secure_sum=secure_sum)
+@pytest.mark.parametrize("method", ["secagg_keys", "secure_upload"])
+def test_robust_mode_sums_the_survivors_exactly(method):
+    """Client 2 drops before sharing its secrets (keys) or after (upload, its masks then
+    recovered from the others' Shamir shares): the survivors receive exactly the plaintext sums
+    of a federation where client 2 sent nothing, in one session."""
+    graph = random_graph(nodes=100, seed=8)
+    part = random_partition(graph.num_nodes, 4, seed=8)
+    plain = _dropout_federation(graph, part, "partial_sums")
+    robust = fedgcn_federation(graph, part, hops=2, secure_sum="mask")
+    robust.secure_mode = "robust"
+    robust.secagg = SecureSumServer("robust", 3)
+    for k in range(4):
+        c = robust.runtime.local_client(k)
+        c.install_identity(c.secagg.identity, c.secagg.roster, "robust", 3)
+    robust.runtime = _DropOnce({k: robust.runtime.local_client(k) for k in range(4)}, victim=2,
+                               method=method)
+    robust.pretrain()
+    assert robust.privacy_stats["restarts"] == 0
+    want, got = _received(plain), _received(robust)
+    assert sorted(got) == [0, 1, 3]
+    for k in got:
+        assert torch.allclose(got[k], want[k], atol=1e-5, rtol=0)
+
+
+def test_he_dropout_restarts_without_the_client():
+    graph = random_graph(nodes=100, seed=8)
+    part = random_partition(graph.num_nodes, 4, seed=8)
+    plain = _dropout_federation(graph, part, "partial_sums")
+    secure = _dropout_federation(graph, part, "secure_upload", secure_sum="he")
     assert secure.privacy_stats["restarts"] == 1
     want, got = _received(plain), _received(secure)
     assert sorted(got) == [0, 1, 3]
@@ -162,11 +204,32 @@ def test_client_refuses_to_send_an_unmaskable_block():
     graph = random_graph(nodes=60, seed=9)
     part = random_partition(graph.num_nodes, 3, seed=9)
     server = fedgcn_federation(graph, part, hops=2, secure_sum="mask")
-    client = server.runtime.local_client(0)
-    hello = client.privacy_hello(b"x" * 16, announce=True)
+    clients = {k: server.runtime.local_client(k) for k in range(3)}
+    session = b"x" * 16
+    hello = {k: c.privacy_hello(session, announce=True) for k, c in clients.items()}
+    directory = server.secagg.directory({k: h["adv"] for k, h in hello.items()})
+    relayed = server.secagg.relay({k: c.secagg_keys(session, directory)
+                                   for k, c in clients.items()})
     plan = {"block_ids": torch.tensor([0]), "block_sizes": torch.tensor([1]),
-            "rows": torch.tensor([0]), "use_own": torch.zeros(hello["num_requested"], dtype=bool),
-            "peers": torch.zeros(0, dtype=torch.long), "peer_counts": torch.tensor([0]),
-            "directory": {"ids": torch.tensor([0]), "keys": [hello["public_key"]]}}
-    with pytest.raises(RuntimeError, match="co-members"):
-        client.secure_upload(b"x" * 16, plan)
+            "rows": torch.tensor([0]),
+            "use_own": torch.zeros(hello[0]["num_requested"], dtype=bool),
+            "peers": torch.zeros(0, dtype=torch.long), "peer_counts": torch.tensor([0])}
+    with pytest.raises(RunAborted, match="without co-members"):
+        clients[0].secure_upload(session, plan, relayed[0])
+
+
+def test_non_finite_values_are_refused_before_ckks_encoding():
+    from fedgl.privacy.he import pack_fixed
+
+    with pytest.raises(NonFiniteInput, match="non-finite"):
+        pack_fixed(np.array([0.5, np.nan]), 10, 20, 2)
+
+
+def test_a_nan_feature_stops_the_masked_round_with_one_line():
+    graph = random_graph(nodes=60, seed=12)
+    graph.x[3, 0] = float("nan")
+    part = random_partition(graph.num_nodes, 3, seed=12)
+    server = fedgcn_federation(graph, part, hops=2, secure_sum="mask")
+    with pytest.raises(NonFiniteInput, match="non-finite") as err:
+        server.pretrain()
+    assert "\n" not in str(err.value)

@@ -197,7 +197,8 @@ def uniform_group(clients: Sequence[Any]) -> bool:
     batched path needs (an encrypted model is decrypted per client)."""
     return (len(clients) >= 2 and len({type(c) for c in clients}) == 1
             and len({c.device for c in clients}) == 1
-            and not getattr(clients[0].config, "encrypt_models", False))
+            and not getattr(clients[0].config, "encrypt_models", False)
+            and not getattr(clients[0], "secure_models", False))  # models held for a secure sum
 
 
 # Batching pays off for many small clients (fixed kernel costs shared); for large ones the

@@ -7,6 +7,7 @@ model on the full graph for the labelled oracle metric.
 
 from __future__ import annotations
 
+import copy
 import math
 import resource
 import time
@@ -20,8 +21,8 @@ from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
-from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
-from fedgl.errors import DivergenceError
+from fedgl.data.shards import ShardSpec, make_partition, write_client_shards
+from fedgl.errors import ConfigError, DivergenceError
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
@@ -41,27 +42,54 @@ def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch
 
 
 def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
-                     client_cls: type[GNNClient], server_cls: type[FedAvgServer]) -> FedAvgServer:
+                     client_cls: type[GNNClient], server_cls: type[FedAvgServer], *,
+                     secure_mode: str | None = None, secagg_threshold: int | None = None,
+                     secure_models: bool | None = None) -> FedAvgServer:
     """Start the clients on the configured runtime and return the server wired to them
     (``server.runtime.ledger`` counts everything from here on).
 
     ``local``: the driver hands every in-process client its :class:`ClientData`. ``ray``: the
-    driver writes the partition file and every actor loads its own shard from it.
+    driver writes one shard file per client and every actor loads only its own (digest-checked).
+
+    With a secure sum or encrypted models, the driver, as the experimenter, also makes the
+    roster and hands every client its identity key (:mod:`fedgl.privacy.identity`); the server
+    never sees a private identity key. ``secure_models``: FedAvg models travel only inside secure
+    sums (mask or robust). The keyword arguments override the configuration's privacy keys.
     """
+    mode = secure_mode or cfg.secure_sum
+    if secagg_threshold is None:
+        secagg_threshold = getattr(cfg, "secagg_threshold", 0)
+    if secure_models is None:
+        secure_models = getattr(cfg, "secure_models", False)
+    identities = None
+    if mode != "none" or cfg.encrypt_models:
+        from fedgl.privacy.identity import make_roster
+
+        roster, idents = make_roster(range(part.num_clients))
+        client_mode = mode if mode in ("mask", "robust") else "auth"
+        identities = {k: (idents[k], roster, client_mode, secagg_threshold, secure_models)
+                      for k in idents}
     if cfg.runtime == "ray":
         from fedgl.federation.ray_runtime import RayRuntime
 
-        path, digest = write_partition_file(part, graph, cfg, seed)
-        fingerprint = graph_fingerprint(graph)
-        specs = {k: ShardSpec(cfg.to_dict(), seed, k, str(path), digest, fingerprint)
+        # each actor gets only its own shard file (and its digest), never the whole graph
+        shards = write_client_shards(graph, part, cfg, seed)
+        specs = {k: ShardSpec(cfg.to_dict(), seed, k, "", "", "",
+                              identity=_provision(identities, k), shard_path=shards[k][0],
+                              shard_sha256=shards[k][1])
                  for k in range(part.num_clients)}
         runtime: Runtime = RayRuntime(specs, client_cls, cfg, Ledger())
     else:
-        clients = {d.client_id: client_cls(d, cfg, seed) for d in split_graph(graph, part)}
+        # every party its own copy of the configuration: no object shared between parties
+        clients = {d.client_id: client_cls(d, copy.deepcopy(cfg), seed)
+                   for d in split_graph(graph, part)}
+        if identities is not None:
+            for k, client in clients.items():
+                client.install_identity(*identities[k])
         runtime = LocalRuntime(clients, Ledger(), batch=cfg.batch_clients)
     try:
         server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed),
-                            cfg)
+                            copy.deepcopy(cfg))
     except BaseException:
         runtime.close()
         raise
@@ -69,7 +97,30 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
     per_round = int(getattr(cfg, "clients_per_round", 0))
     if per_round:
         server.client_sampler = ClientSampler(per_round, seed)
+    if hasattr(server, "secure_mode"):
+        from fedgl.privacy.secagg_server import SecureSumServer
+
+        server.secure_mode = mode
+        server.secagg = SecureSumServer(mode if mode in ("mask", "robust") else "mask",
+                                        secagg_threshold)
+    if secure_models:
+        from fedgl.privacy.secagg_server import SecureSumServer
+        from fedgl.privacy.secure_models import SecureFedAvg
+
+        if mode not in ("mask", "robust"):
+            raise ConfigError("secure model averaging needs the mask or robust secure sum")
+        server.strategy = SecureFedAvg(cfg.aggregation, runtime,
+                                       SecureSumServer(mode, secagg_threshold), server.weights)
     return server
+
+
+def _provision(identities: dict | None, k: int) -> dict | None:
+    """Client k's identity key (private), the roster, mode and threshold as plain data."""
+    if identities is None:
+        return None
+    ident, roster, mode, threshold, models = identities[k]
+    return {"key": ident.private_bytes(), "roster": roster.to_dict(), "mode": mode,
+            "threshold": threshold, "secure_models": models}
 
 
 RoundCallback = Callable[[int, int, FedAvgServer], None]
@@ -123,8 +174,10 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
             if diverged is not None:   # recorded (--allow-divergence); never checkpointed
                 break
             if checkpointer is not None:
+                releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
                 checkpointer.round_done(RepeatProgress(repeat, seed, t, weights, history,
-                                                       runtime.ledger.state_dict(), events))
+                                                       runtime.ledger.state_dict(), events,
+                                                       {k: list(v) for k, v in releases.items()}))
             if on_round is not None:
                 on_round(repeat, t, server)
         ledger = runtime.ledger
@@ -179,7 +232,12 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
     runtime = server.runtime
     scratch = Ledger()
     runtime.ledger = scratch
-    server.pretrain()
+    server.pretrain()  # DP: every client releases again (fresh noise); the count keeps both
+    stats = getattr(server, "privacy_stats", None)
+    if stats is not None and state.dp_releases:
+        now = stats.get("dp_releases", {})
+        stats["dp_releases"] = {k: list(state.dp_releases.get(k, [])) + now.get(k, [])
+                                for k in sorted(set(state.dp_releases) | set(now))}
     runtime.ledger = Ledger.from_state_dict(state.ledger)
     server.weights = {k: v.clone() for k, v in state.weights.items()}
     events = list(state.events) + [{

@@ -40,6 +40,10 @@ BUILTIN: dict[str, str] = {
     "fedgat": "fedgl.algorithms.fedgat.spec",
     "distgat": "fedgl.algorithms.fedgat.spec",
     "centralized-gat": "fedgl.algorithms.fedgat.spec",
+    "glasu": "fedgl.algorithms.glasu.spec",
+    "glasu-simulated": "fedgl.algorithms.glasu.spec",
+    "glasu-centralized": "fedgl.algorithms.glasu.spec",
+    "glasu-standalone": "fedgl.algorithms.glasu.spec",
 }
 
 #: common keys only one setting reads

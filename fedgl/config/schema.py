@@ -272,6 +272,11 @@ class Config:
         if privacy.he_key_holder >= self.clients:
             raise ConfigError(f"he_key_holder must be a client id below clients ({self.clients}); "
                               f"got {privacy.he_key_holder}")
+        t = privacy.secagg_threshold
+        if t and not self.clients // 2 + 1 <= t <= self.clients:
+            raise ConfigError(f"secagg_threshold must be between clients // 2 + 1 = "
+                              f"{self.clients // 2 + 1} (so that two survivor sets cannot both "
+                              f"be signed) and clients = {self.clients}; got {t}")
         if privacy.secure_sum == "he" or privacy.encrypt_models or "he" in privacy.features_in_use():
             _check_he_params(privacy, self.clients)
         if privacy.encrypt_models:

@@ -25,7 +25,7 @@ SETTINGS = ("horizontal", "vertical")
 FEATURE_SPLITS = ("random", "contiguous")
 RUNTIMES = ("local", "ray")
 FAILURE_POLICIES = ("restart", "drop", "abort")
-SECURE_SUMS = ("none", "mask", "he")
+SECURE_SUMS = ("none", "mask", "robust", "he")
 
 # Upper bounds: beyond them a value only overflows, hangs or exhausts memory (the memory check
 # in fedgl.resources refuses what does not fit on this machine within them).
@@ -300,9 +300,17 @@ class PrivacyConfig(Section):
     Each field's ``feature`` metadata names the feature it belongs to."""
 
     title = "privacy"
-    secure_sum: str = option("none", "how the server adds sums: none (plaintext), mask (pairwise-"
-                                     "masked secure aggregation) or he (CKKS, keys held by "
-                                     "clients)", feature="secure_sum")
+    secure_sum: str = option("none", "how the server adds sums: none (plaintext), mask (pairwise "
+                                     "masks, authenticated keys, every client needed), robust "
+                                     "(double masking with Shamir-shared recovery: survives "
+                                     "dropouts and a server faking them) or he (CKKS, keys held "
+                                     "by clients)", feature="secure_sum")
+    secagg_threshold: int = option(0, "robust secure sum: Shamir threshold t (0: clients // 2 + "
+                                      "1); a sum survives up to clients - t dropouts",
+                                   feature="secure_sum")
+    secure_models: bool = option(False, "average models through the mask/robust secure sum: the "
+                                        "server sees only the average model",
+                                 feature="secure_sum")
     encrypt_models: bool = option(False, "CKKS-encrypt model updates; the server adds "
                                          "ciphertexts and never sees a model (needs "
                                          "--no-oracle-eval)", feature="encrypt_models")
@@ -326,6 +334,15 @@ class PrivacyConfig(Section):
 
     def check(self) -> None:
         choice("secure_sum", self.secure_sum, SECURE_SUMS)
+        at_least("secagg_threshold", self.secagg_threshold, 0)
+        if self.secagg_threshold and self.secure_sum != "robust":
+            raise ConfigError("secagg_threshold is for the robust secure sum; add --secure-sum "
+                              "robust or drop --secagg-threshold")
+        if self.secure_models and self.secure_sum not in ("mask", "robust"):
+            raise ConfigError("secure_models averages models through the mask or robust secure "
+                              "sum; add --secure-sum mask (or robust)")
+        if self.secure_models and self.encrypt_models:
+            raise ConfigError("secure_models and encrypt_models both protect the models; keep one")
         if self.min_contributors < 1:
             raise ConfigError(f"min_contributors must be >= 1 (got {self.min_contributors}); use "
                               "1 (off) or 2 to block exact disclosure of a single remote neighbour")

@@ -2,9 +2,10 @@
 the large synthetic graphs (``synthetic:arxiv|products|N,E,d,C``, :mod:`fedgl.data.synthetic`).
 
 The data root is ``data_root`` if given, else ``$FEDGL_DATA``, else ``~/.cache/fedgl``. Planetoid
-raw files are read in place with PyG's reader (nothing is written next to them, so a read-only
-root works). When files are missing, a Planetoid dataset is downloaded into the user cache, but
-only if the machine is online and ``FEDGL_OFFLINE`` is not set.
+raw files are read in place by :mod:`fedgl.data.planetoid` through a restricted unpickler (nothing
+is written next to them, so a read-only root works, and a crafted file cannot run code). When
+files are missing, a Planetoid dataset is downloaded into the user cache, but only if the
+machine is online and ``FEDGL_OFFLINE`` is not set.
 """
 
 from __future__ import annotations
@@ -131,24 +132,20 @@ def _online(host: str = "github.com", timeout: float = 2.0) -> bool:
 
 def load_planetoid(key: str, data_root: str | None = None) -> GraphData:
     """Cora / CiteSeer / PubMed with the public split (20 per class, 500 val, 1000 test)."""
-    from torch_geometric.io import read_planetoid_data  # heavy import, keep lazy
+    from fedgl.data.planetoid import read_planetoid
 
     root = resolve_data_root(data_root)
     raw = _planetoid_raw_dir(root, key)
     if raw is None:
         raw = _download_planetoid(key, root)
-    try:
-        data = read_planetoid_data(str(raw), key)
-    except Exception as exc:  # noqa: BLE001 - any reader failure means a corrupt file
-        raise DataError(f"{PLANETOID[key]} files in '{raw}' could not be read "
-                        f"({type(exc).__name__}); replace them with intact Planetoid files") from None
-    n = int(data.x.size(0))
-    y = data.y.long()
+    data = read_planetoid(raw, key)  # DataError (one line) for a damaged or crafted file
+    n = int(data["x"].size(0))
+    y = data["y"]
     source = f"{PLANETOID[key]} files in '{raw}'"
     graph = GraphData(
-        name=key, x=data.x.float(), y=y, edge_index=clean_edge_index(data.edge_index, n),
-        train_mask=data.train_mask.bool(), val_mask=data.val_mask.bool(),
-        test_mask=data.test_mask.bool(), num_classes=check_labels(y, n, source))
+        name=key, x=data["x"], y=y, edge_index=clean_edge_index(data["edge_index"], n),
+        train_mask=data["train_mask"], val_mask=data["val_mask"],
+        test_mask=data["test_mask"], num_classes=check_labels(y, n, source))
     check_public_split(graph, source)
     return graph
 

@@ -1,10 +1,13 @@
-"""Partition files and shard loading, so that a client can load its own data where it runs.
+"""Shard files, so that a client process loads only its own data where it runs.
 
-The driver writes the partition (one owner id per node) once to a cached, checksummed file. A
-client process (e.g. a Ray actor on another machine) loads the dataset from *its* data root,
-checks that it is the same graph (a fingerprint of labels and edges), reads the partition file
-(or, when that file is not on its machine, recomputes the deterministic partition) and verifies
-the checksum, then keeps only its own :class:`ClientData`.
+The driver (the data owner's side; the experimenter in simulation) writes one file per client
+holding only that client's :class:`ClientData` (tensors and plain data) and hands each client
+the path and the file's SHA-256. A client process (e.g. a Ray actor) reads its file, checks the
+digest, and loads it with ``torch.load(weights_only=True)``: it never reads the global dataset
+or the partition (docs/cluster.md says what lives where).
+
+Older specs without a shard file fall back to the earlier recipe: load the dataset, check its
+fingerprint, read or recompute the checksummed partition, keep the client's part.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from fedgl.data.client_data import ClientData, client_shard
 from fedgl.data.datasets import default_cache_dir, load_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition, partition
+from fedgl.data.vertical import VerticalClientData
 from fedgl.errors import DataError
 
 
@@ -35,6 +39,11 @@ class ShardSpec:
     partition_path: str
     partition_sha256: str
     graph_fingerprint: str
+    identity: dict | None = None  # the client's identity key and the roster (secure modes)
+    shard_path: str = ""  # this client's shard file (written by the driver)
+    shard_sha256: str = ""
+    # protocol parameters for client classes built by ``from_shard`` (instead of the config)
+    client_params: dict | None = None
 
 
 def graph_fingerprint(graph: GraphData) -> str:
@@ -78,8 +87,78 @@ def _file_sha256(path: Path) -> str | None:
         return None
 
 
-def load_shard(spec: ShardSpec) -> ClientData:
-    """Load the dataset locally, verify graph and partition, and keep only this client's data."""
+def write_client_shards(graph: GraphData, part: Partition, cfg: Config, seed: int,
+                        cache_dir: Path | None = None) -> dict[int, tuple[str, str]]:
+    """One file per client with only its :class:`ClientData`; returns {k: (path, sha256)}."""
+    from fedgl.data.client_data import split_graph
+
+    key = hashlib.sha256(f"{graph_fingerprint(graph)}:{owner_sha256(part.owner)}:{seed}"
+                         .encode()).hexdigest()[:24]
+    folder = (cache_dir or default_cache_dir()) / "shards" / key
+    folder.mkdir(parents=True, exist_ok=True)
+    return write_shard_files(split_graph(graph, part), folder)
+
+
+def write_shard_files(shards: list[ClientData] | list[VerticalClientData],
+                      folder: Path) -> dict[int, tuple[str, str]]:
+    """Write each shard's fields to ``folder/client-<id>.pt`` (atomically, unchanged files kept);
+    a vertical shard is tagged so the client rebuilds the right class."""
+    import dataclasses
+    import io
+
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for d in shards:
+        buf = io.BytesIO()
+        fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
+        if isinstance(d, VerticalClientData):
+            fields["setting"] = "vertical"
+        torch.save(fields, buf)
+        data = buf.getvalue()
+        digest = hashlib.sha256(data).hexdigest()
+        path = folder / f"client-{d.client_id}.pt"
+        if not (path.is_file() and hashlib.sha256(path.read_bytes()).hexdigest() == digest):
+            fd, tmp = tempfile.mkstemp(dir=folder, suffix=".pt.tmp")
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+            os.replace(tmp, path)
+        out[d.client_id] = (str(path), digest)
+    return out
+
+
+def _load_own_shard(spec: ShardSpec) -> ClientData | VerticalClientData:
+    import io
+
+    import torch
+
+    path = Path(spec.shard_path)
+    if not path.is_file():
+        raise DataError(f"client {spec.client_id}: its shard file '{path}' is not on this node; "
+                        "copy it there or use a shared folder (docs/cluster.md)")
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != spec.shard_sha256:
+        raise DataError(f"client {spec.client_id}: shard file '{path}' does not match its digest; "
+                        "delete it and rerun")
+    try:
+        raw = torch.load(io.BytesIO(data), weights_only=True)
+        shard = (VerticalClientData(**raw) if raw.pop("setting", None) == "vertical"
+                 else ClientData(**raw))
+    except Exception:  # noqa: BLE001 - digest matched but content is not a shard
+        raise DataError(f"client {spec.client_id}: '{path}' is not a client shard; delete it and "
+                        "rerun") from None
+    if shard.client_id != spec.client_id:
+        raise DataError(f"client {spec.client_id}: '{path}' holds client {shard.client_id}'s "
+                        "shard; rerun")
+    return shard
+
+
+def load_shard(spec: ShardSpec) -> ClientData | VerticalClientData:
+    """This client's data: its own shard file when the spec names one (nothing else is read),
+    else the dataset recipe (load locally, verify graph and partition, keep this client's)."""
+    if spec.shard_path:
+        return _load_own_shard(spec)
     cfg = Config.from_dict(spec.config)
     graph = load_graph(cfg)
     if graph_fingerprint(graph) != spec.graph_fingerprint:
@@ -93,3 +172,4 @@ def load_shard(spec: ShardSpec) -> ClientData:
         raise DataError(f"client {spec.client_id}: partition checksum mismatch; delete "
                         f"'{path}' and rerun")
     return client_shard(graph, Partition(owner, cfg.clients), spec.client_id)
+

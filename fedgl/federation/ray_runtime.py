@@ -44,7 +44,12 @@ class ClientActor:
         torch.set_num_threads(cfg.threads or cpus)
         module, name = client_cls_path.rsplit(":", 1)
         cls = getattr(importlib.import_module(module), name)
-        self.client = cls(load_shard(spec), cfg, spec.seed)
+        shard = load_shard(spec)
+        # a client class built from protocol parameters (e.g. GLASU's) offers ``from_shard``
+        self.client = (cls.from_shard(shard, spec.client_params, spec.seed)
+                       if spec.client_params is not None else cls(shard, cfg, spec.seed))
+        if spec.identity is not None:  # provisioned by the experimenter, not by the server
+            self.client.provision(spec.identity)
 
     def call(self, method: str, kwargs: dict[str, Any]) -> Any:
         return getattr(self.client, method)(**kwargs)
@@ -56,6 +61,22 @@ class ClientActor:
 
     def pid(self) -> int:
         return os.getpid()
+
+    def feature_row_digests(self, width: int) -> list[str]:
+        """Audit hook: SHA-256 of every row of every ``width``-column tensor alive in this
+        process (a walk of the garbage collector's objects), so a test can check that the
+        process holds no other client's feature row. Digests only: no values leave."""
+        import gc
+        import hashlib
+
+        import torch
+
+        out = set()
+        for obj in gc.get_objects():
+            if isinstance(obj, torch.Tensor) and obj.dim() == 2 and obj.size(1) == width:
+                rows = obj.detach().float().contiguous().numpy()
+                out.update(hashlib.sha256(r.tobytes()).hexdigest() for r in rows)
+        return sorted(out)
 
     def peak_rss_mb(self) -> float:
         """This client process's peak resident memory (``ru_maxrss``, MB)."""
@@ -220,6 +241,10 @@ class RayRuntime:
         ids = self.client_ids
         nodes = self._ray.get([self._actors[k].node_id.remote() for k in ids])
         return dict(zip(ids, nodes, strict=True))
+
+    def feature_row_digests(self, k: int, width: int) -> list[str]:
+        """Client k's process audit (see :meth:`ClientActor.feature_row_digests`)."""
+        return self._ray.get(self._actors[k].feature_row_digests.remote(width))
 
     def peak_rss_mb(self) -> dict[int, float]:
         """Peak resident memory of every live client process (MB): one party's footprint,

@@ -1,10 +1,14 @@
-"""Privacy for the federation (issue 4; docs/threat-model.md).
+"""Privacy for the federation (docs/threat-model.md).
 
 - :mod:`fedgl.privacy.he`: CKKS (TenSEAL) with a client-held key, integer packing, encrypted models.
-- :mod:`fedgl.privacy.secure_sum`: X25519 pairwise keys, sealed client-to-client messages,
-  pairwise additive masks, and the row plan that aligns rows across clients.
-- :mod:`fedgl.privacy.dp`: per-node clipping and the (analytic) Gaussian mechanism.
-- :mod:`fedgl.privacy.leakage`: the exact-disclosure report (an analysis outside the federation).
+- :mod:`fedgl.privacy.identity`: Ed25519 identities, the roster, Shamir sharing.
+- :mod:`fedgl.privacy.secagg`: authenticated secure aggregation for any sum (``mask`` and the
+  dropout-robust ``robust``), client side; :mod:`fedgl.privacy.secagg_server`, server side;
+  :mod:`fedgl.privacy.secure_models`: FedAvg over it.
+- :mod:`fedgl.privacy.secure_sum`: the row plan that aligns FedGCN's rows across clients.
+- :mod:`fedgl.privacy.dp`: per-node clipping, the (analytic) Gaussian mechanism, accounting.
+- :mod:`fedgl.privacy.leakage`: the disclosure report, single rows and linear-algebra
+  reconstruction (an analysis outside the federation).
 
 Submodules import TenSEAL and ``cryptography`` lazily, so plaintext runs do not load them.
 """

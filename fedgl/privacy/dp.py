@@ -110,3 +110,62 @@ class GaussianMechanism:
         rng = rng if rng is not None else np.random.default_rng(secrets.randbits(128))
         noise = rng.normal(0.0, self.sigma, size=tuple(values.shape))
         return values + torch.from_numpy(noise).to(values.dtype)
+
+
+# ---------------------------------------------------------------------- accounting
+def gaussian_epsilon(mu: float, delta: float) -> float:
+    """Smallest ε at which a Gaussian mechanism with ``μ = Δ/σ`` is (ε, δ)-DP (the same
+    Balle & Wang curve, solved for ε by bisection)."""
+    if mu <= 0:
+        return 0.0
+    sigma = 1.0 / mu  # sensitivity 1
+    lo, hi = 0.0, 1.0
+    while _delta_of_sigma(sigma, hi, 1.0) > delta:
+        hi *= 2.0
+    for _ in range(200):
+        mid = (lo + hi) / 2
+        if _delta_of_sigma(sigma, mid, 1.0) > delta:
+            lo = mid
+        else:
+            hi = mid
+    return hi
+
+
+def compose(mech: GaussianMechanism, releases: int) -> dict:
+    """(ε, δ) of ``releases`` releases of the same features, each with ``mech``.
+
+    Basic composition: ``(r ε, r δ)``. Exact for Gaussian noise (Dong, Roth & Su's Gaussian
+    DP): r releases with ``μ = Δ/σ`` each are one Gaussian mechanism with ``μ √r``, whose ε
+    at the same total δ = r δ is reported too (never larger than the basic bound)."""
+    if releases <= 0:
+        return {"releases": 0, "epsilon": 0.0, "delta": 0.0, "gaussian_epsilon": 0.0}
+    mu = mech.sensitivity / mech.sigma * math.sqrt(releases)
+    delta = min(releases * mech.delta, 1.0)
+    exact = gaussian_epsilon(mu, delta) if delta < 1 else 0.0
+    return {"releases": releases, "epsilon": releases * mech.epsilon, "delta": delta,
+            "gaussian_mu": mu, "gaussian_epsilon": min(exact, releases * mech.epsilon)}
+
+
+def account(mech: GaussianMechanism, releases: dict[str, list[str]]) -> dict:
+    """One repeat's accounting: per client the number of releases (a restart or resume draws
+    fresh noise), the per-release values and the composed total of the worst client (a node's
+    features are released only by its owner)."""
+    counts = {k: len(v) for k, v in sorted(releases.items(), key=lambda kv: int(kv[0]))}
+    worst = max(counts.values(), default=0)
+    return {"per_release": {"epsilon": mech.epsilon, "delta": mech.delta, "sigma": mech.sigma},
+            "releases_per_client": counts, "repeat_total": compose(mech, worst)}
+
+
+def account_run(repeats: list) -> None:
+    """Across repeats (each re-releases the same features): adds ``run_total`` (composed over
+    this and every earlier repeat, per client) to every repeat's ``extra["privacy"]["dp"]``."""
+    totals: dict[str, int] = {}
+    for rep in repeats:
+        dp = (rep.extra.get("privacy") or {}).get("dp")
+        if not dp or "accounting" not in dp:
+            continue
+        for k, n in dp["accounting"]["releases_per_client"].items():
+            totals[str(k)] = totals.get(str(k), 0) + n
+        mech = GaussianMechanism(dp["epsilon"], dp["delta"], dp["clip"])
+        dp["accounting"]["run_total"] = {**compose(mech, max(totals.values(), default=0)),
+                                         "repeats_so_far": rep.repeat + 1}

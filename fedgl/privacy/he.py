@@ -1,7 +1,7 @@
 """CKKS homomorphic encryption (TenSEAL) with client-held keys.
 
 One designated client (the key holder) creates the CKKS context. The secret key leaves it only
-sealed to each other client (X25519 + ChaCha20-Poly1305, see :mod:`fedgl.privacy.secure_sum`),
+sealed to each roster-authenticated client (X25519 + ChaCha20-Poly1305, :mod:`fedgl.privacy.secagg`),
 relayed by the server, which receives a *public* context: the encryption parameters and no key.
 With it the server can load and add ciphertexts, and nothing else: it cannot decrypt.
 
@@ -28,6 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from fedgl.privacy.secagg import refuse_non_finite
 
 # Largest total coefficient-modulus bits at the 128-bit classical security level (HE standard,
 # as enforced by SEAL's default sec_level_type::tc128), per ring dimension N.
@@ -151,7 +153,9 @@ def parse_coeff_bits(text: str) -> tuple[int, ...]:
 def pack_fixed(values: np.ndarray, frac_bits: int, field_bits: int, pack: int) -> np.ndarray:
     """Round ``values`` to ``frac_bits`` fractional bits and pack ``pack`` of them per slot as
     balanced base-``2^field_bits`` digits. Returns one float64 (an exact integer) per slot."""
-    q = np.rint(np.asarray(values, dtype=np.float64).ravel() * 2.0 ** frac_bits).astype(np.int64)
+    v = np.asarray(values, dtype=np.float64).ravel()
+    refuse_non_finite(v)
+    q = np.rint(v * 2.0 ** frac_bits).astype(np.int64)
     limit = 1 << (field_bits - 1)
     if q.size and int(np.abs(q).max()) >= limit:
         raise OverflowError("value does not fit its packing field")
@@ -223,6 +227,7 @@ class HEClientContext:
     # ------------------------------------------------------------------ real values
     def encrypt_real(self, values: np.ndarray) -> list[Ciphertext]:
         flat = np.asarray(values, dtype=np.float64).ravel()
+        refuse_non_finite(flat)
         if flat.size and float(np.abs(flat).max()) * self.params.clients >= self.params.real_limit:
             raise OverflowError(f"values up to {float(np.abs(flat).max()):.3g} are too large for "
                                 f"CKKS scale 2^{self.params.scale_bits}; lower --he-scale-bits")

@@ -8,6 +8,16 @@ j, i.e. node j's features up to a positive scale (exactly, for binary features, 
 2-hop when j is the row's node, whose degree the client receives). HE and masking do not change
 this (they hide values from the server, not from the receiving client); ``--min-contributors k``
 removes rows with 1..k-1 remote nodes; DP noise blurs every row.
+
+Beyond single rows, a client can solve the linear system of everything it received.
+Subtracting its own part, received row i gives ``r_i = Σ_{j ∈ Ñ(i), j remote} z_j`` with
+``z_j = d̃_j^{-1/2} x_j``: a 0/1 matrix A (rows × remote nodes) applied to the unknown z, the same
+for every feature column. ``z_j`` is determined exactly iff the unit vector ``e_j`` lies in the
+row space of A, i.e. iff coordinate j vanishes on the null space of A. :func:`recoverable_nodes`
+counts these nodes (per connected block of A, by SVD); with the node's degree (2-hop clients
+receive the degrees of their neighbours) that is ``x_j`` itself, otherwise ``x_j`` up to a
+positive scale. ``--min-contributors k`` only withholds rows with 1..k-1 remote nodes: it stops
+the one-row disclosure, not differencing, which this count shows.
 """
 
 from __future__ import annotations
@@ -45,10 +55,96 @@ def remote_counts(graph: GraphData, part: Partition, hops: int) -> list[torch.Te
     return [remote[keep & (client == k)] for k in range(k_total)]
 
 
+def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
+                      min_contributors: int = 1) -> list[dict[str, int]]:
+    """Per client: remote nodes whose scaled features ``z_j`` are determined exactly by the
+    rows it receives (see the module docstring), and how many of those it also knows the
+    degree of (so ``x_j`` itself)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
+    n, k_total = graph.num_nodes, part.num_clients
+    owner = np.asarray(part.owner)
+    src, dst = graph.edge_index.numpy()
+    rows = np.concatenate([np.arange(n), dst])  # row i's closed neighbourhood holds ...
+    cols = np.concatenate([np.arange(n), src])  # ... node j
+    out = []
+    for k in range(k_total):
+        if hops == 0:
+            out.append({"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0})
+            continue
+        own = owner == k
+        received = own.copy() if hops == 1 else np.zeros(n, dtype=bool)
+        if hops >= 2:
+            received[rows[own[cols]]] = True
+        keep = received[rows] & ~own[cols]
+        r, c = rows[keep], cols[keep]
+        counts = np.bincount(r, minlength=n)
+        if min_contributors > 1:
+            ok = ~((counts >= 1) & (counts < min_contributors))
+            r, c = r[ok[r]], c[ok[r]]
+        known_degree = np.zeros(n, dtype=bool)
+        if hops >= 2:
+            known_degree[received] = True
+        out.append(_solve_count(r, c, n, known_degree, sp, connected_components, np))
+    return out
+
+
+def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[str, int]:
+    """Nodes j with ``e_j`` in the row space of A: exactly the columns of leverage 1, i.e.
+    ``P_jj = 1`` for the projection ``P = A^+ A`` onto the row space. Per connected block,
+    from the eigenvectors of the smaller Gram matrix: ``P_jj = Σ_{λ>0} V_jl²`` (``A^T A = VΛV^T``)
+    or ``Σ_{λ>0} (A^T u_l)_j² / λ_l`` (``A A^T = UΛU^T``)."""
+    if not r.size:
+        return {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0}
+    row_ids, r_idx = np.unique(r, return_inverse=True)
+    col_ids, c_idx = np.unique(c, return_inverse=True)
+    nr, nc = len(row_ids), len(col_ids)
+    a = sp.coo_matrix((np.ones(r.size), (r_idx, c_idx)), shape=(nr, nc)).tocsr()
+    a.data[:] = 1.0  # a node appears once per row
+    # Peeling: a row with one unknown node left reveals it; known nodes are subtracted out
+    # (they do not change which other nodes are determined, as their e_j are in the row space).
+    known = np.zeros(nc, dtype=bool)
+    while True:
+        left = a @ (~known).astype(np.float64)
+        single = np.flatnonzero(left == 1)
+        if not single.size:
+            break
+        sub = a[single].multiply((~known).astype(np.float64)).tocoo()
+        known[sub.col[sub.data > 0]] = True
+    rest = np.flatnonzero(~known)
+    a = a[:, rest]
+    a = a[np.flatnonzero(np.asarray(a.sum(axis=1)).ravel() > 0)]
+    nr, nc_rest = a.shape
+    bip = sp.bmat([[None, a], [a.T, None]]).tocsr() if nr else sp.csr_matrix((nc_rest, nc_rest))
+    _, label = connected_components(bip, directed=False)
+    row_label, col_label = label[:nr], label[nr:]
+    leverage = np.zeros(nc_rest)
+    for comp in np.unique(col_label):
+        cs = np.flatnonzero(col_label == comp)
+        rs = np.flatnonzero(row_label == comp)
+        block = torch.from_numpy(a[rs][:, cs].toarray())  # torch: honours the run's threads
+        if len(cs) <= len(rs):
+            lam, vec = torch.linalg.eigh(block.T @ block)
+            keep = lam > 1e-9 * max(float(lam.max()), 1.0)
+            leverage[cs] = (vec[:, keep] ** 2).sum(dim=1).numpy()
+        else:
+            lam, vec = torch.linalg.eigh(block @ block.T)
+            keep = lam > 1e-9 * max(float(lam.max()), 1.0)
+            leverage[cs] = ((block.T @ vec[:, keep]) ** 2 / lam[keep]).sum(dim=1).numpy()
+    found = known.copy()
+    found[rest] = leverage > 1.0 - 1e-6
+    return {"remote_nodes_recoverable": int(found.sum()),
+            "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum())}
+
+
 def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
-    """Per-client counts of received rows by how many remote nodes they aggregate."""
+    """Per-client counts of received rows by how many remote nodes they aggregate, and of the
+    remote nodes whose features the client can reconstruct exactly by linear algebra."""
     m = cfg.min_contributors
     per_client = []
+    solved = recoverable_nodes(graph, part, cfg.hops, m)
     for k, remote in enumerate(remote_counts(graph, part, cfg.hops)):
         single = int((remote == 1).sum())
         suppressed = int(((remote >= 1) & (remote < m)).sum()) if m > 1 else 0
@@ -59,10 +155,14 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, 
             "rows_single_remote_node": single,
             "rows_suppressed_by_min_contributors": suppressed,
             "exact_disclosure_rows": 0 if m > 1 else single,
+            **solved[k],
         })
     total = {key: sum(c[key] for c in per_client) for key in per_client[0] if key != "client"} \
         if per_client else {}
     return {"label": ANALYSIS_LABEL, "hops": cfg.hops, "min_contributors": m,
+            "note": "exact_disclosure_rows counts delivered rows made of one remote node; "
+                    "remote_nodes_recoverable counts remote nodes whose (degree-scaled) features "
+                    "the client solves for exactly from all its rows (without DP noise)",
             "dp_noised": cfg.dp_epsilon is not None,
             "per_client": per_client, "total": total}
 
@@ -73,9 +173,18 @@ def privacy_settings(cfg: Config, server: Any = None) -> dict[str, Any]:
     out: dict[str, Any] = {"secure_sum": cfg.secure_sum, "encrypt_models": cfg.encrypt_models,
                            "min_contributors": cfg.min_contributors, "dp": None, "he": None}
     if cfg.dp_epsilon is not None:
-        from fedgl.privacy.dp import GaussianMechanism
+        from fedgl.privacy.dp import GaussianMechanism, account
 
-        out["dp"] = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip).describe()
+        mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
+        out["dp"] = mech.describe()
+        releases = (getattr(server, "privacy_stats", None) or {}).get("dp_releases", {})
+        out["dp"]["accounting"] = account(mech, releases)
+    if cfg.secure_sum in ("mask", "robust") or getattr(cfg, "secure_models", False):
+        out["secagg"] = {"mode": cfg.secure_sum, "threshold": getattr(cfg, "secagg_threshold", 0)
+                         or cfg.clients // 2 + 1 if cfg.secure_sum == "robust" else None,
+                         "secure_models": getattr(cfg, "secure_models", False),
+                         "identities": "Ed25519 roster made by the driver (experimenter), "
+                                       "outside the server"}
     if cfg.secure_sum == "he" or cfg.encrypt_models:
         from fedgl.privacy.he import HEParams
 
@@ -89,7 +198,7 @@ def privacy_settings(cfg: Config, server: Any = None) -> dict[str, Any]:
                      "key_holder": cfg.he_key_holder}
     stats = getattr(server, "privacy_stats", None)
     if stats:
-        out["protocol"] = dict(stats)
+        out["protocol"] = {k: v for k, v in stats.items() if k != "dp_releases"}
     return out
 
 

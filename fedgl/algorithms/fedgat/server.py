@@ -21,7 +21,8 @@ the paper's dense count (Appendix D).
 
 from __future__ import annotations
 
-import numpy as np
+import secrets
+
 import torch
 from torch import Tensor
 
@@ -174,7 +175,9 @@ class FedGATServer(GATFedAvgServer):
         """Build each needed node's matrices once and send them, in chunks, to every client
         that needs them."""
         cfg = self.config
-        session = int(np.random.SeedSequence([self.seed, 0x5EED]).generate_state(1)[0])
+        # OS randomness, not the public run seed: anyone with the seed could otherwise rebuild
+        # the bases and read every neighbour's features from the matrices
+        session = secrets.randbits(63)
         buffers: dict[int, list[dict]] = {k: [] for k in clients}
         filled = dict.fromkeys(clients, 0)
         for i in need.any(0).nonzero().flatten().tolist():

@@ -38,10 +38,12 @@ from fedgl.federation.messages import SparseRows, as_dense
 from fedgl.models import gcn_edge_weights
 from fedgl.privacy.dp import GaussianMechanism, clip_rows
 from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
-from fedgl.privacy.secure_sum import PairwiseKeys, mask_rows
+from fedgl.privacy.secure_models import SecureModelParty
+
+PRETRAIN = "fedgcn/pretrain"  # the secure-sum instance: the pre-training release, summed once
 
 
-class FedGCNClient(GNNClient):
+class FedGCNClient(GNNClient, SecureModelParty):
     """A FedGCN party. Holds only its :class:`ClientData` and, after pre-training, the sums it
     received (rows for its own nodes, and with 2-hop for its remote neighbours)."""
 
@@ -53,7 +55,8 @@ class FedGCNClient(GNNClient):
         self.received_sums: Tensor | None = None
         self.remote_deg_tilde: Tensor | None = None
         self._dp_seed: int | None = None  # secret: the DP noise is derived from it
-        self._keys: PairwiseKeys | None = None  # this protocol session's X25519 keys
+        self._dp_release: str | None = None  # public random name of this release (accounting)
+        self._session: bytes | None = None  # the secure protocol session in progress
         self._plan: dict | None = None
         self._he: HEClientContext | None = None
         self._he_params = (HEParams.from_config(config)
@@ -77,6 +80,8 @@ class FedGCNClient(GNNClient):
         else:
             touched, _, released, counts = self._release()
         msg = {"ids": touched, "sums": released, "num_requested": self._num_requested()}
+        if self._dp_release is not None:
+            msg["dp_release"] = self._dp_release  # lets the run count releases (ε composes)
         if self.hops >= 2:
             msg["degrees"] = self.deg_tilde.clone()
         if counts is not None:
@@ -124,6 +129,7 @@ class FedGCNClient(GNNClient):
         if cfg.dp_epsilon is not None:
             if self._dp_seed is None:
                 self._dp_seed = secrets.randbits(128)
+                self._dp_release = secrets.token_hex(8)
             mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
             released = mech.add_noise(self._sums_of(clip_rows(d.x, cfg.dp_clip), touched),
                                       np.random.default_rng(self._dp_seed))
@@ -162,15 +168,19 @@ class FedGCNClient(GNNClient):
 
     # ------------------------------------------------------------------ secure pre-training
     def privacy_hello(self, session: bytes, announce: bool) -> dict:
-        """Start a protocol session: a fresh X25519 public key and, when the sums are to be sent
-        securely, what the server needs to plan the rows (ids, counts, degrees), but no values.
-        With packed HE also ``range_exp``: a power-of-two bound on |released sums|."""
-        self._keys, self._plan = PairwiseKeys(session), None
-        out: dict = {"public_key": self._keys.public}
+        """Start a protocol session: signed ephemeral keys (:mod:`fedgl.privacy.secagg`) and,
+        when the sums are to be sent securely, what the server needs to plan the rows (ids,
+        counts, degrees), but no values. With packed HE also ``range_exp``: a power-of-two bound
+        on |released sums|."""
+        self._session, self._plan = bytes(session), None
+        out: dict = {"adv": self._agg().advertise(session, PRETRAIN)}
         if announce:
             out.update(ids=self._touched(), num_requested=self._num_requested())
             if self.hops >= 2:
                 out["degrees"] = self.deg_tilde.clone()
+            if self.config.dp_epsilon is not None:
+                self._release()
+                out["dp_release"] = self._dp_release
             if self.config.min_contributors > 1:
                 out["counts"] = self._release()[3]
             if self._he_params is not None and self._he_params.pack > 1:
@@ -180,50 +190,48 @@ class FedGCNClient(GNNClient):
         return out
 
     def _stale(self, session: bytes) -> bool:
-        return self._keys is None or self._keys.session != session
+        return self._session != bytes(session) or self._agg().current(session) is None
 
-    def he_share_keys(self, session: bytes, directory: dict) -> dict:
+    def he_share_keys(self, session: bytes) -> dict:
         """Key holder only: the public context for the server and the secret context sealed to
-        every other client in the directory (the holder keeps an existing key)."""
+        every other client of the checked directory (the holder keeps an existing key)."""
         if self._stale(session):
             return {"stale": True}
         if self._he is None:
             self._he = HEClientContext.generate(self._he_params)
         secret, me = self._he.secret_bytes(), self.data.client_id
-        sealed = [b"" if k == me else self._keys.seal(pub, secret, me, k)
-                  for k, pub in zip(directory["ids"].tolist(), directory["keys"], strict=True)]
+        peers = sorted(self._agg().current(session).directory)
         return {"public_context": self._he.public_bytes(), "key_id": self._he.key_id,
-                "sealed": sealed}
+                "sealed": {k: self._agg().seal(session, k, secret) for k in peers if k != me}}
 
-    def he_install(self, session: bytes, holder_key: bytes, sealed: bytes) -> dict:
-        """Open the secret context the key holder sealed to this client."""
+    def he_install(self, session: bytes, received: dict, sealed: bytes) -> dict:
+        """Confirm keys, then open the secret context that the key holder (authenticated by its
+        roster identity) sealed to this client."""
         if self._stale(session):
             return {"stale": True}
-        secret = self._keys.open(holder_key, sealed, self.config.he_key_holder,
-                                 self.data.client_id)
+        self._agg().accept(session, received["confirm"], received.get("shares"))
+        secret = self._agg().open(session, self.config.he_key_holder, sealed)
         self._he = HEClientContext.from_secret_bytes(secret, self._he_params)
         return {}
 
-    def secure_upload(self, session: bytes, plan: dict) -> dict:
-        """Send the released rows of this client's blocks (see
-        :mod:`fedgl.privacy.secure_sum`): one masked fixed-point vector (mask), or per block a
-        list of CKKS ciphertexts (HE). ``plan`` lists the blocks: ids, sizes, row positions,
-        and co-members with their public keys (mask) or fixed-point bits (packed HE)."""
+    def secure_upload(self, session: bytes, plan: dict, received: dict | None = None) -> dict:
+        """Send the released rows of this client's blocks: one masked fixed-point vector
+        (mask/robust, :class:`~fedgl.privacy.secagg.SecAggClient`), or per block a list of CKKS
+        ciphertexts (HE). ``plan`` lists the blocks: sizes, row positions, co-members (masks)
+        or fixed-point bits (packed HE); ``received``: peers' key confirmations (and shares)."""
         if self._stale(session):
             return {"stale": True}
         self._plan = plan
         values = self._release()[2].double().numpy()
         rows = plan["rows"].numpy()
-        if self.config.secure_sum == "mask":
-            if bool((plan["peer_counts"] == 0).any()):  # would send rows in the clear
-                raise RuntimeError("refusing to upload a block without co-members: it cannot be "
-                                   "masked")
-            keys = dict(zip(plan["directory"]["ids"].tolist(), plan["directory"]["keys"],
-                            strict=True))
-            block_peers = _split(plan["peers"], plan["peer_counts"])
-            peers = {p: keys[p] for p in sorted({int(q) for b in block_peers for q in b})}
-            return {"masked": mask_rows(values[rows], plan["block_sizes"].numpy(), block_peers,
-                                        self._keys, self.data.client_id, peers)}
+        if "peers" in plan:
+            agg = self._agg()
+            agg.accept(session, received["confirm"], received.get("shares"))
+            d = values.shape[1]
+            segments = [(int(n) * d, [int(p) for p in ps]) for n, ps in zip(
+                plan["block_sizes"].tolist(), _split(plan["peers"], plan["peer_counts"]),
+                strict=True)]
+            return {"masked": agg.mask(session, values[rows], segments)}
         out = []
         for b, block_rows in enumerate(_split(plan["rows"], plan["block_sizes"])):
             block = values[block_rows]
@@ -266,7 +274,10 @@ class FedGCNClient(GNNClient):
     # ------------------------------------------------------------------ encrypted models
     def encode_weights(self, weights: State, num_train: int):
         """With ``encrypt_models``: ``Enc(c · w)`` with c = 1 (uniform) or the number of
-        training nodes (weighted), and c in clear for the server's divisor."""
+        training nodes (weighted), and c in clear for the server's divisor. With secure models
+        the weights stay here until the server's secure sum asks for them."""
+        if self.secure_models:
+            return self.hold_model(weights, num_train, self.config.aggregation)
         if not self.config.encrypt_models:
             return weights
         coeff = float(num_train) if self.config.aggregation == "weighted" else 1.0

@@ -24,7 +24,10 @@ from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
 from fedgl.federation.messages import SparseRows, payload_dense_nbytes, payload_nbytes
 from fedgl.privacy.he import EncryptedModel, HEParams, HEServerContext
-from fedgl.privacy.secure_sum import RowPlan, decode_fixed, plan_rows
+from fedgl.privacy.secagg_server import SecureSumServer
+from fedgl.privacy.secure_sum import RowPlan, plan_rows
+
+PRETRAIN = "fedgcn/pretrain"  # the clients' secure-sum instance name (see client.py)
 
 
 class FedGCNServer(FedAvgServer):
@@ -40,6 +43,10 @@ class FedGCNServer(FedAvgServer):
         self.he_context: HEServerContext | None = None  # public CKKS context (no key)
         self.pretrain_stats: dict = {}  # plaintext round: real and dense-equivalent bytes
         self.chunk_rows = int(getattr(self.config, "pretrain_chunk_rows", DEFAULT_CHUNK_ROWS))
+        # the secure-sum mode: the config's secure_sum, or "robust" set by the driver
+        self.secure_mode: str = self.config.secure_sum
+        self.secagg = SecureSumServer(self.secure_mode if self.secure_mode in ("mask", "robust")
+                                      else "mask", getattr(self.config, "secagg_threshold", 0))
 
     # ------------------------------------------------------------------ plaintext round
     def pretrain(self) -> None:
@@ -68,7 +75,15 @@ class FedGCNServer(FedAvgServer):
 
     def restore_client(self, client_id: int) -> None:
         """A restarted client lost its keys: inside the secure round, restart that round (the
-        runtime's re-sent call then answers 'stale'); otherwise re-run pre-training."""
+        runtime's re-sent call then answers 'stale'); otherwise re-run pre-training.
+
+        With the robust secure sum a restarted client cannot rejoin: the others take part in
+        one sum per release (a second one would let a server difference them), so the run
+        stops with the fix (the ``drop`` policy, which the robust sum tolerates)."""
+        if self.secure_mode == "robust" or getattr(self.config, "secure_models", False):
+            raise RunAborted(f"client {client_id} restarted and lost its state, but the robust "
+                             "secure sum (and secure model averaging) never sums the same input "
+                             "twice; use --on-client-failure drop, which it tolerates")
         if self._in_pretrain:
             self._restart_pending = True
             return
@@ -77,6 +92,7 @@ class FedGCNServer(FedAvgServer):
     def _plain_round(self) -> None:
         cfg = self.config
         msgs = self.runtime.call("partial_sums", None, phase="pretrain")
+        self._count_releases(msgs)
         if self._chunked_path():
             self._plain_replies(msgs)
             return
@@ -155,6 +171,15 @@ class FedGCNServer(FedAvgServer):
         """What the result records about this server's pre-training exchange."""
         return {"fedgcn_pretrain": dict(self.pretrain_stats)} if self.pretrain_stats else {}
 
+    def _count_releases(self, msgs: dict) -> None:
+        """DP accounting: every distinct release a client announced (a restarted or resumed
+        client draws fresh noise: a new release of the same features)."""
+        seen = self.privacy_stats.setdefault("dp_releases", {})
+        for k, m in msgs.items():
+            rid = m.get("dp_release") if isinstance(m, dict) else None
+            if rid is not None and rid not in seen.setdefault(str(k), []):
+                seen[str(k)].append(rid)
+
     def _degrees(self, msgs: dict, rows_of: dict, n: int) -> torch.Tensor | None:
         if self.config.hops < 2:
             return None
@@ -174,9 +199,10 @@ class FedGCNServer(FedAvgServer):
         return out
 
     def _secure_round(self) -> bool:
-        """One attempt: keys, (HE) key distribution, (secure sums) plan, upload, reply. False
-        when a client dropped or restarted mid-way: the caller starts over with fresh keys and
-        masks and without the lost client (see docs/threat-model.md, "dropout")."""
+        """One attempt: signed keys, directory check and key confirmation, (HE) key
+        distribution, (secure sums) plan, upload, unmask, reply. False when a client restarted
+        mid-way, or (mask) dropped: the caller starts over with fresh keys (the mask mode's
+        clients accept a new session only over the same clients; see docs/threat-model.md)."""
         cfg = self.config
         session = os.urandom(16)
         announce = cfg.secure_sum != "none" and cfg.hops > 0
@@ -185,21 +211,27 @@ class FedGCNServer(FedAvgServer):
         if hello is None:
             return False
         alive = sorted(hello)
-        directory = {"ids": torch.tensor(alive), "keys": [hello[k]["public_key"] for k in alive]}
-        if (cfg.secure_sum == "he" or cfg.encrypt_models) and \
-                not self._distribute_he_key(session, alive, hello, directory):
+        self._count_releases(hello)
+        directory = self.secagg.directory({k: hello[k]["adv"] for k in alive})
+        keys = self._call("secagg_keys", {"session": session, "directory": directory}, alive)
+        if keys is None or (self.secure_mode != "robust" and sorted(keys) != alive):
             return False
-        return self._secure_sums(session, alive, hello, directory) if announce else True
+        relayed = self.secagg.relay(keys)
+        u2 = sorted(keys)
+        if (cfg.secure_sum == "he" or cfg.encrypt_models) and \
+                not self._distribute_he_key(session, u2, relayed):
+            return False
+        if not announce:
+            return True
+        return self._secure_sums(session, u2, hello, directory, relayed)
 
-    def _distribute_he_key(self, session: bytes, alive: list[int], hello: dict,
-                           directory: dict) -> bool:
+    def _distribute_he_key(self, session: bytes, alive: list[int], relayed: dict) -> bool:
         cfg = self.config
         holder = cfg.he_key_holder
         if holder not in alive:
             raise RunAborted(f"the HE key holder (client {holder}) is gone; the key cannot be "
                              "distributed (choose another --he-key-holder)")
-        out = self._call("he_share_keys", {holder: {"session": session, "directory": directory}},
-                         [holder])
+        out = self._call("he_share_keys", {holder: {"session": session}}, [holder])
         if out is None or holder not in out:
             return False
         reply = out[holder]
@@ -210,9 +242,8 @@ class FedGCNServer(FedAvgServer):
         he = HEServerContext(reply["public_context"])
         self.he_context = he  # public: parameters only, no key (tests assert it cannot decrypt)
         others = [k for k in alive if k != holder]
-        sealed = dict(zip(alive, reply["sealed"], strict=True))
-        args = {k: {"session": session, "holder_key": hello[holder]["public_key"],
-                    "sealed": sealed[k]} for k in others}
+        args = {k: {"session": session, "received": relayed[k], "sealed": reply["sealed"][k]}
+                for k in others}
         if others and self._call("he_install", args, others) is None:
             return False
         if cfg.encrypt_models:
@@ -222,10 +253,10 @@ class FedGCNServer(FedAvgServer):
                 self.strategy = EncryptedFedAvg(self.strategy.weighting, he)
         return True
 
-    def _secure_sums(self, session: bytes, alive: list[int], hello: dict,
-                     directory: dict) -> bool:
+    def _secure_sums(self, session: bytes, alive: list[int], hello: dict, directory: dict,
+                     relayed: dict) -> bool:
         cfg = self.config
-        mask = cfg.secure_sum == "mask"
+        mask = self.secure_mode in ("mask", "robust")
         counts = {k: hello[k]["counts"] for k in alive} if cfg.min_contributors > 1 else None
         plan = plan_rows({k: hello[k]["ids"] for k in alive},
                          {k: hello[k]["num_requested"] for k in alive}, counts,
@@ -245,30 +276,26 @@ class FedGCNServer(FedAvgServer):
             if mask:
                 peers = [[m for m in b.members if m != k] for b in blocks]
                 p.update(peers=torch.tensor([m for ms in peers for m in ms], dtype=torch.long),
-                         peer_counts=torch.tensor([len(ms) for ms in peers], dtype=torch.long),
-                         directory=directory)
+                         peer_counts=torch.tensor([len(ms) for ms in peers], dtype=torch.long))
             else:
                 p["receive"] = torch.tensor([k in b.receivers for b in blocks], dtype=torch.bool)
                 if frac is not None:
                     p["frac_bits"] = torch.tensor([frac[b] for b in mine], dtype=torch.long)
             args[k] = {"session": session, "plan": p}
+            if mask:
+                args[k]["received"] = relayed[k]
         up = self._call("secure_upload", args, alive)
-        if up is None or sorted(up) != alive:
+        if up is None or (self.secure_mode != "robust" and sorted(up) != alive):
             return False  # a client dropped: masks would not cancel, counts would be wrong
+        survivors = sorted(up)
         rows_of = plan.inverse
-        degree = self._degrees(hello, rows_of, len(plan.uniq))
+        degree = self._degrees({k: hello[k] for k in alive}, rows_of, len(plan.uniq))
         replies = {}
         if mask:
-            uniq_rows = {k: _cat([plan.blocks[b].rows for b in plan.blocks_of(k)]).numpy()
-                         for k in alive}
-            n_rows = sum(len(r) for r in uniq_rows.values())
-            d = sum(up[k]["masked"].size for k in alive) // n_rows if n_rows else 0
-            acc = torch.zeros((len(plan.uniq), d), dtype=torch.int64)
-            for k in (alive if n_rows else []):  # int64 adds wrap like uint64: exact mod 2^64
-                acc.index_add_(0, torch.from_numpy(uniq_rows[k]), torch.from_numpy(
-                    up[k]["masked"].view(np.int64).reshape(-1, d)))
-            total = decode_fixed(acc)  # every mask has cancelled: the sums, and nothing finer
-            for k in alive:
+            total = self._unmask(session, plan, directory, alive, up)
+            if total is None:
+                return False
+            for k in survivors:
                 want = rows_of[k][:plan.requested[k]]
                 replies[k] = {"session": session, "sums": total[want[~plan.use_own[k]]]}
         else:
@@ -283,13 +310,45 @@ class FedGCNServer(FedAvgServer):
             self.privacy_stats["ciphertexts_down"] = sum(
                 len(summed[b]) for b, blk in enumerate(plan.blocks) for _ in blk.receivers)
         if degree is not None:
-            for k in alive:
+            for k in survivors:
                 want = rows_of[k][:plan.requested[k]]
                 replies[k]["degrees"] = degree[want[len(hello[k]["degrees"]):]]
-        if self._call("secure_receive", replies, alive) is None:
+        if self._call("secure_receive", replies, survivors) is None:
             return False
         self._record_plan(plan, params)
         return True
+
+    def _unmask(self, session: bytes, plan: RowPlan, directory: dict, u2: list[int],
+                up: dict) -> torch.Tensor | None:
+        """The row sums from the masked uploads (:class:`~fedgl.privacy.secagg.SecureSumServer`):
+        the global vector is the blocks' rows laid out one after another."""
+        sizes = [len(b.rows) for b in plan.blocks]
+        some = next((k for k in up if up[k]["masked"].size), None)
+        d = 0 if some is None else up[some]["masked"].size // sum(
+            sizes[b] for b in plan.blocks_of(some))
+        starts = np.cumsum([0] + [n * d for n in sizes])
+        placement, segments = {}, {}
+        for k in u2:
+            mine = plan.blocks_of(k)
+            placement[k] = [(int(starts[b]), sizes[b] * d) for b in mine]
+            segments[k] = [(sizes[b] * d, [m for m in plan.blocks[b].members if m != k])
+                           for b in mine]
+        flat = self.secagg.unmask(self._call_steps, session, PRETRAIN, directory, u2,
+                                  {k: r["masked"] for k, r in up.items()}, placement, segments,
+                                  int(starts[-1]))
+        if flat is None:
+            return None
+        total = torch.zeros(len(plan.uniq), d, dtype=torch.float32)
+        for b, blk in enumerate(plan.blocks):
+            total[blk.rows] = torch.from_numpy(
+                flat[starts[b]:starts[b + 1]].reshape(sizes[b], d)).float()
+        dropped = self.secagg.stats.get("dropped_in_session", [])
+        if dropped:
+            self.privacy_stats["dropped_in_secure_sum"] = list(dropped)
+        return total
+
+    def _call_steps(self, method: str, args: dict, clients: list[int]) -> dict | None:
+        return self._call(method, args, clients)
 
     def _frac_bits(self, plan: RowPlan, hello: dict, params: HEParams) -> list[int]:
         """Fixed-point fractional bits per block, so that the block's sum fits the packing

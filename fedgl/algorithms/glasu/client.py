@@ -1,0 +1,283 @@
+"""A GLASU client: its feature columns, its edges, its copy of the split model.
+
+One round (paper Alg. 1-4, merged as notes A16 recommend): the client samples its node sets
+top-down from its own edges (:meth:`sample`; shared sets at aggregation layers come from the
+server), runs its sub-layers segment by segment (:meth:`sample` returns the first segment's
+output, :meth:`forward` each later one, given the server's aggregate ``H[l_k + 1]``), and
+stores, at every aggregation layer, the all-but-own part ``H_{-m} = Extract(H, H⁺_m)``:
+
+- mean:   ``H_{-m} = H - H⁺_m / M`` and locally ``Agg(H_{-m}, H⁺_m) = H_{-m} + H⁺_m / M``
+- concat: ``H_{-m}`` = the other clients' column blocks; ``Agg`` re-inserts the own block.
+
+:meth:`local_updates` then takes ``Q`` SGD steps on the client's own loss with the stale
+``H_{-m}`` as constants (``local_stale``). ``exact`` instead backpropagates through the server
+(:meth:`backward_top`, :meth:`backward_segment`): the server sums the clients' gradients with
+respect to each aggregate and returns each client its share.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from fedgl.algorithms.glasu.model import ClientStack
+from fedgl.algorithms.glasu.options import GlasuParams
+from fedgl.algorithms.glasu.sampling import CSR, Block, build_block, full_block, sample_neighbors
+from fedgl.data.vertical import VerticalClientData
+from fedgl.evaluation import SPLITS
+
+
+class GlasuClient:
+    """Client ``data.client_id``; built from its own :class:`VerticalClientData` only.
+
+    Features sparser than ``SPARSE_BELOW`` (bag-of-words) are also kept as a sparse copy for the
+    first layer's gathers and products (same values, fewer operations)."""
+
+    SPARSE_BELOW = 0.25
+
+    def __init__(self, data: VerticalClientData, params: GlasuParams, seed: int) -> None:
+        self.data = data
+        self.p = params
+        self.m = data.client_id
+        self.gen = torch.Generator().manual_seed(seed * 1_000_003 + 7919 * self.m + 1)
+        with torch.random.fork_rng():
+            torch.manual_seed(seed * 1_000_003 + 31 * self.m + 2)
+            self.model = ClientStack(params, self.m, data.num_features, data.has_labels)
+            if self.model.classifier is not None:  # identical classifiers at every client (A5)
+                torch.manual_seed(seed * 1_000_003 + 3)
+                self.model.classifier.reset_parameters()
+        cls = torch.optim.SGD if params.optimizer == "sgd" else torch.optim.Adam
+        extra = {"momentum": params.momentum} if params.optimizer == "sgd" else {}
+        self.opt = cls(self.model.parameters(), lr=params.lr, weight_decay=params.weight_decay,
+                       **extra)
+        self.csr = CSR.from_edge_index(data.edge_index, data.num_nodes)
+        density = float((data.x != 0).float().mean()) if data.x.numel() else 1.0
+        self._xs = data.x.to_sparse() if density < self.SPARSE_BELOW else None
+        self.a, self.b = params.share(self.m)
+        self.sets: dict[int, Tensor] = {}
+        self.trace: list[Tensor] = []  # own sub-layer outputs of the last forward (tests)
+        self._full: list[Block] | None = None
+        self._blocks: list[Block] = []
+        self._round: dict = {}
+
+    @classmethod
+    def from_shard(cls, data: VerticalClientData, params: dict, seed: int) -> GlasuClient:
+        """Built where the client runs (a Ray actor) from its shard and the plain parameters."""
+        return cls(data, GlasuParams(**{**params, "agg": tuple(params["agg"])}), seed)
+
+    # ------------------------------------------------------------------ set-up / batches
+    def training_nodes(self) -> dict:
+        """The training node ids (a label holder's index list; the server samples from it)."""
+        return {"ids": torch.nonzero(self.data.train_mask).flatten()}
+
+    def sample_batch(self) -> dict:
+        """Labels at one client (Alg. 5): the label holder draws the batch ``S[L]``."""
+        ids = self.training_nodes()["ids"]
+        size = self.p.batch_size if 0 < self.p.batch_size < ids.numel() else ids.numel()
+        return {"ids": ids[torch.randperm(ids.numel(), generator=self.gen)[:size]]}
+
+    # ------------------------------------------------------------------ sampling
+    def _below(self, top: int) -> int:
+        lower = [j for j in self.p.shared_sets if j < top]
+        return lower[-1] if lower else 0
+
+    def sample(self, nodes: Tensor, top: int) -> dict:
+        """Set ``S_m[top]`` (shared), sample ``S_m[l]`` down to the next shared set (or 0).
+        Returns ``S_m[bottom]`` for the server's union, or at the bottom the first segment's
+        output ``H⁺_m[l_1]``."""
+        if top == self.p.layers:
+            self._round = {"own": {}, "stale": {}, "leaf": {}, "q0": False}
+            self.sets = {}
+        self.sets[top] = nodes
+        bottom = self._below(top)
+        for layer in range(top - 1, bottom - 1, -1):
+            self.sets[layer] = sample_neighbors(self.csr, self.sets[layer + 1], self.p.fanout,
+                                                self.gen)
+        if bottom > 0:
+            return {"nodes": self.sets[bottom]}
+        self._blocks = [build_block(self.data.edge_index, self.data.num_nodes, self.sets[i],
+                                    self.sets[i + 1]) for i in range(self.p.layers)]
+        self.model.train()
+        return {"h": self._segment(1, None, self._blocks, self._round).detach()}
+
+    # ------------------------------------------------------------------ forward pieces
+    def _dropout(self, h: Tensor) -> Tensor:
+        if not self.model.training or self.p.dropout <= 0:
+            return h
+        if h.is_sparse:  # dropping stored entries is dropping entries (zeros stay zero)
+            h = h.coalesce()
+            keep = torch.rand(h.values().shape, generator=self.gen) >= self.p.dropout
+            return torch.sparse_coo_tensor(h.indices(), h.values() * keep / (1.0 - self.p.dropout),
+                                           h.shape, check_invariants=False)
+        keep = torch.rand(h.shape, generator=self.gen, dtype=h.dtype) >= self.p.dropout
+        return h * keep / (1.0 - self.p.dropout)
+
+    def _segment_layers(self, k: int) -> range:
+        agg = self.p.agg
+        return range(agg[k - 2] + 1 if k > 1 else 0, agg[k - 1] + 1)
+
+    def _segment(self, k: int, h: Tensor | None, blocks: list[Block], state: dict) -> Tensor:
+        """Run segment ``k`` (layers ``l_{k-1}+1 .. l_k``); returns ``H⁺_m[l_k]``."""
+        gcnii = self.p.backbone == "gcnii"
+        if k == 1:
+            h = self._input_rows(blocks[0].src)
+            if gcnii:  # GCNII: dropout, then the own input projection H₀
+                h = state["h0"] = self.model.first_input(self._dropout(h))
+        for layer in self._segment_layers(k):
+            block = blocks[layer]
+            h0 = state["h0"][self._h0_rows(blocks, layer)] if gcnii else None
+            # dropout between layers (and before GCNII's layers), not on raw GCN/GAT input
+            h = self.model.layer(layer, self._dropout(h) if layer or gcnii else h, block, h0)
+            if not self.model.training:
+                self.trace.append(h)
+        state["own"][k] = h
+        return h
+
+    def _input_rows(self, src: Tensor) -> Tensor:
+        """``X_m[S_m[0]]`` (sparse when the features are), kept while ``S_m[0]`` is unchanged."""
+        cached = getattr(self, "_rows", None)
+        if cached is not None and cached[0] is src:
+            return cached[1]
+        rows = (self._xs.index_select(0, src).coalesce() if self._xs is not None
+                else self.data.x[src])
+        self._rows = (src, rows)
+        return rows
+
+    @staticmethod
+    def _h0_rows(blocks: list[Block], layer: int) -> Tensor:
+        """Positions of ``S[layer+1]`` within ``S[0]`` (the rows of ``H₀`` for the skip)."""
+        idx = blocks[layer].dst_in_src
+        for below in range(layer - 1, -1, -1):
+            idx = blocks[below].dst_in_src[idx]
+        return idx
+
+    def _extract(self, agg: Tensor, own: Tensor) -> Tensor:
+        if self.p.aggregate == "mean":
+            return (agg - own / self.p.clients).detach()
+        return agg.detach().clone()
+
+    def _local_agg(self, stale: Tensor, own: Tensor) -> Tensor:
+        if self.p.aggregate == "mean":
+            return stale + own / self.p.clients
+        return torch.cat([stale[:, :self.a], own, stale[:, self.b:]], dim=1)
+
+    def _input_from(self, k: int, h: Tensor, state: dict) -> Tensor:
+        """``H_m[l_{k-1}+1]`` from the server's aggregate (stale split, or an exact leaf)."""
+        if self.p.grad_mode == "exact" and self.model.training:
+            leaf = h.clone().requires_grad_(True)
+            state["leaf"][k] = leaf
+            return leaf
+        own = state["own"][k - 1]
+        if not self.model.training:
+            return h
+        state["stale"][k] = self._extract(h, own)
+        return self._local_agg(state["stale"][k], own)
+
+    def forward(self, h: Tensor, k: int) -> dict:
+        """Segment ``k`` given the aggregate of segment ``k-1``; returns ``H⁺_m[l_k]``."""
+        return {"h": self._segment(k, self._input_from(k, h, self._round), self._blocks,
+                                   self._round).detach()}
+
+    # ------------------------------------------------------------------ local updates
+    def _top(self, h: Tensor, state: dict) -> Tensor:
+        """``H_m[L]`` with gradient to the own output only (local_stale)."""
+        return self._input_from(len(self.p.agg) + 1, h, state)
+
+    def _loss(self, h_top: Tensor) -> Tensor:
+        logits = self.model.classifier(self._dropout(h_top))
+        return F.cross_entropy(logits, self.data.y[self.sets[self.p.layers]])
+
+    def _full_local_forward(self) -> Tensor:
+        """A whole forward pass with the stored stale ``H_{-m}`` at every aggregation layer."""
+        state = {"own": {}, "h0": None}
+        h = self._segment(1, None, self._blocks, state)
+        for k in range(2, len(self.p.agg) + 2):
+            h = self._local_agg(self._round["stale"][k], h)
+            if k <= len(self.p.agg):
+                h = self._segment(k, h, self._blocks, state)
+        return h
+
+    def _step(self, loss: Tensor) -> None:
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+
+    def top_gradient(self, h: Tensor) -> dict:
+        """Labels at one client (Alg. 6): the label holder's q=0 step and ``∂L_1/∂H[L]``."""
+        top = self._top(h, self._round)
+        top.retain_grad()
+        loss = self._loss(top)
+        self._step(loss)
+        self._round["q0"] = True
+        self._round["loss"] = float(loss.detach())
+        return {"grad": top.grad.detach(), "loss": float(loss.detach())}
+
+    def local_updates(self, h: Tensor | None, grad: Tensor | None = None) -> dict:
+        """``Q`` local steps on the own loss (or the surrogate ``Σ g ⊙ H_m[L]`` at a client
+        without labels), other clients' embeddings stale; returns the q=0 loss."""
+        first = float("nan")
+        for q in range(self.p.stale_steps):
+            if q == 0 and self._round["q0"]:
+                first = self._round["loss"]
+                continue
+            top = self._top(h, self._round) if q == 0 else self._full_local_forward()
+            if grad is not None:
+                self._round["grad"] = grad
+            g = self._round.get("grad")
+            loss = self._loss(top) if self.model.classifier is not None else (g * top).sum()
+            self._step(loss)
+            if q == 0:
+                first = float(loss.detach())
+        return {"loss": first} if self.model.classifier is not None else {}
+
+    # ------------------------------------------------------------------ exact gradients
+    def backward_top(self, h: Tensor) -> dict:
+        """Exact mode: own loss on ``H[L]``; returns ``∂L_m/∂H[L]``."""
+        leaf = self._top(h, self._round)
+        loss = self._loss(leaf)
+        self.opt.zero_grad()
+        loss.backward()
+        return {"grad": leaf.grad.detach(), "loss": float(loss.detach())}
+
+    def backward_segment(self, grad: Tensor, k: int) -> dict | None:
+        """Exact mode: push the server's share of ``∂L/∂H[l_k+1]`` through segment ``k``;
+        returns ``∂L/∂H[l_{k-1}+1]`` (k > 1) or takes the SGD step (k = 1)."""
+        # k > 1: GCNII's skip reaches H₀ of segment 1, whose graph must survive until k = 1
+        self._round["own"][k].backward(grad, retain_graph=k > 1)
+        if k > 1:
+            return {"grad": self._round["leaf"][k].grad.detach()}
+        self.opt.step()
+        return None
+
+    # ------------------------------------------------------------------ evaluation
+    def eval_forward(self, h: Tensor | None, k: int) -> dict:
+        """Full-neighbourhood inference (notes A14), segment ``k``."""
+        if self._full is None:
+            self._full = [full_block(self.data.edge_index, self.data.num_nodes)] * self.p.layers
+        self.model.eval()
+        with torch.no_grad():
+            if k == 1:
+                self.trace = []
+                self._eval = {"own": {}}
+            inp = None if k == 1 else self._input_from(k, h, self._eval)
+            out = self._segment(k, inp, self._full, self._eval)
+        return {"h": out}
+
+    def eval_scores(self, h: Tensor) -> dict:
+        """Accuracy of the own classifier on ``H[L]`` for each split (label holders)."""
+        self.model.train()
+        self.trace.append(h)  # H[L] after the own sub-layer outputs (tests)
+        if self.model.classifier is None:
+            return {}
+        with torch.no_grad():
+            pred = self.model.classifier(h).argmax(1)
+        out = {}
+        for split in SPLITS:
+            mask = getattr(self.data, f"{split}_mask")
+            out[f"{split}_acc"] = float((pred[mask] == self.data.y[mask]).float().mean())
+        return out
+
+    def parameters_dict(self) -> dict[str, Tensor]:
+        """A copy of the client's parameters (tests and checkpoints)."""
+        return {k: v.detach().clone() for k, v in self.model.state_dict().items()}

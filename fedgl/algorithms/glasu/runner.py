@@ -1,0 +1,248 @@
+"""Runs one seeded repeat of GLASU or one of its baselines (registered as ``glasu``,
+``glasu-simulated``, ``glasu-centralized``, ``glasu-standalone``).
+
+- ``glasu``: ``M`` vertical clients (own columns, own ``edge_share`` of the edges), the
+  configured ``K``, ``Q``, gradient mode and label holders.
+- ``simulated`` (simulated centralised, Ni et al.): ``M`` clients with their own columns but the
+  full edge set each, aggregation at every layer, exact gradients, ``Q = 1``.
+- ``centralized``: one party with every column and edge (``M = 1``), the same model and loop.
+- ``standalone``: each client alone on its own columns and edges (``M`` separate one-party runs);
+  the reported accuracy is the mean over clients, each client's is in ``extra``.
+
+A single party has no one to talk to: its notional aggregation (the identity for ``M = 1``) runs
+in-process through :class:`SelfRuntime`, which counts nothing. Round ``t`` of every mode is one
+sampling + joint inference + ``Q`` local updates; benchmarks equalise model updates by giving
+``Q = 1`` modes ``Q`` times the rounds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+from fedgl.algorithms.glasu.client import GlasuClient
+from fedgl.algorithms.glasu.options import (
+    MODES,
+    GlasuModelOptions,
+    GlasuOptions,
+    GlasuParams,
+    agg_layer_set,
+)
+from fedgl.algorithms.glasu.server import GlasuServer
+from fedgl.algorithms.runner import _progress_info, finish_repeat
+from fedgl.config import parse_fanouts
+from fedgl.data.graph import GraphData
+from fedgl.data.vertical import VerticalClientData, split_stats, vertical_shard, vertical_split
+from fedgl.errors import ConfigError
+from fedgl.federation.ledger import Ledger
+from fedgl.federation.messages import copy_payload
+from fedgl.federation.runtime import LocalRuntime, _per_client_args
+from fedgl.progress import RoundProgress
+from fedgl.results import RepeatResult
+
+
+def parse_fanout(text: Any, layers: int) -> int:
+    """GLASU's one fanout for every layer ("" or -1: all neighbours)."""
+    values = parse_fanouts(str(text), layers)
+    if len(set(values)) != 1:
+        raise ConfigError(f"GLASU samples the same number of neighbours at every layer; give one "
+                          f"fanout, e.g. --fanout 3 (got {text!r})")
+    return int(values[0])
+
+
+def vertical_settings(cfg: Any) -> dict:
+    return {"feature_split": getattr(cfg, "feature_split", "random"),
+            "edge_share": float(getattr(cfg, "edge_share", 0.8))}
+
+
+def glasu_params(cfg: Any, options: GlasuModelOptions, num_classes: int,
+                 mode: str = "glasu") -> GlasuParams:
+    """The protocol parameters of ``mode`` (GLASU or a baseline; baselines read only the model
+    options and fix the protocol ones)."""
+    if mode not in MODES:
+        raise ConfigError(f"unknown GLASU mode {mode!r}; one of {', '.join(MODES)}")
+    options.validate(cfg)
+    if not isinstance(options, GlasuOptions):
+        options = GlasuOptions(**{f.name: getattr(options, f.name)
+                                  for f in dataclasses.fields(GlasuModelOptions)})
+    layers = int(cfg.layers)
+    base = dict(clients=int(cfg.clients), layers=layers, hidden=int(cfg.hidden),
+                num_classes=num_classes, agg=agg_layer_set(options.agg_layers, layers),
+                stale_steps=options.stale_steps, aggregate=options.aggregate,
+                grad_mode=options.grad_mode, backbone=options.backbone,
+                dropout=float(cfg.dropout), lr=float(cfg.lr),
+                weight_decay=float(cfg.weight_decay), optimizer=options.glasu_optimizer,
+                momentum=options.glasu_momentum, batch_size=int(getattr(cfg, "batch_size", 16)),
+                fanout=parse_fanout(getattr(cfg, "fanouts", "3"), layers),
+                label_holders=options.label_holders, gcnii_alpha=options.gcnii_alpha,
+                gcnii_lambda=options.gcnii_lambda)
+    if mode != "glasu":  # every layer aggregates, exact gradients, one step a round
+        base.update(agg=tuple(range(layers)), grad_mode="exact", stale_steps=1,
+                    label_holders="all")
+    if mode in ("centralized", "standalone"):
+        base.update(clients=1)
+    return GlasuParams(**base)
+
+
+class SelfRuntime:
+    """A single party's in-process calls to its notional aggregator: nothing crosses a
+    boundary, so nothing is counted (payloads are still copied)."""
+
+    def __init__(self, client: GlasuClient) -> None:
+        self._client = client
+        self.ledger = Ledger()
+        self.events: list[dict] = []
+
+    @property
+    def client_ids(self) -> list[int]:
+        return [0]
+
+    def local_client(self, client_id: int) -> GlasuClient:
+        return self._client
+
+    def call(self, method: str, args: Any = None, *, phase: str, clients: Any = None) -> dict:
+        kwargs = _per_client_args(args, [0])[0]
+        return {0: copy_payload(getattr(self._client, method)(**copy_payload(kwargs)))}
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
+                seed: int) -> GlasuServer:
+    if params.clients == 1 and len(parts) == 1:
+        runtime: Any = SelfRuntime(GlasuClient(parts[0], params, seed))
+    elif getattr(cfg, "runtime", "local") == "ray":
+        runtime = _ray_runtime(parts, params, cfg, seed)
+    else:
+        runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts})
+    server = GlasuServer(runtime, params, seed)
+    try:
+        server.setup()
+    except BaseException:
+        runtime.close()
+        raise
+    return server
+
+
+def _ray_runtime(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
+                 seed: int) -> Any:
+    """One actor per vertical client; each reads only its own shard file (its columns, edges
+    and labels), written here by the driver (the data owners' side)."""
+    import hashlib
+
+    from fedgl.data.datasets import default_cache_dir
+    from fedgl.data.shards import ShardSpec, write_shard_files
+    from fedgl.federation.ray_runtime import RayRuntime
+
+    key = hashlib.sha256(":".join(d.digest() for d in parts).encode()).hexdigest()[:24]
+    files = write_shard_files(parts, default_cache_dir() / "shards" / f"vertical-{key}")
+    specs = {d.client_id: ShardSpec(cfg.to_dict(), seed, d.client_id, "", "", "",
+                                    shard_path=files[d.client_id][0],
+                                    shard_sha256=files[d.client_id][1],
+                                    client_params=dataclasses.asdict(params))
+             for d in parts}
+    return RayRuntime(specs, GlasuClient, cfg, Ledger())
+
+
+def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, progress: RoundProgress,
+           on_round: Callable | None) -> list[dict]:
+    history = []
+    repeats = int(getattr(cfg, "repeats", 1))
+    progress.start(f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds))
+    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every)):
+        row = {"round": t, **metrics}
+        history.append(row)
+        progress.advance(_progress_info(row))
+        if on_round is not None:
+            on_round(repeat, t, server)
+    return history
+
+
+def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat: int, seed: int,
+              progress: RoundProgress, mode: str = "glasu",
+              on_round: Callable | None = None) -> RepeatResult:
+    """One repeat of ``mode`` (see module docstring)."""
+    t0 = time.perf_counter()
+    split = vertical_settings(cfg)
+    M = int(cfg.clients)
+    params = glasu_params(cfg, options, graph.num_classes, mode)
+    labels = params.label_holders
+    if mode == "standalone":
+        feds = []
+        for m in range(M):
+            d = vertical_shard(graph, M, m, labels="all", seed=seed, **split)
+            feds.append(_federation([dataclasses.replace(d, client_id=0)], params, cfg, seed))
+        parts = [vertical_shard(graph, M, m, seed=seed, **split) for m in range(M)]
+    else:
+        clients = 1 if mode == "centralized" else M
+        full = mode in ("centralized", "simulated")
+        parts = vertical_split(graph, clients, labels=labels, seed=seed, full_edges=full, **split)
+        feds = [_federation(parts, params, cfg, seed)]
+    setup_seconds = time.perf_counter() - t0
+    name = "glasu" if mode == "glasu" else f"glasu-{mode}"
+    try:
+        histories = [_train(s, cfg, name, repeat, progress, on_round) for s in feds]
+        ledger = feds[0].runtime.ledger
+        history = histories[0] if len(histories) == 1 else _mean_history(histories)
+        seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+                   "train": sum(s.runtime.ledger.seconds("train") for s in feds),
+                   "eval": sum(s.runtime.ledger.seconds("eval") for s in feds),
+                   "total": time.perf_counter() - t0}
+        result = finish_repeat(repeat, seed, split_stats(parts, graph), history,
+                               ledger.summary(), seconds)
+        result.extra.update({"setting": "vertical", "mode": name,
+                             "params": _json_params(params),
+                             "runtime": getattr(cfg, "runtime", "local"),
+                             "communication": "none (one party)" if params.clients == 1 else
+                             "counted by the ledger"})
+        if mode == "standalone":
+            result.extra["standalone_test_acc"] = [h[-1].get("test_acc") for h in histories]
+        if hasattr(feds[0].runtime, "peak_rss_mb"):
+            result.extra["client_peak_rss_mb"] = {
+                str(k): v for k, v in feds[0].runtime.peak_rss_mb().items()}
+        return result
+    finally:
+        for s in feds:
+            s.runtime.close()
+
+
+def _json_params(params: GlasuParams) -> dict:
+    out = dataclasses.asdict(params)
+    out["agg_layers_1based"] = [i + 1 for i in params.agg]
+    out.pop("agg")
+    return out
+
+
+def _mean_history(histories: list[list[dict]]) -> list[dict]:
+    """Round-by-round mean of the standalone clients' numeric metrics."""
+    rows = []
+    for per_round in zip(*histories, strict=True):
+        row: dict = {"round": per_round[0]["round"]}
+        for key, value in per_round[0].items():
+            if key != "round" and isinstance(value, int | float):
+                row[key] = sum(r[key] for r in per_round) / len(per_round)
+        rows.append(row)
+    return rows
+
+
+def _entry(mode: str) -> Callable[..., RepeatResult]:
+    def run_repeat(graph: GraphData, cfg: Any, *, repeat: int, seed: int,
+                   progress: RoundProgress, resume_from: Any = None, checkpointer: Any = None,
+                   on_round: Callable | None = None) -> RepeatResult:
+        if resume_from is not None or checkpointer is not None:
+            raise ConfigError("GLASU runs do not checkpoint or resume; drop --checkpoint-every")
+        options = cfg.options if cfg.options is not None else GlasuModelOptions()
+        return run_glasu(graph, cfg, options, repeat=repeat, seed=seed, progress=progress,
+                         mode=mode, on_round=on_round)
+
+    run_repeat.__doc__ = f"The registry's entry point of mode {mode!r} (options: ``cfg.options``)."
+    return run_repeat
+
+
+run_repeat = _entry("glasu")
+run_simulated = _entry("simulated")
+run_centralized = _entry("centralized")
+run_standalone = _entry("standalone")

@@ -1,0 +1,128 @@
+"""The GLASU server: no data, no parameters. It samples the batch, unions the clients' node sets
+at aggregation layers, aggregates and broadcasts embeddings (and, in ``exact`` mode, sums and
+returns gradients). Every exchange is a ``runtime.call`` counted by the ledger.
+
+Messages per round with ``K`` aggregation layers and ``M`` clients (labels at every client,
+``local_stale``): ``K`` sampling calls (the last one also returns the first segment's output),
+``K - 1`` forward calls and one ``local_updates`` call, each one message down and one up per
+client: ``4KM`` messages for ``Q`` model updates. ``exact`` adds ``K`` gradient calls per step.
+Relative to ``K = L``, ``Q = 1`` that is the paper's saving factor ``QL/K`` (§3.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import torch
+from torch import Tensor
+
+from fedgl.algorithms.glasu.options import GlasuParams
+from fedgl.federation.runtime import Runtime
+
+
+class GlasuServer:
+    def __init__(self, runtime: Runtime, params: GlasuParams, seed: int) -> None:
+        self.runtime = runtime
+        self.p = params
+        self.gen = torch.Generator().manual_seed(seed * 1_000_003 + 99)
+        self.train_ids: Tensor | None = None
+
+    # ------------------------------------------------------------------ helpers
+    def aggregate(self, outs: dict[int, Tensor]) -> Tensor:
+        """``Agg(H⁺_1, ..., H⁺_M)``: the mean, or the concatenation in client order."""
+        parts = [outs[m] for m in sorted(outs)]
+        if self.p.aggregate == "mean":
+            return torch.stack(parts).sum(0) / self.p.clients
+        return torch.cat(parts, dim=1)
+
+    def share(self, grad: Tensor, client: int) -> Tensor:
+        """The part of ``∂L/∂H`` that flows to ``client``'s output (``∂H/∂H⁺_m``)."""
+        if self.p.aggregate == "mean":
+            return grad / self.p.clients
+        a, b = self.p.share(client)
+        return grad[:, a:b]
+
+    def _call(self, method: str, args: dict | None, phase: str = "train",
+              clients: list[int] | None = None) -> dict:
+        return self.runtime.call(method, args, phase=phase, clients=clients)
+
+    # ------------------------------------------------------------------ protocol
+    def setup(self) -> None:
+        """Labels at every client: learn the training node ids once (an index list)."""
+        if self.p.label_holders == "all":
+            self.train_ids = self._call("training_nodes", None, "pretrain", [0])[0]["ids"]
+
+    def batch(self) -> Tensor:
+        """``S[L]``: drawn here (Alg. 2) or by the label holder (Alg. 5)."""
+        if self.p.label_holders == "one":
+            return self._call("sample_batch", None, clients=[0])[0]["ids"]
+        ids = self.train_ids
+        assert ids is not None, "setup() first"
+        size = self.p.batch_size if 0 < self.p.batch_size < ids.numel() else ids.numel()
+        return ids[torch.randperm(ids.numel(), generator=self.gen)[:size]]
+
+    def train_round(self) -> dict:
+        """Sampling, joint inference and ``Q`` local updates (or one exact step)."""
+        shared = self.p.shared_sets
+        nodes = self.batch()
+        for k in range(len(shared), 0, -1):  # top-down: S[j_K] = S[L], ..., S[j_1]
+            res = self._call("sample", {"nodes": nodes, "top": shared[k - 1]})
+            if k > 1:
+                nodes = torch.unique(torch.cat([r["nodes"] for r in res.values()]))
+        outs = {m: r["h"] for m, r in res.items()}
+        for k in range(2, len(shared) + 1):
+            res = self._call("forward", {"h": self.aggregate(outs), "k": k})
+            outs = {m: r["h"] for m, r in res.items()}
+        top = self.aggregate(outs)
+        if self.p.grad_mode == "exact":
+            return self._exact_backward(top)
+        if self.p.label_holders == "one":
+            first = self._call("top_gradient", {"h": top}, clients=[0])[0]
+            args = {m: ({"h": None, "grad": None} if m == 0 else {"h": top, "grad": first["grad"]})
+                    for m in self.runtime.client_ids}
+            self._call("local_updates", args)
+            return {"train_loss": first["loss"]}
+        res = self._call("local_updates", {"h": top})
+        return {"train_loss": _mean(r["loss"] for r in res.values() if r)}
+
+    def _exact_backward(self, top: Tensor) -> dict:
+        res = self._call("backward_top", {"h": top})
+        loss = _mean(r["loss"] for r in res.values())
+        grad = torch.stack([r["grad"] for r in res.values()]).sum(0)  # ∂(Σ_m L_m)/∂H[L]
+        for k in range(len(self.p.agg), 0, -1):
+            if self.p.aggregate == "mean":
+                args: dict = {"grad": self.share(grad, 0), "k": k}  # the same share: a broadcast
+            else:
+                args = {m: {"grad": self.share(grad, m), "k": k} for m in self.runtime.client_ids}
+            res = self._call("backward_segment", args)
+            if k > 1:
+                grad = torch.stack([r["grad"] for r in res.values()]).sum(0)
+        return {"train_loss": loss}
+
+    def evaluate(self) -> dict:
+        """Full-neighbourhood joint inference; the mean over label holders of each client's own
+        classifier's accuracy (notes A5), and each holder's test accuracy."""
+        h = None
+        for k in range(1, len(self.p.agg) + 1):
+            res = self._call("eval_forward", {"h": h, "k": k}, "eval")
+            h = self.aggregate({m: r["h"] for m, r in res.items()})
+        scores = {m: r for m, r in self._call("eval_scores", {"h": h}, "eval").items() if r}
+        out = {key: _mean(s[key] for s in scores.values()) for key in next(iter(scores.values()))}
+        out["client_test_acc"] = {str(m): s["test_acc"] for m, s in scores.items()}
+        return out
+
+    def rounds(self, total: int, eval_every: int = 1, start: int = 1
+               ) -> Iterator[tuple[int, dict]]:
+        ledger = self.runtime.ledger
+        for t in range(start, total + 1):
+            with ledger.timer("train"):
+                metrics = self.train_round()
+            if t % max(1, eval_every) == 0 or t == total:
+                with ledger.timer("eval"):
+                    metrics.update(self.evaluate())
+            yield t, metrics
+
+
+def _mean(values) -> float:  # noqa: ANN001 - any iterable of numbers
+    vals = [float(v) for v in values]
+    return sum(vals) / len(vals) if vals else float("nan")

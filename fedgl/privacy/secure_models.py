@@ -1,0 +1,83 @@
+"""FedAvg over the secure sum: the server learns the average model and nothing finer.
+
+Client k's input is the vector ``[c_k w_k, c_k]`` (its flattened model times ``c_k = 1``, or its
+number of training nodes with weighted FedAvg, and the coefficient itself), kept on the client
+after ``fit``; the server runs one secure sum (:mod:`fedgl.privacy.secagg`, ``mask`` or
+``robust``) per round and divides: ``w = Σ_{k ∈ U} c_k w_k / Σ_{k ∈ U} c_k`` over exactly the
+clients U whose inputs the sum covers (with the robust mode, dropouts are left out of both).
+Unlike ``--encrypt-models`` (CKKS), the server does hold the global model in clear.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from fedgl.errors import RunAborted
+from fedgl.federation.aggregate import FedAvg, State
+from fedgl.privacy.secagg import SecureSumParty
+from fedgl.privacy.secagg_server import SecureSumServer, secure_vector_sum
+
+
+class SecureModelParty(SecureSumParty):
+    """Client mixin: after ``fit`` the new weights stay here until a secure sum asks for them.
+    The client's :meth:`encode_weights` returns :meth:`hold_model` when secure models are on."""
+
+    _model_input: np.ndarray | None = None
+    _fits: int = 0
+
+    def hold_model(self, weights: State, num_train: int, weighting: str) -> dict:
+        coeff = float(num_train) if weighting == "weighted" else 1.0
+        flat = torch.cat([v.detach().reshape(-1).double() for v in weights.values()]).numpy()
+        self._fits += 1
+        self._model_input = np.concatenate([flat * coeff, [coeff]])
+        return {"secure_length": int(self._model_input.size)}
+
+    def secagg_instance(self, instance: str) -> str:
+        """The input is this client's latest model, whatever the server calls the sum."""
+        return f"model/{self._fits}"
+
+    def secagg_input(self, instance: str) -> np.ndarray:
+        if self._model_input is None:
+            raise RunAborted("a secure model sum was asked for before any local training")
+        return self._model_input
+
+
+class SecureFedAvg(FedAvg):
+    """The server's strategy: one secure sum per round through ``runtime`` (phase ``train``)."""
+
+    def __init__(self, weighting: str, runtime, server: SecureSumServer,
+                 template: State) -> None:
+        super().__init__(weighting)
+        self.runtime, self.server = runtime, server
+        self.shapes = {k: (tuple(v.shape), v.dtype) for k, v in template.items()}
+        self.rounds = 0
+
+    def _call(self, method: str, args: dict, clients: list[int]) -> dict | None:
+        out = self.runtime.call(method, args, phase="train", clients=clients)
+        return None if any(isinstance(r, dict) and r.get("stale") for r in out.values()) else out
+
+    def aggregate(self, states: Sequence[dict], num_samples: Sequence[int]) -> State:
+        if not states:
+            raise ValueError("nothing to aggregate")
+        length = int(states[0]["secure_length"])
+        self.rounds += 1
+        out = secure_vector_sum(self._call, self.runtime.client_ids, f"model/{self.rounds}",
+                                length, self.server)
+        if out is None:
+            raise RunAborted("a client dropped or restarted during the secure model sum: mask "
+                             "mode needs every client (use --secure-sum robust for dropouts), "
+                             "and a restarted client has lost its model")
+        total, _ = out
+        coeff = float(total[-1])
+        if coeff <= 0:
+            raise RunAborted("weighted FedAvg over the secure sum: no client has training nodes")
+        flat = torch.from_numpy(total[:-1] / coeff)
+        weights, offset = {}, 0
+        for key, (shape, dtype) in self.shapes.items():
+            n = int(np.prod(shape)) if shape else 1
+            weights[key] = flat[offset:offset + n].reshape(shape).to(dtype)
+            offset += n
+        return weights
