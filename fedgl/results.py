@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 HISTORY_COLUMNS = ("repeat", "seed", "round", "train_loss", "train_acc", "val_acc", "test_acc",
-                   "oracle_train_acc", "oracle_val_acc", "oracle_test_acc")
+                   "oracle_train_acc", "oracle_val_acc", "oracle_test_acc", "train_bytes",
+                   "sim_seconds")
 
 # Metrics summarised over repeats, in display order, with a human label.
 SUMMARY_METRICS = {
@@ -31,6 +32,7 @@ SUMMARY_METRICS = {
     "train_bytes": "training bytes",
     "pretrain_seconds": "pre-training seconds",
     "train_seconds": "training seconds",
+    "sim_seconds": "simulated training seconds (network model)",
 }
 
 

@@ -27,6 +27,7 @@ from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.ledger import Ledger
+from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
 from fedgl.privacy.leakage import privacy_extra
@@ -111,6 +112,8 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
             raise ConfigError("secure model averaging needs the mask or robust secure sum")
         server.strategy = SecureFedAvg(cfg.aggregation, runtime,
                                        SecureSumServer(mode, secagg_threshold), server.weights)
+    runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                                       getattr(cfg, "latency", ""))
     return server
 
 
@@ -161,7 +164,7 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         events += [{**e, "round": 0} for e in runtime.events]   # clients restarted at start-up
         seen_events = len(runtime.events)
         for t, weights, metrics in server.rounds(start):
-            row = {"round": t, **metrics}
+            row = {"round": t, **metrics, **network_columns(runtime.ledger)}
             if oracle is not None and "test_acc" in metrics:
                 o0 = time.perf_counter()
                 row.update(oracle(weights))
@@ -203,6 +206,15 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         runtime.close()
 
 
+def network_columns(ledger: Ledger) -> dict[str, float]:
+    """History columns for time- and bytes-to-accuracy when a simulated network is on
+    (``bandwidth``): cumulative training bytes and simulated training seconds (none otherwise,
+    so that runs without a network keep their recorded histories)."""
+    if ledger.network is None:
+        return {}
+    return {"train_bytes": ledger.bytes("train"), "sim_seconds": ledger.simulated_seconds("train")}
+
+
 def divergence(t: int, weights: object, loss: object, cfg: Config) -> dict | None:
     """None while training is finite. A non-finite model weight or an infinite loss (a NaN loss
     with finite weights only means no client trained) raises :class:`DivergenceError`, or with
@@ -230,6 +242,7 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
     """Rebuild client state (pre-training re-run, on a scratch ledger so the restored totals
     equal an uninterrupted run's) and restore the server's model, history and ledger."""
     runtime = server.runtime
+    network = runtime.ledger.network
     scratch = Ledger()
     runtime.ledger = scratch
     server.pretrain()  # DP: every client releases again (fresh noise); the count keeps both
@@ -239,6 +252,7 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
         stats["dp_releases"] = {k: list(state.dp_releases.get(k, [])) + now.get(k, [])
                                 for k in sorted(set(state.dp_releases) | set(now))}
     runtime.ledger = Ledger.from_state_dict(state.ledger)
+    runtime.ledger.network = network  # the simulated clock continues from the checkpoint
     server.weights = {k: v.clone() for k, v in state.weights.items()}
     events = list(state.events) + [{
         "action": "resumed", "round": state.round,
@@ -268,6 +282,8 @@ def finish_repeat(repeat: int, seed: int, part_stats: dict, history: list[dict],
         "pretrain_seconds": seconds.get("pretrain", 0.0),
         "train_seconds": seconds.get("train", 0.0),
     }
+    if history and "sim_seconds" in history[-1]:
+        final["sim_seconds"] = history[-1]["sim_seconds"]
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
     return RepeatResult(repeat=repeat, seed=seed, partition=part_stats, history=history,
                         final=final, ledger=ledger, seconds=seconds, peak_rss_mb=peak)

@@ -12,13 +12,14 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat
+from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat, network_columns
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import State
 from fedgl.federation.ledger import Ledger
+from fedgl.federation.network import NetworkModel
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
 
@@ -32,6 +33,8 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
     reported as ``setup``.
     """
     ledger = Ledger()
+    ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                               getattr(cfg, "latency", ""))
     setup_seconds = time.perf_counter() - started
     oracle_seconds = 0.0
     progress.start(f"{name} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
@@ -41,7 +44,7 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
         with ledger.timer("train"):
             out = party.fit(weights, cfg.local_steps, round=t)
             weights = out["weights"]
-        row = {"round": t, "train_loss": out["loss"]}
+        row = {"round": t, "train_loss": out["loss"], **network_columns(ledger)}
         if t % cfg.eval_every == 0 or t == cfg.rounds:
             with ledger.timer("eval"):
                 ev = party.evaluate(weights)

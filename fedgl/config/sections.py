@@ -18,7 +18,7 @@ from fedgl.errors import ConfigError
 NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-products",
                   "ogbn-papers100m", "reddit")
 DATASET_PREFIXES = ("npz:", "synthetic:")
-PARTITIONS = ("dirichlet", "iid", "metis", "random", "powerlaw")
+PARTITIONS = ("dirichlet", "iid", "metis", "metis-train", "random", "powerlaw")
 AGGREGATIONS = ("uniform", "weighted")
 MODELS = ("gcn", "sage", "gin")
 SETTINGS = ("horizontal", "vertical")
@@ -112,7 +112,8 @@ class FederationConfig(Section):
     setting: str | None = option(None, "horizontal (nodes split) or vertical (features and edges "
                                        "split); unset: the algorithm's")
     partition: str = option("dirichlet", "horizontal node split: dirichlet (label skew), iid, "
-                                         "metis, random or powerlaw (power-law client sizes)")
+                                         "metis, metis-train (training nodes balanced too), "
+                                         "random or powerlaw (power-law client sizes)")
     beta: float = option(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
     min_client_size: int = option(10, "redraw the split until every client has at least this "
                                       "many nodes")

@@ -18,6 +18,10 @@ class Ledger:
         self._bytes: dict[tuple[str, str, int], int] = defaultdict(int)
         self._messages: dict[tuple[str, str, int], int] = defaultdict(int)
         self._seconds: dict[str, float] = defaultdict(float)
+        # simulated network (fedgl.federation.network): off unless a model is attached
+        self.network = None
+        self._sim: dict[str, float] = defaultdict(float)
+        self._in_calls: dict[str, float] = defaultdict(float)
 
     def record(self, phase: str, direction: str, client: int, nbytes: int) -> None:
         if phase not in PHASES:
@@ -26,6 +30,21 @@ class Ledger:
             raise ValueError(f"unknown direction {direction!r}")
         self._bytes[(phase, direction, client)] += int(nbytes)
         self._messages[(phase, direction, client)] += 1
+
+    def record_call(self, phase: str, down: dict[int, int], up: dict[int, int],
+                    compute: dict[int, float], wall: float) -> None:
+        """One runtime call's per-client bytes and compute seconds, and its wall time; adds the
+        call's simulated duration when a network model is attached."""
+        self._in_calls[phase] += wall
+        if self.network is not None:
+            self._sim[phase] += self.network.call_seconds(down, up, compute)
+
+    def simulated_seconds(self, phase: str) -> float:
+        """Simulated time of ``phase`` so far: simulated calls plus the measured time outside
+        calls (server work). NaN without a network model."""
+        if self.network is None:
+            return float("nan")
+        return self._sim[phase] + max(0.0, self._seconds[phase] - self._in_calls[phase])
 
     @contextmanager
     def timer(self, phase: str) -> Iterator[None]:
@@ -57,7 +76,8 @@ class Ledger:
         """Everything recorded so far, for checkpoints."""
         return {"bytes": [[*k, v] for k, v in self._bytes.items()],
                 "messages": [[*k, v] for k, v in self._messages.items()],
-                "seconds": dict(self._seconds)}
+                "seconds": dict(self._seconds), "simulated": dict(self._sim),
+                "in_calls": dict(self._in_calls)}
 
     @classmethod
     def from_state_dict(cls, state: dict) -> Ledger:
@@ -67,6 +87,8 @@ class Ledger:
         for p, d, c, v in state["messages"]:
             led._messages[(p, d, int(c))] = int(v)
         led._seconds.update(state["seconds"])
+        led._sim.update(state.get("simulated", {}))
+        led._in_calls.update(state.get("in_calls", {}))
         return led
 
     def summary(self) -> dict:
@@ -78,4 +100,6 @@ class Ledger:
             "bytes_per_client": {p: {d: {str(c): b for c, b in self.per_client(p, d).items()}
                                      for d in DIRECTIONS} for p in PHASES},
             "total_bytes": self.bytes(),
+            **({"simulated_seconds": {p: round(self.simulated_seconds(p), 6) for p in PHASES}}
+               if self.network is not None else {}),
         }

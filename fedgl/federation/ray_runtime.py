@@ -51,8 +51,11 @@ class ClientActor:
         if spec.identity is not None:  # provisioned by the experimenter, not by the server
             self.client.provision(spec.identity)
 
-    def call(self, method: str, kwargs: dict[str, Any]) -> Any:
-        return getattr(self.client, method)(**kwargs)
+    def call(self, method: str, kwargs: dict[str, Any]) -> tuple[Any, float]:
+        """The method's result and its compute seconds (for the simulated network)."""
+        t0 = time.perf_counter()
+        out = getattr(self.client, method)(**kwargs)
+        return out, time.perf_counter() - t0
 
     def node_id(self) -> str:
         import ray
@@ -267,16 +270,22 @@ class RayRuntime:
         # ledger still counts one message per recipient, as a real transport would send.
         shared = self._ray.put(args) if targets and per_client[targets[0]] is args else None
         refs = {}
+        down, up, compute = {}, {}, {}
+        wall = time.perf_counter()
         for k in targets:
-            self.ledger.record(phase, "down", k, payload_nbytes(per_client[k]))
+            down[k] = payload_nbytes(per_client[k])
+            self.ledger.record(phase, "down", k, down[k])
             payload = shared if shared is not None else per_client[k]
             refs[k] = self._actors[k].call.remote(method, payload)
         results = {}
         for k in targets:
-            out = self._result(k, refs[k], method, per_client[k], phase)
-            if out is not _DROPPED:
-                self.ledger.record(phase, "up", k, payload_nbytes(out))
+            got = self._result(k, refs[k], method, per_client[k], phase)
+            if got is not _DROPPED:
+                out, compute[k] = got
+                up[k] = payload_nbytes(out)
+                self.ledger.record(phase, "up", k, up[k])
                 results[k] = out
+        self.ledger.record_call(phase, down, up, compute, time.perf_counter() - wall)
         return results
 
     def _result(self, k: int, ref: Any, method: str, kwargs: dict, phase: str) -> Any:

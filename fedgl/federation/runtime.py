@@ -7,6 +7,7 @@ client -> server ("up"); both are sized and recorded in the :class:`~fedgl.feder
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
@@ -66,12 +67,20 @@ class LocalRuntime:
         if batched is not None:
             return batched
         results: dict[int, Any] = {}
+        down, up, compute = {}, {}, {}
+        wall = time.perf_counter()
         for k in targets:
             kwargs = per_client[k]
-            self.ledger.record(phase, "down", k, payload_nbytes(kwargs))
-            out = getattr(self._clients[k], method)(**copy_payload(kwargs))
-            self.ledger.record(phase, "up", k, payload_nbytes(out))
+            down[k] = payload_nbytes(kwargs)
+            self.ledger.record(phase, "down", k, down[k])
+            payload = copy_payload(kwargs)
+            t0 = time.perf_counter()
+            out = getattr(self._clients[k], method)(**payload)
+            compute[k] = time.perf_counter() - t0
+            up[k] = payload_nbytes(out)
+            self.ledger.record(phase, "up", k, up[k])
             results[k] = copy_payload(out)
+        self.ledger.record_call(phase, down, up, compute, time.perf_counter() - wall)
         return results
 
     def _call_batched(self, method: str, args: Any, targets: list[int],
@@ -84,15 +93,20 @@ class LocalRuntime:
             return None
         group = [self._clients[k] for k in targets]
         many = getattr(type(group[0]), f"{method}_many", None)
+        t0 = time.perf_counter()
         outs = (many(group, **copy_payload(args), cache=self._batch_cache)
                 if many is not None else None)
         if outs is None:
             return None
-        results = {}
+        share = (time.perf_counter() - t0) / len(targets)  # one batched computation, split evenly
+        results, down, up = {}, {}, {}
         for k, out in zip(targets, outs, strict=True):
-            self.ledger.record(phase, "down", k, payload_nbytes(args))
-            self.ledger.record(phase, "up", k, payload_nbytes(out))
+            down[k], up[k] = payload_nbytes(args), payload_nbytes(out)
+            self.ledger.record(phase, "down", k, down[k])
+            self.ledger.record(phase, "up", k, up[k])
             results[k] = copy_payload(out)
+        self.ledger.record_call(phase, down, up, dict.fromkeys(targets, share),
+                                time.perf_counter() - t0)
         return results
 
 

@@ -1,0 +1,158 @@
+"""One seeded repeat of a mini-batch FedSGD algorithm (Swift-FedGNN or a baseline).
+
+The driver partitions the graph, starts the clients on the configured runtime, lets the server
+gather the structure and run ``rounds`` iterations (``rounds`` = the number of iterations T),
+and records per evaluated iteration: the federated accuracies, the cumulative training bytes and
+(with ``bandwidth`` set) the simulated time, so that bytes- and time-to-accuracy can be read off
+the history.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import torch
+
+from fedgl.algorithms.minibatch.client import MiniBatchClient
+from fedgl.algorithms.minibatch.server import FedSGDServer, Schedule
+from fedgl.algorithms.minibatch.settings import MiniBatchSettings
+from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat, network_columns
+from fedgl.data.client_data import split_graph
+from fedgl.data.graph import GraphData
+from fedgl.data.partition import Partition
+from fedgl.data.sampling import full_block
+from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
+from fedgl.errors import ConfigError
+from fedgl.evaluation import SPLITS
+from fedgl.federation.aggregate import State
+from fedgl.federation.ledger import Ledger
+from fedgl.federation.network import NetworkModel
+from fedgl.federation.runtime import LocalRuntime
+from fedgl.models import build_model
+from fedgl.models.blocks import aggregation_kind, block_forward
+from fedgl.results import RepeatResult
+
+
+def initial_weights(graph: GraphData, s: MiniBatchSettings, seed: int) -> State:
+    torch.manual_seed(seed)
+    model = build_model(s.model, graph.num_features, s.hidden, graph.num_classes, s.layers,
+                        s.dropout)
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def start_runtime(graph: GraphData, part: Partition, cfg: Any, seed: int) -> Any:
+    """In-process clients (``local``) or one Ray actor per client that loads its own shard."""
+    if getattr(cfg, "runtime", "local") == "ray":
+        from fedgl.federation.ray_runtime import RayRuntime
+
+        path, digest = write_partition_file(part, graph, cfg, seed)
+        fingerprint = graph_fingerprint(graph)
+        specs = {k: ShardSpec(cfg.to_dict(), seed, k, str(path), digest, fingerprint)
+                 for k in range(part.num_clients)}
+        return RayRuntime(specs, MiniBatchClient, cfg, Ledger())
+    clients = {d.client_id: MiniBatchClient(d, cfg, seed) for d in split_graph(graph, part)}
+    return LocalRuntime(clients, Ledger())
+
+
+class OracleMiniBatch:
+    """Outside the federation: the global model on the full graph, all neighbours (labelled
+    ``oracle_*``; the same numbers the ``cross`` federated evaluation computes by protocol)."""
+
+    def __init__(self, graph: GraphData, s: MiniBatchSettings) -> None:
+        self.model = build_model(s.model, graph.num_features, s.hidden, graph.num_classes,
+                                 s.layers, s.dropout)
+        self.kind = aggregation_kind(s.model)
+        self.blocks = [full_block(graph.edge_index, graph.num_nodes)] * s.layers
+        self.graph = graph
+
+    @torch.no_grad()
+    def __call__(self, weights: State) -> dict[str, float]:
+        self.model.load_state_dict(weights)
+        self.model.eval()
+        hit = block_forward(self.model, self.kind, self.graph.x, self.blocks).argmax(-1) == self.graph.y
+        return {f"oracle_{s}_acc": float(hit[getattr(self.graph, f"{s}_mask")].float().mean())
+                for s in SPLITS}
+
+
+def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progress: Any,
+                  schedule: Schedule, name: str, optimizer: str = "adam",
+                  eval_mode: str = "cross", pns_fanout: int = -1, resume_from: Any = None,
+                  on_round: Any = None) -> RepeatResult:
+    """Run ``cfg.rounds`` iterations of the algorithm defined by ``schedule`` (see module
+    docstring). Checkpoint resume is not supported (the server's Adam state is not saved)."""
+    if resume_from is not None:
+        raise ConfigError(f"{name} cannot resume from a checkpoint; rerun without --resume")
+    t0 = time.perf_counter()
+    s = MiniBatchSettings.from_config(cfg)
+    part = make_partition(graph, cfg, seed)
+    runtime = start_runtime(graph, part, cfg, seed)
+    runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                                       getattr(cfg, "latency", ""))
+    try:
+        server = FedSGDServer(runtime, s, initial_weights(graph, s, seed), schedule, seed=seed,
+                              optimizer=optimizer, num_nodes=graph.num_nodes,
+                              eval_mode=eval_mode, pns_fanout=pns_fanout,
+                              eval_batch=int(getattr(cfg, "eval_batch", 0)))
+        oracle = OracleMiniBatch(graph, s) if getattr(cfg, "oracle_eval", False) else None
+        setup_seconds = time.perf_counter() - t0
+        server.setup()
+        rounds = int(cfg.rounds)
+        progress.start(f"{name} repeat {repeat + 1}/{getattr(cfg, 'repeats', 1)}", rounds)
+        history: list[dict] = []
+        oracle_seconds = 0.0
+        comm_bytes: list[int] = []
+        ledger = runtime.ledger
+        diverged: dict | None = None
+        for t, weights, metrics in server.iterations(0, int(cfg.eval_every), rounds):
+            if metrics.pop("communicating"):
+                comm_bytes.append(metrics["iteration_bytes"])
+            row = {"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
+                   **network_columns(ledger)}
+            if oracle is not None and "test_acc" in metrics:
+                o0 = time.perf_counter()
+                row.update(oracle(weights))
+                oracle_seconds += time.perf_counter() - o0
+            history.append(row)
+            progress.advance(_progress_info(row))
+            diverged = divergence(t + 1, weights, row["train_loss"], cfg)
+            if diverged is not None:  # recorded with --allow-divergence
+                break
+            if on_round is not None:
+                on_round(repeat, t + 1, server)
+        seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+                   "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
+                   "oracle": oracle_seconds, "total": time.perf_counter() - t0}
+        result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
+        result.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
+        if diverged is not None:
+            result.extra["diverged"] = diverged
+            result.final["diverged_round"] = diverged["round"]
+        return result
+    finally:
+        runtime.close()
+
+
+def minibatch_extra(server: FedSGDServer, history: list[dict], comm_bytes: list[int],
+                    cfg: Any) -> dict[str, Any]:
+    """Communication and privacy figures of a run: bytes by message kind, bytes per
+    communicating iteration, and how many sent aggregates were made of one remote node."""
+    train = server.runtime.ledger.bytes("train")
+    by_kind = {k: v for k, v in server.tally.items() if k != "structure"}
+    by_kind["model_and_gradients"] = train - sum(by_kind.values())
+    agg = dict(server.aggregates)
+    agg["single_node_share"] = (agg["single_node_aggregates"] / agg["aggregates"]
+                                if agg["aggregates"] else 0.0)
+    return {
+        "iterations": len(history),
+        "communicating_iterations": len(comm_bytes),
+        "bytes_per_communicating_iteration": (sum(comm_bytes) / len(comm_bytes)
+                                              if comm_bytes else 0.0),
+        "cross_client_bytes_per_communicating_iteration": (
+            (train - by_kind["model_and_gradients"]) / len(comm_bytes) if comm_bytes else 0.0),
+        "bytes_per_iteration": train / max(1, len(history)),
+        "bytes_by_kind": by_kind,
+        "structure_bytes": server.tally.get("structure", 0),
+        "aggregates": agg,
+        "runtime": getattr(cfg, "runtime", "local"),
+    }

@@ -1,0 +1,15 @@
+"""Registers Swift-FedGNN (imports no algorithm code)."""
+
+from fedgl.algorithms.swift_fedgnn.options import SwiftOptions
+from fedgl.config.registry import AlgorithmSpec, register
+
+#: common keys the mini-batch FedSGD algorithms ignore
+MINIBATCH_UNREAD = ("local_steps", "clients_per_round", "aggregation")
+
+register(AlgorithmSpec(
+    name="swift-fedgnn", setting="horizontal",
+    summary="Swift-FedGNN: mini-batch FedSGD, every I iterations K clients train with "
+            "cross-client neighbours aggregated through the server",
+    entry="fedgl.algorithms.swift_fedgnn.runner:run_repeat", options=SwiftOptions,
+    runtimes=("local", "ray"), privacy=(), unread=MINIBATCH_UNREAD, checkpoints=False,
+    aliases=("swift",)))
