@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from fedgl.algorithms.base import FedAvgServer, GNNClient
-from fedgl.checkpoint import Checkpointer, RepeatProgress
+from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
@@ -253,6 +253,7 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
                                 for k in sorted(set(state.dp_releases) | set(now))}
     runtime.ledger = Ledger.from_state_dict(state.ledger)
     runtime.ledger.network = network  # the simulated clock continues from the checkpoint
+    check_weights(state.weights, server.weights)
     server.weights = {k: v.clone() for k, v in state.weights.items()}
     events = list(state.events) + [{
         "action": "resumed", "round": state.round,
