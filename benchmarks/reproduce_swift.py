@@ -1,5 +1,6 @@
-"""Swift-FedGNN reproduction on CiteSeer (real data): Swift-FedGNN vs FedGNN-G, local-only
-("FedSage"), LLCG and FedGNN-PNS, each through the same runtime, ledger and simulated network.
+"""Swift-FedGNN reproduction on CiteSeer (real data) or a synthetic graph (``--dataset``):
+Swift-FedGNN vs FedGNN-G, local-only ("FedSage"), LLCG and FedGNN-PNS, each through the same
+runtime, ledger and simulated network.
 
 Setting (the paper's citeseer row): 10 clients, METIS, 2-layer GraphSAGE, hidden 256, batch 256
 per client, fan-outs 15,10 (DGL order), Adam with weight decay 5e-4, I = 5, K = 5; 1 Gbps links.
@@ -40,7 +41,7 @@ def config(args: argparse.Namespace) -> SimpleNamespace:
         weight_decay=5e-4, device="cpu", rounds=args.rounds, eval_every=args.eval_every,
         runtime="local", bandwidth="1Gbps", latency=args.latency, oracle_eval=False, repeats=1,
         server_optimizer="adam", eval_mode="cross", seed=args.seed,
-        period=5, cross_clients=5, cross_at_start=True,                      # Swift-FedGNN
+        period=args.period, cross_clients=5, cross_at_start=True,            # Swift-FedGNN
         correction_period=args.llcg_period, correction_clients=0,            # LLCG
         pns_interval=args.pns_interval, pns_decay=args.pns_decay, pns_min_interval=1,
         pns_fanout=10)                                                       # FedGNN-PNS
@@ -94,6 +95,10 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--partition", default="metis", help="metis (the paper) or random")
     p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--dataset", default="citeseer",
+                   help="citeseer (the paper's row) or a synthetic graph, e.g. synthetic:arxiv")
+    p.add_argument("--period", type=int, default=0,
+                   help="I (default: 5 for citeseer, 10 for synthetic graphs, as in the paper)")
     p.add_argument("--algorithms", default="swift,fedgnn-g,local-only,llcg,fedgnn-pns")
     p.add_argument("--out", default="", help="also write the JSON (with histories) here")
     args = p.parse_args()
@@ -106,8 +111,11 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     root = os.environ.get("FEDGL_DATA", os.path.join(os.path.dirname(__file__), "..", "..",
                                                       "shared", "data"))
-    graph = load_dataset("citeseer", root)
-    graph = graph.with_features(row_normalize(graph.x))
+    graph = load_dataset(args.dataset, root, seed=args.seed)
+    if args.dataset == "citeseer":  # bag-of-words rows; synthetic features are signed Gaussians
+        graph = graph.with_features(row_normalize(graph.x))
+    if not args.period:
+        args.period = 5 if args.dataset == "citeseer" else 10
     cfg = config(args)
     results = {}
     for name in args.algorithms.split(","):

@@ -15,6 +15,9 @@ RNG states are stored as a tensor and lists, and anything else is refused with a
 from __future__ import annotations
 
 import errno
+import hashlib
+import io
+import json
 import os
 import pickle
 import random
@@ -31,6 +34,13 @@ from fedgl.output import apply_umask, describe_os_error
 from fedgl.results import RepeatResult
 
 CHECKPOINT_FILE = "checkpoint.pt"
+FORMAT = "fedgl-checkpoint"
+VERSION = 2
+
+
+def config_digest(config: dict[str, Any]) -> str:
+    """SHA-256 of a config's canonical JSON (keys sorted): what the checkpoint was written for."""
+    return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()
 
 
 @dataclass
@@ -87,7 +97,13 @@ class Checkpointer:
         fd, tmp = tempfile.mkstemp(dir=self.path.parent, prefix=".checkpoint.", suffix=".tmp")
         os.close(fd)
         try:
-            torch.save(plain(asdict(ckpt)), tmp)
+            payload = io.BytesIO()
+            torch.save(plain({**asdict(ckpt), "config_sha256": config_digest(self.config)}),
+                       payload)
+            data = payload.getvalue()
+            torch.save({"format": FORMAT, "version": VERSION,
+                        "sha256": hashlib.sha256(data).hexdigest(),
+                        "payload": torch.frombuffer(bytearray(data), dtype=torch.uint8)}, tmp)
             apply_umask(tmp)
             os.replace(tmp, self.path)
         except (OSError, RuntimeError) as exc:   # torch.save reports a full disk as RuntimeError
@@ -103,27 +119,91 @@ class Checkpointer:
 
 
 def load_checkpoint(folder: str | Path) -> Checkpoint:
+    """Read a checkpoint written by :class:`Checkpointer`: format and version checked, payload
+    checksum verified, the stored config's digest recomputed, and the progress checked against
+    that config. Anything else is a one-line error naming what differs."""
     path = Path(folder)
     path = path / CHECKPOINT_FILE if path.is_dir() else path
     if not path.is_file():
         raise ConfigError(f"no checkpoint at '{path}'; pass the --out folder of a run started "
                           "with --checkpoint-every")
+    outer = _safe_load(path, path.read_bytes())
+    if not isinstance(outer, dict) or outer.get("format") != FORMAT:
+        raise DataError(f"'{path}' is not a fedgl checkpoint; pass the --out folder of a run "
+                        "started with --checkpoint-every")
+    if outer.get("version") != VERSION:
+        raise DataError(f"checkpoint '{path}' has format version {outer.get('version')!r}, this "
+                        f"fedgl reads version {VERSION}; resume it with the fedgl that wrote it "
+                        "or start the run again")
     try:
-        raw = torch.load(path, weights_only=True)
+        data = bytes(outer["payload"].numpy().tobytes())
+    except (KeyError, AttributeError, TypeError):
+        raise DataError(f"checkpoint '{path}' has no payload; start the run again") from None
+    if hashlib.sha256(data).hexdigest() != outer.get("sha256"):
+        raise DataError(f"checkpoint '{path}' fails its checksum (damaged or edited); start the "
+                        "run again")
+    raw = _safe_load(path, data)
+    try:
+        prog = raw["progress"]
+        ckpt = Checkpoint(raw["config"], raw["completed"],
+                          RepeatProgress(**prog) if prog is not None else None, raw["rng"])
+        digest = raw["config_sha256"]
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise DataError(f"checkpoint '{path}' is unreadable ({type(exc).__name__}); start the "
+                        "run again") from None
+    if config_digest(ckpt.config) != digest:
+        raise DataError(f"checkpoint '{path}': its config does not match the digest it was "
+                        "written with (edited); start the run again")
+    _check_progress(path, ckpt)
+    return ckpt
+
+
+def _safe_load(path: Path, data: bytes) -> Any:
+    try:
+        return torch.load(io.BytesIO(data), weights_only=True)
     except pickle.UnpicklingError:
         raise DataError(f"checkpoint '{path}' holds objects other than tensors and plain data and "
                         "was refused unread (not a fedgl checkpoint, or tampered with); start the "
                         "run again") from None
     except Exception as exc:  # noqa: BLE001 - any other reader failure: a damaged file
-        raise ConfigError(f"checkpoint '{path}' is unreadable ({type(exc).__name__}); start the "
-                          "run again") from None
-    try:
-        prog = raw["progress"]
-        return Checkpoint(raw["config"], raw["completed"],
-                          RepeatProgress(**prog) if prog is not None else None, raw["rng"])
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise ConfigError(f"checkpoint '{path}' is unreadable ({type(exc).__name__}); start the "
-                          "run again") from None
+        raise DataError(f"checkpoint '{path}' is unreadable ({type(exc).__name__}); start the "
+                        "run again") from None
+
+
+def _check_progress(path: Path, ckpt: Checkpoint) -> None:
+    """The progress must fit the checkpoint's own config (rounds, repeats, clients)."""
+    cfg = ckpt.config
+    rounds, repeats, clients = cfg.get("rounds"), cfg.get("repeats"), cfg.get("clients")
+    if isinstance(repeats, int) and len(ckpt.completed) > repeats:
+        raise DataError(f"checkpoint '{path}' holds {len(ckpt.completed)} finished repeats of a "
+                        f"{repeats}-repeat run; start the run again")
+    p = ckpt.progress
+    if p is None:
+        return
+    if isinstance(rounds, int) and not 0 <= p.round <= rounds:
+        raise DataError(f"checkpoint '{path}' is at round {p.round} of a {rounds}-round run; "
+                        "start the run again")
+    if isinstance(repeats, int) and not 0 <= p.repeat < repeats:
+        raise DataError(f"checkpoint '{path}' is in repeat {p.repeat} of a {repeats}-repeat run; "
+                        "start the run again")
+    entries = p.ledger.get("bytes", []) if isinstance(p.ledger, dict) else []
+    ids = {e[2] for e in entries if isinstance(e, list | tuple) and len(e) == 4}
+    if isinstance(clients, int) and any(isinstance(c, int) and c >= clients for c in ids):
+        raise DataError(f"checkpoint '{path}' counts messages of clients beyond its {clients} "
+                        "clients; start the run again")
+
+
+def check_weights(stored: dict[str, torch.Tensor], expected: dict[str, torch.Tensor]) -> None:
+    """A resumed model must have the parameters the config builds (names and shapes)."""
+    if set(stored) != set(expected):
+        missing = sorted(set(expected) - set(stored)) or sorted(set(stored) - set(expected))
+        raise DataError(f"checkpoint's model does not fit the config (parameter "
+                        f"'{missing[0]}' differs); start the run again")
+    for name, tensor in expected.items():
+        if tuple(stored[name].shape) != tuple(tensor.shape):
+            raise DataError(f"checkpoint's model does not fit the config: '{name}' is "
+                            f"{tuple(stored[name].shape)}, the config builds "
+                            f"{tuple(tensor.shape)}; start the run again")
 
 
 def plain(obj: Any) -> Any:

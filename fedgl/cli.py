@@ -406,10 +406,15 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
                             "replace their files")
         return 0
     for name, ok in available_datasets(args.data_root).items():
-        state = ("available (files present; --check validates them)" if ok
-                 else "missing (downloaded on first use when online)")
-        print(f"  {name:<9} {state}")
-    print("  npz:PATH  any gnn-benchmark .npz file")
+        if ok:
+            state = ("generated on first use, then cached" if name.startswith("synthetic:")
+                     else "available (files present; --check validates them)")
+        elif name in ("cora", "citeseer", "pubmed"):
+            state = "missing (downloaded on first use when online)"
+        else:
+            state = "missing (put its files under the data root; see docs/scale.md)"
+        print(f"  {name:<18} {state}")
+    print(f"  {'npz:PATH':<18} any gnn-benchmark .npz file")
     return 0
 
 

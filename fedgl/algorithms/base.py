@@ -17,6 +17,7 @@ from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import FedAvg, State
+from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.runtime import Runtime
 from fedgl.models import build_model
 
@@ -49,14 +50,43 @@ class GNNClient(ABC):
         self.data = data
         self.config = config
         self.device = torch.device(config.device)
-        self.model = build_model(config.model, data.num_features, config.hidden, data.num_classes,
-                                 config.layers, config.dropout).to(self.device)
+        self._model: torch.nn.Module | None = None
+        self._model_is_default = False  # built by :meth:`_build_model` (so it can be rebuilt)
+        # Cross-device federations (clients sampled per round) keep no model between rounds.
+        self.keep_model = not getattr(config, "clients_per_round", 0)
         self.seed = seed
         self.generator = torch.Generator(device=self.device)
         self._inputs: ModelInputs | None = None
         self._train_cache: ModelInputs | None = None
         self._y = data.y.to(self.device)
         self._masks = {s: getattr(data, f"{s}_mask").to(self.device) for s in SPLITS}
+
+    # ----------------------------------------------------------------- the local model
+    @property
+    def model(self) -> torch.nn.Module:
+        """The local copy of the model, built on first use. It carries no state between rounds
+        (every ``fit``/``evaluate`` loads the global weights), so with ``keep_model`` off it is
+        dropped after each call: 10,000 idle clients then hold their data and nothing else."""
+        if self._model is None:
+            self._model = self._build_model()
+            self._model_is_default = True
+        return self._model
+
+    @model.setter
+    def model(self, module: torch.nn.Module) -> None:
+        self._model, self._model_is_default = module, False
+
+    def _build_model(self) -> torch.nn.Module:
+        cfg, d = self.config, self.data
+        return build_model(cfg.model, d.num_features, cfg.hidden, d.num_classes, cfg.layers,
+                           cfg.dropout).to(self.device)
+
+    def release_model(self) -> None:
+        """Drop the local model copy when it can be rebuilt exactly (the default model with
+        the stateless SGD optimiser) and ``keep_model`` is off."""
+        if (not self.keep_model and self._model_is_default
+                and type(self)._optimizer is GNNClient._optimizer):
+            self._model = None
 
     # ----------------------------------------------------------------- subclass hook
     @abstractmethod
@@ -142,8 +172,10 @@ class GNNClient(ABC):
             loss.backward()
             opt.step()
             losses.append(loss.item())
-        return {"weights": self.encode_weights(self.get_weights(), int(train.numel())),
-                "num_train": int(train.numel()), "loss": sum(losses) / len(losses)}
+        out = {"weights": self.encode_weights(self.get_weights(), int(train.numel())),
+               "num_train": int(train.numel()), "loss": sum(losses) / len(losses)}
+        self.release_model()
+        return out
 
     @classmethod
     def fit_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
@@ -155,7 +187,10 @@ class GNNClient(ABC):
 
         if not uniform_group(clients) or clients[0].config.model != "gcn":
             return None
-        return fit_gcn_clients(clients, weights, local_steps, round, cache)
+        out = fit_gcn_clients(clients, weights, local_steps, round, cache)
+        for c in clients:
+            c.release_model()
+        return out
 
     @torch.no_grad()
     def predict(self, weights: State) -> Tensor:
@@ -167,7 +202,9 @@ class GNNClient(ABC):
 
     def evaluate(self, weights: State) -> dict:
         """Correct predictions and node counts of the given model on own train/val/test nodes."""
-        return self._counts(self.predict(weights))
+        out = self._counts(self.predict(weights))
+        self.release_model()
+        return out
 
     def _counts(self, log_probs: Tensor) -> dict:
         hit = log_probs.argmax(dim=-1) == self._y
@@ -185,6 +222,8 @@ class GNNClient(ABC):
         if not uniform_group(clients):
             return None
         log_probs = cls._predict_many(clients, weights, cache)
+        for c in clients:
+            c.release_model()
         if log_probs is None:
             return None
         return [c._counts(lp) for c, lp in zip(clients, log_probs, strict=True)]
@@ -227,6 +266,7 @@ class FedAvgServer:
         self.strategy = strategy
         self.weights = {k: v.clone() for k, v in init_weights.items()}
         self.config = config
+        self.client_sampler: ClientSampler | None = None  # None: every client, every round
 
     def pretrain(self) -> None:
         """Optional pre-training communication round; FedAvg itself has none."""
@@ -246,9 +286,11 @@ class FedAvgServer:
         ledger = self.runtime.ledger
         for t in range(start, cfg.rounds + 1):
             with ledger.timer("train"):
+                chosen = (None if self.client_sampler is None
+                          else self.client_sampler.sample(t, self.runtime.client_ids))
                 results = self.runtime.call(
                     "fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
-                    phase="train")
+                    phase="train", clients=chosen)
                 ordered = [results[k] for k in sorted(results)]
                 self.weights = self.strategy.aggregate([r["weights"] for r in ordered],
                                                        [r["num_train"] for r in ordered])

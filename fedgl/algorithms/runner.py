@@ -16,7 +16,7 @@ from collections.abc import Callable
 import torch
 
 from fedgl.algorithms.base import FedAvgServer, GNNClient
-from fedgl.checkpoint import Checkpointer, RepeatProgress
+from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
@@ -25,6 +25,7 @@ from fedgl.data.shards import ShardSpec, make_partition, write_client_shards
 from fedgl.errors import ConfigError, DivergenceError
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
+from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, Runtime
@@ -94,6 +95,9 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
         runtime.close()
         raise
     runtime.on_client_restart = server.restore_client
+    per_round = int(getattr(cfg, "clients_per_round", 0))
+    if per_round:
+        server.client_sampler = ClientSampler(per_round, seed)
     if hasattr(server, "secure_mode"):
         from fedgl.privacy.secagg_server import SecureSumServer
 
@@ -190,6 +194,8 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         result.extra["runtime"] = cfg.runtime
         result.extra["failures"] = events
         result.extra.update(privacy_extra(graph, part, cfg, server))
+        if hasattr(server, "result_extra"):
+            result.extra.update(server.result_extra())
         if hasattr(runtime, "placement"):
             result.extra["placement"] = {str(k): v for k, v in runtime.placement().items()}
         if hasattr(runtime, "peak_rss_mb"):
@@ -247,6 +253,7 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
                                 for k in sorted(set(state.dp_releases) | set(now))}
     runtime.ledger = Ledger.from_state_dict(state.ledger)
     runtime.ledger.network = network  # the simulated clock continues from the checkpoint
+    check_weights(state.weights, server.weights)
     server.weights = {k: v.clone() for k, v in state.weights.items()}
     events = list(state.events) + [{
         "action": "resumed", "round": state.round,

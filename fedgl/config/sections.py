@@ -15,9 +15,10 @@ from dataclasses import dataclass
 from fedgl.config.fields import at_least, at_most, check_fields, choice, option, parse_fanouts
 from fedgl.errors import ConfigError
 
-NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm")
-DATASET_PREFIXES = ("npz:",)
-PARTITIONS = ("dirichlet", "iid", "metis", "metis-train", "random", "louvain", "p-split")
+NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-products",
+                  "ogbn-papers100m", "reddit")
+DATASET_PREFIXES = ("npz:", "synthetic:")
+PARTITIONS = ("dirichlet", "iid", "metis", "metis-train", "random", "powerlaw", "louvain", "p-split")
 AGGREGATIONS = ("uniform", "weighted")
 MODELS = ("gcn", "sage", "gin")
 SETTINGS = ("horizontal", "vertical")
@@ -56,7 +57,9 @@ class DataConfig(Section):
     """Which graph, and where its files are."""
 
     title = "data"
-    dataset: str = option("sbm", "dataset: cora, citeseer, pubmed, sbm or npz:PATH")
+    dataset: str = option("sbm", "dataset: cora, citeseer, pubmed, sbm, npz:PATH, ogbn-arxiv, "
+                                 "ogbn-products, ogbn-papers100M, reddit, or "
+                                 "synthetic:arxiv|products|N,E,d,C (generated, cached)")
     data_root: str | None = option(None, "folder holding datasets (unset: $FEDGL_DATA, else the "
                                          "user cache)")
     normalize_features: bool = option(False, "row-normalise node features (Kipf & Welling; "
@@ -74,9 +77,16 @@ class DataConfig(Section):
             close = difflib.get_close_matches(ds, NAMED_DATASETS, n=1)
             hint = f" (did you mean '{close[0]}'?)" if close else ""
             raise ConfigError(f"unknown dataset '{self.dataset}'{hint}; use one of "
-                              f"{', '.join(NAMED_DATASETS)} or npz:PATH")
+                              f"{', '.join(NAMED_DATASETS)}, npz:PATH or "
+                              "synthetic:arxiv|products|N,E,d,C")
         if ds.startswith("npz:") and len(self.dataset) <= 4:
             raise ConfigError("dataset 'npz:' needs a path, e.g. --dataset npz:data/cora_ml.npz")
+        if ds.startswith("synthetic:"):
+            arg = ds.split(":", 1)[1]
+            if arg not in ("arxiv", "products") and not re.fullmatch(r"(\d+(e\d+)?,){3}\d+", arg):
+                raise ConfigError(f"unknown synthetic dataset '{self.dataset}'; use synthetic:arxiv, "
+                                  "synthetic:products or synthetic:N,E,d,C (four integers, e.g. "
+                                  "synthetic:20000,100000,32,10)")
         at_least("sbm_nodes", self.sbm_nodes, 2)
         at_least("sbm_classes", self.sbm_classes, 2)
         at_least("sbm_features", self.sbm_features, 1)
@@ -103,7 +113,8 @@ class FederationConfig(Section):
                                        "split); unset: the algorithm's")
     partition: str = option("dirichlet", "horizontal node split: dirichlet (label skew), iid, "
                                          "metis, metis-train (training nodes balanced too), "
-                                         "random, louvain or p-split (--mcmahan-p)")
+                                         "random, powerlaw (power-law client sizes), louvain or "
+                                         "p-split (--mcmahan-p)")
     beta: float = option(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
     mcmahan_p: float = option(0.5, "p-split partition: McMahan's p (1 = i.i.d., 0 = one class "
                                    "per client)")

@@ -68,8 +68,22 @@ class ClientData:
 
 
 def split_graph(graph: GraphData, part: Partition) -> list[ClientData]:
-    """Give each client its own nodes, features, labels, masks and incident edges (copies)."""
-    return [client_shard(graph, part, k) for k in range(part.num_clients)]
+    """Give each client its own nodes, features, labels, masks and incident edges (copies).
+
+    Equal to ``[client_shard(graph, part, k) for k in range(K)]``, in O(N + E log E) rather
+    than O(K (N + E)): nodes and edges are grouped by owner once (stable sorts keep ids and
+    edge order as :func:`client_shard` has them), so 10,000 clients split as fast as 10."""
+    k = part.num_clients
+    owner = torch.from_numpy(part.owner)
+    nodes = torch.argsort(owner, stable=True).split(torch.bincount(owner, minlength=k).tolist())
+    edge_owner = owner[graph.edge_index[1]]
+    edges = torch.argsort(edge_owner, stable=True).split(
+        torch.bincount(edge_owner, minlength=k).tolist())
+    return [ClientData(client_id=c, node_ids=ids, x=graph.x[ids], y=graph.y[ids],
+                       train_mask=graph.train_mask[ids], val_mask=graph.val_mask[ids],
+                       test_mask=graph.test_mask[ids], edge_index=graph.edge_index[:, edges[c]],
+                       num_classes=graph.num_classes)
+            for c, ids in enumerate(nodes)]
 
 
 def client_shard(graph: GraphData, part: Partition, client: int) -> ClientData:

@@ -1,4 +1,5 @@
-"""Dataset registry and loaders: Planetoid (Cora, CiteSeer, PubMed), gnn-benchmark npz, SBM.
+"""Dataset registry and loaders: Planetoid (Cora, CiteSeer, PubMed), gnn-benchmark npz, SBM,
+the large synthetic graphs (``synthetic:arxiv|products|N,E,d,C``, :mod:`fedgl.data.synthetic`).
 
 The data root is ``data_root`` if given, else ``$FEDGL_DATA``, else ``~/.cache/fedgl``. Planetoid
 raw files are read in place by :mod:`fedgl.data.planetoid` through a restricted unpickler (nothing
@@ -44,7 +45,10 @@ def resolve_data_root(data_root: str | None = None) -> Path:
 @validated
 def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
                  **sbm_options: float) -> GraphData:
-    """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm`` or ``npz:PATH``.
+    """Load a dataset by name: ``cora``, ``citeseer``, ``pubmed``, ``sbm``, ``npz:PATH``,
+    ``synthetic:arxiv|products|N,E,d,C`` (generated once per seed and cached in the user cache),
+    ``ogbn-arxiv``, ``ogbn-products``, ``ogbn-papers100M`` (OGB's raw layout under the data root,
+    official split) or ``reddit`` (PyG's layout); see :mod:`fedgl.data.ogb`.
 
     ``sbm_options`` are passed to :func:`~fedgl.data.sbm.stochastic_block_model` (``nodes``,
     ``classes``, ``alpha``, ``mu``, ``features``, ``noise``); ``seed`` seeds the SBM graph and the
@@ -55,12 +59,26 @@ def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
         return load_planetoid(key, data_root)
     if key == "sbm":
         return stochastic_block_model(seed=seed, **sbm_options)
+    if key in ("ogbn-arxiv", "ogbn-products", "ogbn-papers100m"):
+        from fedgl.data.ogb import load_ogb
+
+        return load_ogb(key, resolve_data_root(data_root))
+    if key == "reddit":
+        from fedgl.data.ogb import load_reddit
+
+        return load_reddit(resolve_data_root(data_root))
+    if key.startswith("synthetic:"):
+        from fedgl.data.synthetic import load_synthetic
+
+        return load_synthetic(name, seed=seed)
     if key.startswith("npz:"):
         path = Path(name[4:]).expanduser()
         if not path.is_absolute() and not path.exists():
             path = resolve_data_root(data_root) / path
         return load_npz(path, seed=seed)
-    raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm or npz:PATH")
+    raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm, npz:PATH, "
+                    "ogbn-arxiv, ogbn-products, ogbn-papers100M, reddit or "
+                    "synthetic:arxiv|products|N,E,d,C")
 
 
 def available_datasets(data_root: str | None = None) -> dict[str, bool]:
@@ -68,6 +86,12 @@ def available_datasets(data_root: str | None = None) -> dict[str, bool]:
     root = resolve_data_root(data_root)
     out = {k: _planetoid_raw_dir(root, k) is not None for k in PLANETOID}
     out["sbm"] = True
+    from fedgl.data.ogb import OGB, ogb_folder
+
+    for name in OGB:
+        out[name] = ogb_folder(name, root) is not None
+    out["reddit"] = (root / "Reddit" / "raw" / "reddit_data.npz").is_file()
+    out["synthetic:arxiv"] = out["synthetic:products"] = True  # generated on first use
     return out
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -77,6 +78,32 @@ def row_normalize(x: Tensor) -> Tensor:
     """Divide each row by its sum (rows summing to 0 stay 0), as in Kipf & Welling's GCN code."""
     s = x.sum(dim=1, keepdim=True)
     return x / torch.where(s == 0, torch.ones_like(s), s)
+
+
+def symmetric_csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Symmetric CSR from sorted distinct pair keys ``lo·n + hi`` (lo < hi): both directions of
+    every pair, column indices sorted within rows, int32 when n < 2³¹."""
+    import scipy.sparse as sp
+
+    idx = np.int32 if n < 2**31 else np.int64
+    lo = (keys // n).astype(idx)
+    hi = (keys % n).astype(idx)
+    rows = np.concatenate([lo, hi])
+    cols = np.concatenate([hi, lo])
+    del lo, hi
+    mat = sp.csr_matrix((np.ones(len(rows), dtype=np.bool_), (rows, cols)), shape=(n, n))
+    del rows, cols
+    mat.sort_indices()
+    return mat.indptr.astype(np.int64), mat.indices.astype(idx, copy=False)
+
+
+def csr_edge_index(indptr: np.ndarray, indices: np.ndarray) -> torch.Tensor:
+    """The int64 ``[2, nnz]`` edge list (source = column, destination = row) of a symmetric
+    CSR adjacency: sorted by destination then source, as
+    :func:`~fedgl.data.graph.clean_edge_index` makes it."""
+    n = len(indptr) - 1
+    dst = torch.repeat_interleave(torch.arange(n), torch.from_numpy(np.diff(indptr)))
+    return torch.stack([torch.from_numpy(indices).long(), dst])
 
 
 def from_pyg(data: object, name: str = "custom", *, split: int = 0, seed: int = 0) -> GraphData:

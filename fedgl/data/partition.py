@@ -108,6 +108,23 @@ def iid_partition(num_nodes: int, num_clients: int, *, seed: int = 0,
     return Partition(owner, num_clients)
 
 
+def powerlaw_partition(num_nodes: int, num_clients: int, *, exponent: float = 2.0, seed: int = 0,
+                       min_size: int = 1) -> Partition:
+    """Client sizes with a power-law tail (cross-device federations: few large parties, many
+    small ones): every client gets ``min_size`` nodes, the rest is split multinomially with
+    weights ``w_k ~ Pareto`` (density ∝ w^{-exponent} on [1, ∞)); nodes are assigned uniformly
+    at random (no label skew)."""
+    _check_feasible(num_nodes, num_clients, min_size)
+    if exponent <= 1:
+        raise DataError(f"power-law exponent must be > 1 (got {exponent})")
+    rng = np.random.default_rng(seed)
+    w = (1.0 - rng.random(num_clients)) ** (-1.0 / (exponent - 1.0))
+    sizes = min_size + rng.multinomial(num_nodes - num_clients * min_size, w / w.sum())
+    owner = np.empty(num_nodes, dtype=np.int64)
+    owner[rng.permutation(num_nodes)] = np.repeat(np.arange(num_clients), sizes)
+    return Partition(owner, num_clients)
+
+
 def random_partition(num_nodes: int, num_clients: int, *, seed: int = 0,
                      min_size: int = 1) -> Partition:
     """Every node to a uniformly random client, independently; redrawn until every client holds
@@ -188,14 +205,16 @@ def balance_marked_nodes(owner: np.ndarray, edge_index: np.ndarray, marked: np.n
     return owner
 
 
-PARTITION_METHODS = ("dirichlet", "iid", "metis", "metis-train", "random", "louvain", "p-split")
+PARTITION_METHODS = ("dirichlet", "iid", "metis", "metis-train", "random", "powerlaw", "louvain",
+                     "p-split")
 
 
 def partition(graph: GraphData, num_clients: int, *, method: str = "dirichlet",
               beta: float = 1.0, seed: int = 0, min_size: int = 10, p: float = 0.5) -> Partition:
     """Split ``graph``'s nodes across ``num_clients`` clients: ``dirichlet``, ``iid``,
     ``random``, ``metis`` (balanced node counts, few cut edges), ``metis-train`` (METIS, then
-    the training nodes evened out across clients), ``louvain`` or ``p-split`` (McMahan's ``p``)."""
+    the training nodes evened out across clients), ``powerlaw`` (power-law client sizes),
+    ``louvain`` or ``p-split`` (McMahan's ``p``)."""
     _check_arguments(graph, num_clients, min_size)
     if method == "louvain":
         return louvain_partition(graph.edge_index, graph.num_nodes, num_clients, seed=seed,
@@ -206,6 +225,8 @@ def partition(graph: GraphData, num_clients: int, *, method: str = "dirichlet",
         return dirichlet_partition(graph.y, num_clients, beta, seed=seed, min_size=min_size)
     if method == "iid":
         return iid_partition(graph.num_nodes, num_clients, seed=seed, min_size=min_size)
+    if method == "powerlaw":
+        return powerlaw_partition(graph.num_nodes, num_clients, seed=seed, min_size=min_size)
     if method == "random":
         return random_partition(graph.num_nodes, num_clients, seed=seed, min_size=min_size)
     if method in ("metis", "metis-train"):

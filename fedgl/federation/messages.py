@@ -1,18 +1,105 @@
 """Message payloads: their size on the wire and defensive copies.
 
 A payload is any nesting of dicts, lists and tuples whose leaves are tensors, numpy arrays,
-numbers, strings or None. :func:`payload_nbytes` counts the bytes of the values a real transport
-must carry: ``numel * element_size`` per tensor or array, 8 bytes per int or float, 1 per bool,
-UTF-8 length per string. Dict keys and container structure are a fixed schema known to both ends
-and are not counted.
+:class:`SparseRows`, numbers, strings or None. :func:`payload_nbytes` counts the bytes of the
+values a real transport must carry: ``numel * element_size`` per tensor or array, 8 bytes per int
+or float, 1 per bool, UTF-8 length per string; a :class:`SparseRows` counts its CSR arrays as
+sent (indices in the smallest unsigned dtype that fits) plus its two dimensions.
+:func:`payload_dense_nbytes` counts every :class:`SparseRows` as the dense matrix it encodes, so
+that formulas stated in dense values stay checkable. Dict keys and container structure are a
+fixed schema known to both ends and are not counted.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+
+
+def smallest_uint(max_value: int) -> np.dtype:
+    """The smallest unsigned integer dtype holding 0..max_value."""
+    for dt in (np.uint8, np.uint16, np.uint32):
+        if max_value <= np.iinfo(dt).max:
+            return np.dtype(dt)
+    return np.dtype(np.uint64)
+
+
+@dataclass
+class SparseRows:
+    """A matrix of ``shape`` in CSR form, as sent: ``indptr`` (rows + 1 offsets) and ``indices``
+    (column of each stored value) in the smallest unsigned dtypes that fit, ``values`` in the
+    matrix's dtype. Lossless: :meth:`to_dense` returns exactly the matrix it was built from."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+    values: np.ndarray
+    shape: tuple[int, int]
+
+    @classmethod
+    def from_scipy(cls, mat) -> SparseRows:
+        """From a scipy CSR matrix (explicit zeros dropped)."""
+        mat = mat.tocsr()
+        mat.eliminate_zeros()
+        rows, cols = mat.shape
+        return cls(mat.indptr.astype(smallest_uint(mat.nnz)),
+                   mat.indices.astype(smallest_uint(max(cols - 1, 0))),
+                   np.ascontiguousarray(mat.data), (int(rows), int(cols)))
+
+    @classmethod
+    def from_dense(cls, x: torch.Tensor | np.ndarray) -> SparseRows:
+        import scipy.sparse as sp
+
+        arr = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+        return cls.from_scipy(sp.csr_matrix(arr))
+
+    @property
+    def nnz(self) -> int:
+        return int(len(self.values))
+
+    def to_scipy(self):
+        import scipy.sparse as sp
+
+        return sp.csr_matrix((self.values, self.indices.astype(np.int64),
+                              self.indptr.astype(np.int64)), shape=self.shape)
+
+    def to_dense(self) -> torch.Tensor:
+        return torch.from_numpy(self.to_scipy().toarray())
+
+    def serialized_nbytes(self) -> int:
+        return int(self.indptr.nbytes + self.indices.nbytes + self.values.nbytes) + 2 * 8
+
+    def dense_nbytes(self) -> int:
+        return self.shape[0] * self.shape[1] * self.values.dtype.itemsize
+
+    def copy(self) -> SparseRows:
+        return SparseRows(self.indptr.copy(), self.indices.copy(), self.values.copy(), self.shape)
+
+
+def compact_rows(x: torch.Tensor) -> torch.Tensor | SparseRows:
+    """``x`` as :class:`SparseRows` when that is smaller on the wire, else ``x`` itself."""
+    nnz = int(torch.count_nonzero(x))
+    rows, cols = x.shape
+    sparse_bytes = (nnz * (x.element_size() + smallest_uint(max(cols - 1, 0)).itemsize)
+                    + (rows + 1) * smallest_uint(nnz).itemsize + 16)
+    return SparseRows.from_dense(x) if sparse_bytes < x.numel() * x.element_size() else x
+
+
+def as_dense(x: torch.Tensor | SparseRows) -> torch.Tensor:
+    return x.to_dense() if isinstance(x, SparseRows) else x
+
+
+def payload_dense_nbytes(obj: Any) -> int:
+    """Like :func:`payload_nbytes`, counting every :class:`SparseRows` as its dense matrix."""
+    if isinstance(obj, SparseRows):
+        return obj.dense_nbytes()
+    if isinstance(obj, dict):
+        return sum(payload_dense_nbytes(v) for v in obj.values())
+    if isinstance(obj, list | tuple):
+        return sum(payload_dense_nbytes(v) for v in obj)
+    return payload_nbytes(obj)
 
 
 def payload_nbytes(obj: Any) -> int:
@@ -44,7 +131,7 @@ def copy_payload(obj: Any) -> Any:
     """A deep copy in which no tensor or array shares memory with ``obj``."""
     if isinstance(obj, torch.Tensor):
         return obj.detach().clone()
-    if isinstance(obj, np.ndarray):
+    if isinstance(obj, np.ndarray | SparseRows):
         return obj.copy()
     if isinstance(obj, dict):
         return type(obj)((k, copy_payload(v)) for k, v in obj.items())

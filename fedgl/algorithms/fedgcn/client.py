@@ -26,9 +26,15 @@ import torch
 from torch import Tensor
 
 from fedgl.algorithms.base import GNNClient, ModelInputs
+from fedgl.algorithms.fedgcn.sparse_sums import (
+    DEFAULT_CHUNK_ROWS,
+    client_partial_sums,
+    incidence,
+)
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.federation.aggregate import State
+from fedgl.federation.messages import SparseRows, as_dense
 from fedgl.models import gcn_edge_weights
 from fedgl.privacy.dp import GaussianMechanism, clip_rows
 from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
@@ -44,6 +50,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
         super().__init__(data, config, seed)
         self.hops = config.hops
+        self.chunk_rows = int(getattr(config, "pretrain_chunk_rows", DEFAULT_CHUNK_ROWS))
         self.deg_tilde = data.degrees() + 1  # true degrees + self-loop, of own nodes
         self.received_sums: Tensor | None = None
         self.remote_deg_tilde: Tensor | None = None
@@ -68,7 +75,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         rows for 2-hop) and, for 2-hop, ``degrees`` of its own nodes (aligned with the first ids).
         With ``min_contributors > 1`` also ``counts``: how many own nodes each row aggregates.
         """
-        touched, _, released, counts = self._release()
+        if self._sparse_path():
+            touched, released, counts = self._touched(), self._sparse_partial_sums(), None
+        else:
+            touched, _, released, counts = self._release()
         msg = {"ids": touched, "sums": released, "num_requested": self._num_requested()}
         if self._dp_release is not None:
             msg["dp_release"] = self._dp_release  # lets the run count releases (ε composes)
@@ -77,6 +87,19 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if counts is not None:
             msg["counts"] = counts
         return msg
+
+    def _sparse_path(self) -> bool:
+        """The exact plaintext release (no DP noise, no per-row counts) is computed in row chunks
+        and sent sparse where smaller (:mod:`fedgl.algorithms.fedgcn.sparse_sums`)."""
+        return self.config.dp_epsilon is None and self.config.min_contributors == 1
+
+    def _sparse_partial_sums(self) -> Tensor | SparseRows:
+        """``S_k`` for every touched row, chunked, in its smaller wire form."""
+        d = self.data
+        touched = self._touched()
+        j, i = d.edge_index
+        b = incidence(self._row_of(j, touched), d.global_to_local(i), len(touched), d.num_nodes)
+        return client_partial_sums(d.x, self.deg_tilde, b, self.chunk_rows)
 
     def _num_requested(self) -> int:
         return self.data.num_nodes if self.hops == 1 else len(self._touched())
@@ -128,7 +151,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         rows[~own] = n_own + torch.searchsorted(remote, ids[~own])
         return rows
 
-    def receive_sums(self, sums: Tensor, degrees: Tensor | None = None,
+    def receive_sums(self, sums: Tensor | SparseRows, degrees: Tensor | None = None,
                      use_own: Tensor | None = None) -> None:
         """Step 3: the server's full sums for the requested rows (and remote degrees, 2-hop).
 
@@ -139,7 +162,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             if not bool(use_own.all()):
                 full[~use_own] = sums.to(full.dtype)
             sums = full
-        self.received_sums = sums
+        self.received_sums = as_dense(sums)
         self.remote_deg_tilde = degrees
         self._inputs = self._train_cache = None
 

@@ -15,8 +15,14 @@ class FedGCNOptions:
 
     hops: int = option(2, "communication hops L of the pre-training round (0, 1 or 2; at most "
                           "--layers)")
+    pretrain_chunk_rows: int = option(65536, "pre-training sums computed this many rows at a "
+                                             "time by clients and server (bounds memory; same "
+                                             "result for any value)")
 
     def validate(self, cfg: Any) -> None:
+        if self.pretrain_chunk_rows < 1:
+            raise ConfigError(f"pretrain_chunk_rows must be >= 1 (got {self.pretrain_chunk_rows}); "
+                              "use e.g. 65536")
         if self.hops < 0:
             raise ConfigError(f"hops must be 0, 1, 2, ... (got {self.hops})")
         if self.hops > 2:

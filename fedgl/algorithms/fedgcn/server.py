@@ -19,8 +19,10 @@ import numpy as np
 import torch
 
 from fedgl.algorithms.base import FedAvgServer
+from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS, server_replies
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
+from fedgl.federation.messages import SparseRows, payload_dense_nbytes, payload_nbytes
 from fedgl.privacy.he import EncryptedModel, HEParams, HEServerContext
 from fedgl.privacy.secagg_server import SecureSumServer
 from fedgl.privacy.secure_sum import RowPlan, plan_rows
@@ -39,6 +41,8 @@ class FedGCNServer(FedAvgServer):
         self._key_id: bytes | None = None
         self._last_frac: dict | None = None
         self.he_context: HEServerContext | None = None  # public CKKS context (no key)
+        self.pretrain_stats: dict = {}  # plaintext round: real and dense-equivalent bytes
+        self.chunk_rows = int(getattr(self.config, "pretrain_chunk_rows", DEFAULT_CHUNK_ROWS))
         # the secure-sum mode: the config's secure_sum, or "robust" set by the driver
         self.secure_mode: str = self.config.secure_sum
         self.secagg = SecureSumServer(self.secure_mode if self.secure_mode in ("mask", "robust")
@@ -89,6 +93,9 @@ class FedGCNServer(FedAvgServer):
         cfg = self.config
         msgs = self.runtime.call("partial_sums", None, phase="pretrain")
         self._count_releases(msgs)
+        if self._chunked_path():
+            self._plain_replies(msgs)
+            return
         clients = sorted(msgs)
         ids = torch.cat([msgs[k]["ids"] for k in clients])
         uniq, inverse = torch.unique(ids, return_inverse=True)
@@ -118,6 +125,51 @@ class FedGCNServer(FedAvgServer):
                 reply["degrees"] = degree[want[len(msgs[k]["degrees"]):]]
             replies[k] = reply
         self.runtime.call("receive_sums", replies, phase="pretrain")
+
+    def _chunked_path(self) -> bool:
+        """Without ``min_contributors`` the replies are computed chunked and sparse."""
+        return self.config.min_contributors == 1
+
+    def _plain_replies(self, msgs: dict) -> None:
+        """The server's sums, chunked and sparse where smaller
+        (:func:`~fedgl.algorithms.fedgcn.sparse_sums.server_replies`); records the bytes sent
+        and their dense-equivalent count in :attr:`pretrain_stats`."""
+        clients = sorted(msgs)
+        ids = torch.cat([msgs[k]["ids"] for k in clients])
+        uniq, inverse = torch.unique(ids, return_inverse=True)
+        rows_of, offset = {}, 0
+        for k in clients:
+            rows_of[k] = inverse[offset:offset + len(msgs[k]["ids"])]
+            offset += len(msgs[k]["ids"])
+        want = {k: rows_of[k][:msgs[k]["num_requested"]].numpy() for k in clients}
+        first = msgs[clients[0]]["sums"]
+        dtype = first.dtype if isinstance(first, torch.Tensor) else \
+            torch.from_numpy(first.values[:0]).dtype
+        chunk = self.chunk_rows
+        sums = server_replies({k: msgs[k]["sums"] for k in clients},
+                              {k: rows_of[k].numpy() for k in clients}, want, len(uniq),
+                              first.shape[1], dtype, chunk)
+        degree = self._degrees(msgs, rows_of, len(uniq))
+        replies = {}
+        for k in clients:
+            replies[k] = {"sums": sums[k]}
+            if degree is not None:
+                replies[k]["degrees"] = degree[rows_of[k][len(msgs[k]["degrees"]):
+                                                          msgs[k]["num_requested"]]]
+        self.pretrain_stats = {
+            "chunk_rows": chunk,
+            "bytes_up": sum(payload_nbytes(m) for m in msgs.values()),
+            "bytes_up_dense_equivalent": sum(payload_dense_nbytes(m) for m in msgs.values()),
+            "bytes_down": sum(payload_nbytes(r) for r in replies.values()),
+            "bytes_down_dense_equivalent": sum(payload_dense_nbytes(r) for r in replies.values()),
+            "sparse_messages": sum(isinstance(m["sums"], SparseRows)
+                                   for m in [*msgs.values(), *replies.values()]),
+        }
+        self.runtime.call("receive_sums", replies, phase="pretrain")
+
+    def result_extra(self) -> dict:
+        """What the result records about this server's pre-training exchange."""
+        return {"fedgcn_pretrain": dict(self.pretrain_stats)} if self.pretrain_stats else {}
 
     def _count_releases(self, msgs: dict) -> None:
         """DP accounting: every distinct release a client announced (a restarted or resumed

@@ -10,7 +10,7 @@ register(AlgorithmSpec(
     summary="FedGCN: one pre-training exchange of 0/1/2-hop neighbour sums, then FedAvg",
     entry="fedgl.algorithms.fedgcn.runner:run_fedgcn", options=FedGCNOptions,
     privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors"),
-    unread=_MINIBATCH))
+    unread=("batch_size", "fanouts")))
 
 register(AlgorithmSpec(
     name="centralized", setting="horizontal",

@@ -1,0 +1,187 @@
+"""Large graphs and many clients: accuracy, seconds per round and peak memory, side by side.
+
+    # arxiv-sized synthetic graph, 10 clients: FedGCN 2-hop and 0-hop vs centralised
+    python benchmarks/bench_scale.py arxiv --rounds 30
+    # cross-device: 10,000 clients, 100 per round (FedAvg = FedGCN 0-hop; or --hops 1)
+    python benchmarks/bench_scale.py cross-device --clients 10000 --per-round 100 --rounds 20
+    # FedGCN pre-training bytes against the appendix formula (counts only, no exchange)
+    python benchmarks/bench_scale.py formula --dataset synthetic:products --clients 20
+    # bytes really sent by FedGCN's pre-training (sparse where smaller) vs the dense count
+    FEDGL_DATA=../shared/data python benchmarks/bench_scale.py pretrain-bytes --dataset cora
+
+Every run is a separate process (so that its peak RSS is its own) and prints its summary as
+JSON; the parent prints one JSON object with all runs and the ratios to the centralised run.
+Seconds per round are the federation's training time (local steps and aggregation) divided by
+the rounds; evaluation and the oracle are reported separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+
+COMMON = dict(progress=False, threads=1, repeats=1, seed=0)
+
+
+def one_run(kwargs: dict) -> dict:
+    """Run one configuration in this process; a summary of its single repeat."""
+    import fedgl
+    from fedgl.api import as_config, load_graph
+
+    cfg = as_config(**kwargs)
+    t0 = time.perf_counter()
+    graph = load_graph(cfg)
+    load_seconds = time.perf_counter() - t0
+    rss_after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    result = fedgl.run(cfg, graph=graph)
+    rep = result.repeats[0]
+    rounds = max(1, rep.final["rounds"])
+    out = {
+        "config": {k: v for k, v in kwargs.items() if k not in COMMON},
+        "test_acc": rep.final["test_acc"],
+        "selected_test_acc": rep.final["selected_test_acc"],
+        "oracle_test_acc": rep.final["oracle_test_acc"],
+        "load_seconds": round(load_seconds, 2),
+        "setup_seconds": round(rep.seconds["setup"], 2),
+        "pretrain_seconds": round(rep.seconds["pretrain"], 2),
+        "seconds_per_round": round(rep.seconds["train"] / rounds, 3),
+        "eval_seconds": round(rep.seconds["eval"], 2),
+        "total_seconds": round(rep.seconds["total"], 2),
+        "pretrain_bytes": rep.final["pretrain_bytes"],
+        "train_bytes": rep.final["train_bytes"],
+        "peak_rss_mb_after_load": round(rss_after_load),
+        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+    }
+    if "fedgcn_pretrain" in rep.extra:
+        out["fedgcn_pretrain"] = rep.extra["fedgcn_pretrain"]
+    return out
+
+
+def spawn(kwargs: dict) -> dict:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(),
+                                                                      os.environ.get("PYTHONPATH")]))}
+    proc = subprocess.run([sys.executable, __file__, "_one", json.dumps(kwargs)], env=env,
+                          capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return {"config": kwargs, "error": proc.stderr.strip().splitlines()[-1:]}
+    return json.loads(proc.stdout)
+
+
+def ratios(runs: dict, base: str) -> dict:
+    ref = runs[base]
+    out = {}
+    for name, r in runs.items():
+        if name == base or "error" in r or "error" in ref:
+            continue
+        out[name] = {"accuracy_minus_centralized": round(r["test_acc"] - ref["test_acc"], 4),
+                     "seconds_per_round_ratio": round(r["seconds_per_round"]
+                                                      / max(ref["seconds_per_round"], 1e-9), 2),
+                     "peak_rss_ratio": round(r["peak_rss_mb"] / max(ref["peak_rss_mb"], 1), 2)}
+    return out
+
+
+def formula(args: argparse.Namespace) -> dict:
+    """FedGCN appendix F counts on the real partition, without running the exchange."""
+    import numpy as np
+    import torch
+
+    from fedgl.api import as_config, load_graph
+    from fedgl.data.shards import make_partition
+
+    cfg = as_config(dataset=args.dataset, clients=args.clients, beta=args.beta, **COMMON)
+    t0 = time.perf_counter()
+    graph = load_graph(cfg)
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    part = make_partition(graph, cfg, cfg.seed)
+    part_seconds = time.perf_counter() - t0
+    owner = torch.from_numpy(part.owner)
+    src, dst = graph.edge_index
+    n, k, d = graph.num_nodes, part.num_clients, graph.num_features
+    # Σ_i |c(Ñ_i)|: distinct (node, client) pairs over closed neighbourhoods
+    keys = torch.cat([torch.arange(n) * k + owner, dst * k + owner[src]])
+    c_sum = int(torch.unique(keys).numel())
+    del keys
+    # Σ_k |N(V_k)| with V_k included: distinct (client, node) pairs of own and neighbour rows
+    nv = int(torch.unique(torch.cat([owner * n + torch.arange(n),
+                                     owner[dst] * n + src])).numel())
+    f32 = 4
+    one_hop = (c_sum * d + n * d) * f32
+    two_hop = (c_sum * d + nv * d) * f32
+    return {"dataset": args.dataset, "nodes": n, "edges": graph.num_edges, "features": d,
+            "clients": k, "partition": cfg.partition, "beta": cfg.beta,
+            "load_seconds": round(load, 2), "partition_seconds": round(part_seconds, 2),
+            "cross_client_edges": part.cross_client_edges(graph.edge_index),
+            "sum_c_N_i": c_sum, "sum_N_V_k": nv,
+            "formula_values_bytes": {"1hop": one_hop, "2hop": two_hop},
+            "formula_vs_full_features": {"1hop": round(one_hop / (n * d * f32), 2),
+                                         "2hop": round(two_hop / (n * d * f32), 2)},
+            "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "note": "counts of float32 values only (ids and degrees add 8 bytes per row)",
+            "largest_client_rows": int(np.bincount(part.owner).max())}
+
+
+def pretrain_bytes(args: argparse.Namespace) -> dict:
+    """FedGCN's pre-training bytes really sent and their dense-equivalent count, per hops."""
+    import fedgl
+
+    out = {"dataset": args.dataset, "clients": args.clients, "beta": args.beta}
+    for hops in args.hops if args.hops is not None else [1, 2]:
+        t0 = time.perf_counter()
+        rep = fedgl.run(algorithm="fedgcn", dataset=args.dataset, clients=args.clients,
+                        beta=args.beta, hops=hops, rounds=1, **COMMON).repeats[0]
+        stats = rep.extra["fedgcn_pretrain"]
+        dense = stats["bytes_up_dense_equivalent"] + stats["bytes_down_dense_equivalent"]
+        out[f"{hops}hop"] = {"bytes_sent": rep.final["pretrain_bytes"], "dense_equivalent": dense,
+                             "ratio": round(dense / max(rep.final["pretrain_bytes"], 1), 1),
+                             "pretrain_seconds": round(rep.seconds["pretrain"], 3),
+                             "run_seconds": round(time.perf_counter() - t0, 2), **stats}
+    return out
+
+
+def main() -> None:
+    if len(sys.argv) > 2 and sys.argv[1] == "_one":
+        print(json.dumps(one_run(json.loads(sys.argv[2]))))
+        return
+    ap = argparse.ArgumentParser()
+    ap.add_argument("what", choices=["arxiv", "cross-device", "formula", "pretrain-bytes"])
+    ap.add_argument("--dataset", default="synthetic:arxiv")
+    ap.add_argument("--rounds", type=int, default=30)
+    ap.add_argument("--clients", type=int, default=10)
+    ap.add_argument("--per-round", type=int, default=100)
+    ap.add_argument("--hops", type=int, nargs="*", default=None)
+    ap.add_argument("--beta", type=float, default=1.0)
+    ap.add_argument("--lr", type=float, default=0.5)
+    ap.add_argument("--eval-every", type=int, default=10)
+    args = ap.parse_args()
+    if args.what == "formula":
+        print(json.dumps(formula(args), indent=1))
+        return
+    if args.what == "pretrain-bytes":
+        print(json.dumps(pretrain_bytes(args), indent=1))
+        return
+    base = dict(dataset=args.dataset, rounds=args.rounds, lr=args.lr, eval_every=args.eval_every,
+                beta=args.beta, **COMMON)
+    runs: dict[str, dict] = {}
+    if args.what == "arxiv":
+        runs["centralized"] = spawn({**base, "algorithm": "centralized"})
+        for hops in args.hops if args.hops is not None else [0, 2]:
+            runs[f"fedgcn_{hops}hop"] = spawn({**base, "algorithm": "fedgcn", "hops": hops,
+                                               "clients": args.clients})
+        print(json.dumps({"runs": runs, "vs_centralized": ratios(runs, "centralized")}, indent=1))
+        return
+    for hops in args.hops if args.hops is not None else [0]:
+        runs[f"fedgcn_{hops}hop"] = spawn({**base, "algorithm": "fedgcn", "hops": hops,
+                                           "clients": args.clients, "partition": "iid",
+                                           "min_client_size": 1,
+                                           "clients_per_round": args.per_round})
+    print(json.dumps({"runs": runs}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
