@@ -278,6 +278,17 @@ class FedAvgServer:
         be rebuilt: the pre-training exchange is run again (deterministic, and counted)."""
         self.pretrain()
 
+    def aggregate_fits(self, results: dict[int, dict]) -> dict:
+        """FedAvg over the clients' ``fit`` replies (``weights``, ``num_train``, ``loss``): sets
+        the new global model and returns the round's ``train_loss`` (mean over training nodes)."""
+        ordered = [results[k] for k in sorted(results)]
+        self.weights = self.strategy.aggregate([r["weights"] for r in ordered],
+                                               [r["num_train"] for r in ordered])
+        trained = [r for r in ordered if r["num_train"] > 0]
+        n = sum(r["num_train"] for r in trained)
+        return {"train_loss": (sum(r["loss"] * r["num_train"] for r in trained) / n
+                               if n else float("nan"))}
+
     def rounds(self, start: int = 1) -> Iterator[tuple[int, State, dict]]:
         """Yield ``(round, global_weights, metrics)`` after every round from ``start`` on;
         metrics include the mean training loss and, on evaluation rounds, the federated
@@ -291,13 +302,7 @@ class FedAvgServer:
                 results = self.runtime.call(
                     "fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
                     phase="train", clients=chosen)
-                ordered = [results[k] for k in sorted(results)]
-                self.weights = self.strategy.aggregate([r["weights"] for r in ordered],
-                                                       [r["num_train"] for r in ordered])
-            trained = [r for r in ordered if r["num_train"] > 0]
-            n = sum(r["num_train"] for r in trained)
-            metrics: dict = {"train_loss": (sum(r["loss"] * r["num_train"] for r in trained) / n
-                                            if n else float("nan"))}
+                metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 metrics.update(self.evaluate())
             yield t, self.weights, metrics

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
 
 
 def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | None) -> Tensor:
@@ -13,3 +13,26 @@ def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | No
         return x
     keep = torch.rand(x.shape, generator=generator, device=x.device) >= p
     return x * keep / (1.0 - p)
+
+
+class RootSeparateStack(nn.Module):
+    """A stack of PyG convolutions that keep the root term themselves (SAGE, GIN): self-loops in
+    ``edge_index`` are dropped, ReLU and dropout between layers, log-softmax output.
+    Subclasses set ``self.convs`` (an ``nn.ModuleList``) and ``self.dropout``."""
+
+    convs: nn.ModuleList
+    dropout: float
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *,
+                generator: torch.Generator | None = None, out_rows: Tensor | None = None
+                ) -> Tensor:
+        """Log-probabilities; ``edge_weight`` is ignored."""
+        ei = edge_index[:, edge_index[0] != edge_index[1]]
+        h = x
+        for i, conv in enumerate(self.convs):
+            h = conv(h, ei)
+            if i < len(self.convs) - 1:
+                h = dropout(torch.relu(h), self.dropout, self.training, generator)
+        if out_rows is not None:
+            h = h[out_rows]
+        return torch.log_softmax(h, dim=-1)

@@ -3,14 +3,13 @@
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor, nn
+from torch import nn
 from torch_geometric.nn import GINConv
 
-from fedgl.models.base import dropout
+from fedgl.models.base import RootSeparateStack
 
 
-class GIN(nn.Module):
+class GIN(RootSeparateStack):
     """L-layer GIN (sum aggregation); each layer's MLP is Linear-ReLU-Linear; ReLU and dropout
     between layers; log-softmax output."""
 
@@ -22,18 +21,3 @@ class GIN(nn.Module):
             GINConv(nn.Sequential(nn.Linear(dims[i], hidden), nn.ReLU(), nn.Linear(hidden, dims[i + 1])))
             for i in range(layers))
         self.dropout = dropout
-
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *,
-                generator: torch.Generator | None = None, out_rows: Tensor | None = None
-                ) -> Tensor:
-        """Log-probabilities; ``edge_weight`` is ignored and self-loops are dropped (the root
-        term is separate)."""
-        ei = edge_index[:, edge_index[0] != edge_index[1]]
-        h = x
-        for i, conv in enumerate(self.convs):
-            h = conv(h, ei)
-            if i < len(self.convs) - 1:
-                h = dropout(torch.relu(h), self.dropout, self.training, generator)
-        if out_rows is not None:
-            h = h[out_rows]
-        return torch.log_softmax(h, dim=-1)

@@ -93,13 +93,7 @@ class BoundaryServer(FedAvgServer):
             with ledger.timer("train"):
                 self.exchange(self.weights, t, train=True, phase="train")
                 results = self.runtime.call("finish", phase="train")
-                ordered = [results[k] for k in sorted(results)]
-                self.weights = self.strategy.aggregate([r["weights"] for r in ordered],
-                                                       [r["num_train"] for r in ordered])
-            trained = [r for r in ordered if r["num_train"] > 0]
-            n = sum(r["num_train"] for r in trained)
-            metrics: dict = {"train_loss": (sum(r["loss"] * r["num_train"] for r in trained) / n
-                                            if n else float("nan"))}
+                metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 metrics.update(self.evaluate(t))
             yield t, self.weights, metrics
