@@ -31,13 +31,14 @@ from fedgl.algorithms.glasu.options import (
     agg_layer_set,
 )
 from fedgl.algorithms.glasu.server import GlasuServer
-from fedgl.algorithms.runner import _progress_info, finish_repeat
+from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
 from fedgl.config import parse_fanouts
 from fedgl.data.graph import GraphData
 from fedgl.data.vertical import VerticalClientData, split_stats, vertical_shard, vertical_split
 from fedgl.errors import ConfigError
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import copy_payload
+from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, _per_client_args
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
@@ -124,6 +125,8 @@ def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
     except BaseException:
         runtime.close()
         raise
+    runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                                       getattr(cfg, "latency", ""))
     return server
 
 
@@ -153,7 +156,7 @@ def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, progress: Roun
     repeats = int(getattr(cfg, "repeats", 1))
     progress.start(f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds))
     for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every)):
-        row = {"round": t, **metrics}
+        row = {"round": t, **metrics, **network_columns(server.runtime.ledger)}
         history.append(row)
         progress.advance(_progress_info(row))
         if on_round is not None:
