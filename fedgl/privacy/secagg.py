@@ -435,7 +435,9 @@ class SecureSumParty:
         return int(self.data.client_id)  # type: ignore[attr-defined]
 
     def secagg_input(self, instance: str) -> np.ndarray:
-        raise NotImplementedError
+        """The vector this party contributes to the sum ``instance`` (each party class that uses
+        the secure sum defines it)."""
+        raise NotImplementedError(f"{type(self).__name__} contributes no secure sum '{instance}'")
 
     def secagg_instance(self, instance: str) -> str:
         """The id of this client's input for a sum the server labels ``instance``."""
