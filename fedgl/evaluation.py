@@ -40,3 +40,14 @@ class OracleEvaluator:
         hit = self.logits(weights).argmax(-1) == self.y
         return {f"oracle_{s}_acc": float(hit[m].float().mean()) if m.any() else float("nan")
                 for s, m in zip(SPLITS, self.masks, strict=True)}
+
+
+def pooled_accuracy(replies: dict[int, dict]) -> dict[str, float]:
+    """``<split>_acc`` from the clients' ``correct``/``total`` counts per split, pooled (the
+    paper's metric: per-client accuracy weighted by node counts)."""
+    out = {}
+    for i, split in enumerate(SPLITS):
+        correct = sum(r["correct"][i] for r in replies.values())
+        total = sum(r["total"][i] for r in replies.values())
+        out[f"{split}_acc"] = correct / total if total else float("nan")
+    return out

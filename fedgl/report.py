@@ -34,15 +34,7 @@ def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=out.parent, suffix=out.suffix)
-    os.close(fd)
-    try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, out)
-    finally:
-        plt.close(fig)
-        Path(tmp).unlink(missing_ok=True)
-    return out
+    return _save(fig, out, dpi=120)
 
 
 # ---------------------------------------------------------------------------- run / sweep reports
@@ -146,13 +138,14 @@ def markdown_table(groups: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def _save(fig: Any, path: Path) -> Path:
+def _save(fig: Any, path: Path, dpi: int = 100) -> Path:
+    """Write ``fig`` to ``path`` atomically (a temporary file renamed into place) and close it."""
     import matplotlib.pyplot as plt
 
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=path.suffix)
     os.close(fd)
     try:
-        fig.savefig(tmp, dpi=100)
+        fig.savefig(tmp, dpi=dpi)
         os.replace(tmp, path)
     finally:
         plt.close(fig)

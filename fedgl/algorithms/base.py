@@ -15,7 +15,7 @@ from torch import Tensor
 
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
-from fedgl.evaluation import SPLITS
+from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.runtime import Runtime
@@ -312,9 +312,5 @@ class FedAvgServer:
         pools the counts (the paper's metric: per-client accuracy weighted by node counts)."""
         with self.runtime.ledger.timer("eval"):
             res = self.runtime.call("evaluate", {"weights": self.weights}, phase="eval")
-        out = {}
-        for i, split in enumerate(SPLITS):
-            correct = sum(r["correct"][i] for r in res.values())
-            total = sum(r["total"][i] for r in res.values())
-            out[f"{split}_acc"] = correct / total if total else float("nan")
-        return out
+        return pooled_accuracy(res)
+

@@ -16,7 +16,7 @@ from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat, n
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
-from fedgl.evaluation import SPLITS
+from fedgl.evaluation import pooled_accuracy
 from fedgl.federation.aggregate import State
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
@@ -48,9 +48,7 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
         if t % cfg.eval_every == 0 or t == cfg.rounds:
             with ledger.timer("eval"):
                 ev = party.evaluate(weights)
-            for i, split in enumerate(SPLITS):
-                total = ev["total"][i]
-                row[f"{split}_acc"] = ev["correct"][i] / total if total else float("nan")
+            row.update(pooled_accuracy({0: ev}))
             if oracle is not None:
                 o0 = time.perf_counter()
                 row.update(oracle(weights))

@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from fedgl.algorithms.base import FedAvgServer
-from fedgl.evaluation import SPLITS
+from fedgl.evaluation import pooled_accuracy
 from fedgl.federation.aggregate import State
 
 
@@ -103,9 +103,4 @@ class BoundaryServer(FedAvgServer):
         forward pass, pooled counts (phase ``eval``)."""
         with self.runtime.ledger.timer("eval"):
             res = self.exchange(self.weights, round, train=False, phase="eval")
-        out = {}
-        for i, split in enumerate(SPLITS):
-            correct = sum(r["correct"][i] for r in res.values())
-            total = sum(r["total"][i] for r in res.values())
-            out[f"{split}_acc"] = correct / total if total else float("nan")
-        return out
+        return pooled_accuracy(res)

@@ -20,7 +20,7 @@ import torch
 
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 from fedgl.data.sampling import CSRGraph, sample_blocks
-from fedgl.evaluation import SPLITS
+from fedgl.evaluation import pooled_accuracy
 from fedgl.federation.aggregate import State
 from fedgl.federation.cross_client import (
     Structure,
@@ -250,9 +250,4 @@ class FedSGDServer:
                                       for key in ("correct", "total")}
                         else:
                             res[k] = r
-        out = {}
-        for i, split in enumerate(SPLITS):
-            correct = sum(r["correct"][i] for r in res.values())
-            tot = sum(r["total"][i] for r in res.values())
-            out[f"{split}_acc"] = correct / tot if tot else float("nan")
-        return out
+        return pooled_accuracy(res)
