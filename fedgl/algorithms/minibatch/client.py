@@ -50,6 +50,7 @@ class MiniBatchClient:
                                       self.generator)
         self.cache: dict[str, Tensor] | None = None  # remote layer-1 aggregates (FedGNN-PNS)
         self._batch: Tensor | None = None
+        self._eval_ids: Tensor | None = None
 
     # ------------------------------------------------------------------ helpers
     def _load(self, weights: State, iteration: int) -> None:
@@ -136,9 +137,18 @@ class MiniBatchClient:
         return self.party.backward(layer, grad)
 
     def eval_nodes(self) -> dict[str, Tensor]:
-        """Evaluation control: the global ids of own labelled (train/val/test) nodes."""
-        keep = self.masks["train"] | self.masks["val"] | self.masks["test"]
-        return {"ids": self.data.node_ids[keep]}
+        """Evaluation control: the global ids of own labelled (train/val/test) nodes; with
+        ``eval_max_nodes`` = m > 0, a uniform subset of at most m per split, drawn once with the
+        client's seed (the same nodes at every evaluation)."""
+        if self._eval_ids is None:
+            m = self.s.eval_max_nodes
+            gen = torch.Generator().manual_seed(self.seed + 104_723)
+            keep = torch.zeros(self.data.num_nodes, dtype=torch.bool)
+            for split in SPLITS:
+                pool = self.masks[split].nonzero().flatten()
+                keep[uniform_batch(pool, m, gen) if m > 0 else pool] = True
+            self._eval_ids = self.data.node_ids[keep]
+        return {"ids": self._eval_ids}
 
     def load(self, weights: State) -> dict:
         """Evaluation: load the model to score (eval mode)."""
