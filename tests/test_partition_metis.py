@@ -69,3 +69,19 @@ def test_random_partition_is_not_the_sbm_class_draw(sbm):
     part = partition(sbm, sbm.num_classes, method="random", seed=0)
     agree = float((part.owner == sbm.y.numpy()).mean())
     assert agree < 0.3, agree  # 1/6 expected by chance
+
+
+def test_metis_reads_sorted_edges_in_place_and_gives_the_same_parts(sbm):
+    """Edges sorted by (destination, source), as fedgl's graphs hold them, are read without a
+    sort; any other column order is sorted first; both give METIS the same input."""
+    import torch
+
+    from fedgl.data.partition import _sorted_by_destination
+
+    ei = sbm.edge_index
+    assert _sorted_by_destination(ei.numpy())
+    shuffled = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(0))]
+    assert not _sorted_by_destination(shuffled.numpy())
+    a = metis_partition(ei, sbm.num_nodes, 4, seed=3)
+    b = metis_partition(shuffled, sbm.num_nodes, 4, seed=3)
+    assert np.array_equal(a.owner, b.owner)

@@ -155,15 +155,23 @@ def metis_partition(edge_index: torch.Tensor | np.ndarray, num_nodes: int, num_c
     import pymetis
 
     _check_feasible(num_nodes, num_clients, min_size)
-    ei = np.asarray(edge_index, dtype=np.int64)
-    order = np.lexsort((ei[1], ei[0]))
-    src, dst = ei[0][order], ei[1][order]
-    xadj = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=num_nodes), out=xadj[1:])
     if num_clients == 1:
         return Partition(np.zeros(num_nodes, dtype=np.int64), 1)
+    ei = np.asarray(edge_index, dtype=np.int64)  # a view of an int64 tensor, not a copy
+    xadj = np.zeros(num_nodes + 1, dtype=np.int64)
+    if _sorted_by_destination(ei):
+        # fedgl's graphs list edges sorted by (destination, source) and symmetric, so the rows
+        # by destination are METIS's adjacency lists as they are: no sort, no copy (products:
+        # this saves about 3 GB of the 124M-entry edge list)
+        row, adjacent = ei[1], ei[0]
+    else:
+        order = np.lexsort((ei[1], ei[0]))
+        row, adjacent = ei[0][order], ei[1][order]
+        del order
+    np.cumsum(np.bincount(row, minlength=num_nodes), out=xadj[1:])
+    del row
     opts = pymetis.Options(seed=int(seed) % (2**31 - 1), ufactor=max(1, round(imbalance * 1000)))
-    result = pymetis.part_graph(num_clients, pymetis.CSRAdjacency(xadj, dst), options=opts,
+    result = pymetis.part_graph(num_clients, pymetis.CSRAdjacency(xadj, adjacent), options=opts,
                                 recursive=False)
     owner = np.asarray(result.vertex_part, dtype=np.int64)
     if train_mask is not None:
@@ -173,6 +181,19 @@ def metis_partition(edge_index: torch.Tensor | np.ndarray, num_nodes: int, num_c
         raise DataError(f"METIS left a client with {int(sizes.min())} nodes (< {min_size}); use "
                         "fewer --clients or a smaller --min-client-size")
     return Partition(owner, num_clients)
+
+
+def _sorted_by_destination(ei: np.ndarray) -> bool:
+    """Whether the columns of ``ei`` are ordered by (destination, source), strictly (no
+    duplicate edges), checked in chunks so that no edge-sized temporary is made."""
+    n = ei.shape[1]
+    step = 1 << 24
+    for a in range(0, max(n - 1, 0), step):
+        b = min(n, a + step + 1)
+        d, s = ei[1, a:b], ei[0, a:b]
+        if not bool(np.all((d[1:] > d[:-1]) | ((d[1:] == d[:-1]) & (s[1:] > s[:-1])))):
+            return False
+    return True
 
 
 def balance_marked_nodes(owner: np.ndarray, edge_index: np.ndarray, marked: np.ndarray,

@@ -42,8 +42,10 @@ class MiniBatchClient:
         src, dst = data.edge_index
         own = data.owns(src)
         local_ei = torch.stack([data.global_to_local(src[own]), data.global_to_local(dst[own])])
-        self.csr = CSRGraph.from_edge_index(local_ei, data.num_nodes)
-        self._local_ei = local_ei
+        # int32 indices where they fit: half the memory of int64
+        dtype = torch.int32 if max(data.num_nodes, local_ei.shape[1]) < 2**31 - 1 else torch.int64
+        self.csr = CSRGraph.from_edge_index(local_ei, data.num_nodes, dtype=dtype)
+        del local_ei
         self.masks = {s: getattr(data, f"{s}_mask") for s in SPLITS}
         self.train_pool = self.masks["train"].nonzero().flatten()
         self.party = CrossClientParty(self.model, data.x, data.y, data.node_ids, self.masks,
@@ -175,7 +177,9 @@ class MiniBatchClient:
         """Local-subgraph, full-neighbour accuracy counts (no cross-client edges)."""
         self.model.load_state_dict(weights)
         self.model.eval()
-        block = full_block(self._local_ei, self.data.num_nodes)
+        csr, n = self.csr, self.data.num_nodes
+        dst = torch.repeat_interleave(torch.arange(n), csr.degree(torch.arange(n)))
+        block = full_block(torch.stack([csr.indices.long(), dst]), n)
         blocks = [block] * self.s.layers
         hit = self._forward_local(blocks).argmax(-1) == self.data.y
         return {"correct": [int(hit[self.masks[s]].sum()) for s in SPLITS],

@@ -236,7 +236,8 @@ class FedSGDServer:
         assert self.structure is not None
         if self._remote_csr is None:
             csr, owner = self.structure.csr, self.structure.owner
-            dst = torch.repeat_interleave(torch.arange(csr.num_nodes), csr.indptr[1:] - csr.indptr[:-1])
+            dst = torch.repeat_interleave(torch.arange(csr.num_nodes),
+                                          (csr.indptr[1:] - csr.indptr[:-1]).long())
             src = csr.indices.long()
             remote = owner[src] != owner[dst]
             self._remote_csr = CSRGraph.from_edge_index(torch.stack([src[remote], dst[remote]]),
