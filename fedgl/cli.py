@@ -119,6 +119,16 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
                              "sbm_mu", "sbm_features", "sbm_noise"))
     part.add_argument("--plot", metavar="PNG", help="write a per-client label histogram here")
 
+    comm = sub.add_parser("analyze-comm", help="FedGCN pre-training communication: appendix F's "
+                          "prediction beside the measured ledger bytes",
+                          description="Predicted (appendix F; SBM expectation for --dataset sbm) "
+                                      "and measured pre-training bytes of FedGCN 0/1/2-hop on "
+                                      "one graph and partition (see fedgl.comm_analysis).")
+    _add_config_flags(comm, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
+                             "min_client_size", "seed", "sbm_nodes", "sbm_classes", "sbm_alpha",
+                             "sbm_mu", "sbm_features", "sbm_noise"))
+    comm.add_argument("--out", metavar="JSON", default=None, help="also write the analysis here")
+
     sw = sub.add_parser("sweep", help="run a grid of configs from a YAML file (resumable)",
                         description="Run every cell of a sweep file (see fedgl.sweep); finished "
                                     "cells are skipped, so re-running resumes.")
@@ -153,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
             raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
-        if args.command in ("run", "partition"):
+        if args.command in ("run", "partition", "analyze-comm"):
             _preload()
         if args.command == "run":
             return _cmd_run(args)
@@ -161,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_partition(args)
         if args.command == "datasets":
             return _cmd_datasets(args)
+        if args.command == "analyze-comm":
+            return _cmd_analyze_comm(args)
         if args.command == "keys":
             return _cmd_keys(args)
         if args.command == "sweep":
@@ -385,6 +397,30 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             raise ConfigError(f"--plot '{args.plot}' could not be written ({exc.strerror}); "
                               "choose a writable path") from None
         console.print(f"plot written to {args.plot}")
+    return 0
+
+
+# ---------------------------------------------------------------------- analyze-comm
+def _cmd_analyze_comm(args: argparse.Namespace) -> int:
+    import json
+
+    from fedgl.comm_analysis import analyze, format_text
+
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        if out.suffix.lower() != ".json":
+            raise ConfigError(f"--out '{args.out}' must end in .json")
+        _check_writable_folder(out.absolute().parent, "--out folder")
+    result = analyze(**_overrides(args))
+    print(format_text(result))
+    if out is not None:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=2) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"--out '{args.out}' could not be written ({exc.strerror}); "
+                              "choose a writable path") from None
+        print(f"analysis written to {out}")
     return 0
 
 
