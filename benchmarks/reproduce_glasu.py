@@ -100,6 +100,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default="cora,citeseer")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seed-start", type=int, default=0,
+                    help="first seed (seeds run seed-start .. seed-start + seeds - 1), so that "
+                         "more seeds can be added to an earlier run with --merge")
     ap.add_argument("--updates", type=int, default=800)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
@@ -131,7 +134,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.merge:
         previous = json.loads(Path(args.merge).read_text())
         results["args"] = {**previous["args"], "merged": vars(args)}
-        results["runs"] = [r for r in previous["runs"] if r["table"] not in tables]
+        results["runs"] = [r for r in previous["runs"] if r["table"] not in tables
+                           or r["seed"] < args.seed_start]
 
     def record(row: dict) -> None:
         results["runs"].append(row)
@@ -140,7 +144,7 @@ def main(argv: list[str] | None = None) -> dict:
         (out / "glasu.json").write_text(json.dumps(results, indent=1))
 
     graphs = {d: with_split(load_dataset(d), d, args.split) for d in args.datasets.split(",")}
-    for seed in range(args.seeds):
+    for seed in range(args.seed_start, args.seed_start + args.seeds):
         for dataset, graph in graphs.items():
             if "1" in tables:
                 for column in T1_COLUMNS:

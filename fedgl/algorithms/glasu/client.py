@@ -21,9 +21,10 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedgl.algorithms.glasu.blocks import Block, build_block, full_block
 from fedgl.algorithms.glasu.model import ClientStack
 from fedgl.algorithms.glasu.options import GlasuParams
-from fedgl.algorithms.glasu.sampling import CSR, Block, build_block, full_block, sample_neighbors
+from fedgl.data.sampling import CSRGraph, expand_nodes
 from fedgl.data.vertical import VerticalClientData
 from fedgl.evaluation import SPLITS
 
@@ -51,7 +52,7 @@ class GlasuClient:
         extra = {"momentum": params.momentum} if params.optimizer == "sgd" else {}
         self.opt = cls(self.model.parameters(), lr=params.lr, weight_decay=params.weight_decay,
                        **extra)
-        self.csr = CSR.from_edge_index(data.edge_index, data.num_nodes)
+        self.csr = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
         density = float((data.x != 0).float().mean()) if data.x.numel() else 1.0
         self._xs = data.x.to_sparse() if density < self.SPARSE_BELOW else None
         self.a, self.b = params.share(self.m)
@@ -92,8 +93,8 @@ class GlasuClient:
         self.sets[top] = nodes
         bottom = self._below(top)
         for layer in range(top - 1, bottom - 1, -1):
-            self.sets[layer] = sample_neighbors(self.csr, self.sets[layer + 1], self.p.fanout,
-                                                self.gen)
+            self.sets[layer] = expand_nodes(self.csr, self.sets[layer + 1], self.p.fanout,
+                                            self.gen)[0]
         if bottom > 0:
             return {"nodes": self.sets[bottom]}
         self._blocks = [build_block(self.data.edge_index, self.data.num_nodes, self.sets[i],

@@ -21,8 +21,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from fedgl.algorithms.glasu.blocks import Block
 from fedgl.algorithms.glasu.options import GlasuParams
-from fedgl.algorithms.glasu.sampling import Block
 
 
 def linear(h: Tensor, lin: nn.Linear, bias: bool = True) -> Tensor:

@@ -1,7 +1,5 @@
-"""Per-client neighbour sampling and sampled GCN blocks for GLASU.
-
-# replace with fedgl.data.sampling when it lands (the project's one CSR sampler): GLASU needs only
-# node-wise uniform sampling without replacement over a client's own edges, targets included.
+"""GLASU's sampled GCN blocks (the node sets come from the project's sampler,
+:func:`fedgl.data.sampling.expand_nodes`).
 
 Sampling (notes A3): ``S[l] = S[l+1] ∪ {≤ f uniformly drawn neighbours of each node of
 S[l+1]}`` (all neighbours when ``f < 0`` or the degree is at most ``f``), so ``S[l] ⊇ S[l+1]``.
@@ -18,45 +16,6 @@ from dataclasses import dataclass
 
 import torch
 from torch import Tensor
-
-
-@dataclass
-class CSR:
-    """A client's edges by destination: neighbours of ``i`` are ``col[rowptr[i]:rowptr[i+1]]``."""
-
-    rowptr: Tensor
-    col: Tensor
-    num_nodes: int
-
-    @classmethod
-    def from_edge_index(cls, edge_index: Tensor, num_nodes: int) -> CSR:
-        order = torch.argsort(edge_index[1] * num_nodes + edge_index[0])
-        dst, src = edge_index[1, order], edge_index[0, order]
-        counts = torch.bincount(dst, minlength=num_nodes)
-        rowptr = torch.zeros(num_nodes + 1, dtype=torch.long)
-        rowptr[1:] = torch.cumsum(counts, 0)
-        return cls(rowptr, src.contiguous(), num_nodes)
-
-
-def sample_neighbors(csr: CSR, targets: Tensor, fanout: int, gen: torch.Generator) -> Tensor:
-    """``targets`` followed by the sorted new nodes among ≤ ``fanout`` uniformly drawn
-    neighbours (without replacement) of each target."""
-    start, deg = csr.rowptr[targets], csr.rowptr[targets + 1] - csr.rowptr[targets]
-    total = int(deg.sum())
-    if total == 0:
-        return targets.clone()
-    row = torch.repeat_interleave(torch.arange(targets.numel()), deg)
-    first = torch.cumsum(deg, 0) - deg
-    offset = torch.arange(total) - first[row]
-    nbr = csr.col[start[row] + offset]
-    if fanout >= 0:
-        keys = torch.rand(total, generator=gen, dtype=torch.float64)
-        order = torch.argsort(row.double() * 2.0 + keys)  # random order within each row
-        rank = torch.arange(total) - first[row[order]]
-        nbr = nbr[order][rank < fanout]
-    new = torch.unique(nbr)
-    new = new[~torch.isin(new, targets)]
-    return torch.cat([targets, new])
 
 
 @dataclass
