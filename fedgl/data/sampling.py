@@ -150,15 +150,21 @@ def expand_nodes(csr: CSRGraph, nodes: Tensor, fanout: int,
     result, and its count, equal a separate call on its own graph with its own generator."""
     pos, nbr = sample_neighbors(csr, nodes, fanout, generator, group_counts=group_counts,
                                 generators=generators)
-    new = torch.unique(nbr)
-    new = new[~torch.isin(new, nodes)]
+    if 16 * (nbr.numel() + nodes.numel()) >= csr.num_nodes:  # a node mask is cheaper than sorting
+        seen = torch.zeros(csr.num_nodes, dtype=torch.bool)
+        seen[nbr] = True
+        seen[nodes] = False
+        new = torch.nonzero(seen).flatten()  # sorted, unique, not in nodes
+    else:
+        new = torch.unique(nbr)
+        new = new[~torch.isin(new, nodes)]
     if group_size <= 0:
         return torch.cat([nodes, new]), [int(nodes.numel() + new.numel())]
-    both = torch.cat([nodes, new])
-    group = both // group_size
-    out = both[torch.argsort(group, stable=True)]
-    counts = torch.bincount(group, minlength=len(group_counts or [])).tolist()
-    return out, counts
+    counts = group_counts or []
+    new_counts = torch.bincount(new // group_size, minlength=len(counts)).tolist()
+    parts = zip(torch.split(nodes, counts), torch.split(new, new_counts), strict=True)
+    return (torch.cat([t for pair in parts for t in pair]),
+            [a + b for a, b in zip(counts, new_counts, strict=True)])
 
 
 def sample_blocks(csr: CSRGraph, seeds: Tensor, fanouts: list[int],

@@ -21,7 +21,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedgl.algorithms.glasu.blocks import Block, build_block, full_block
+from fedgl.algorithms.glasu import batched
+from fedgl.algorithms.glasu.blocks import Block, RowSparse, full_block, is_simple, sampled_block
 from fedgl.algorithms.glasu.model import ClientStack
 from fedgl.algorithms.glasu.options import GlasuParams
 from fedgl.data.sampling import CSRGraph, expand_nodes
@@ -36,6 +37,9 @@ class GlasuClient:
     first layer's gathers and products (same values, fewer operations)."""
 
     SPARSE_BELOW = 0.25
+    # the local runtime may run these broadcasts for all in-process clients as one stacked
+    # computation (glasu/batched.py; the same messages, each client's own random stream)
+    BATCHABLE = ("sample", "forward", "local_updates")
 
     def __init__(self, data: VerticalClientData, params: GlasuParams, seed: int) -> None:
         self.data = data
@@ -50,11 +54,13 @@ class GlasuClient:
                 self.model.classifier.reset_parameters()
         cls = torch.optim.SGD if params.optimizer == "sgd" else torch.optim.Adam
         extra = {"momentum": params.momentum} if params.optimizer == "sgd" else {}
+        # fused: one update kernel over all parameter tensors (the same arithmetic per element)
         self.opt = cls(self.model.parameters(), lr=params.lr, weight_decay=params.weight_decay,
-                       **extra)
+                       fused=True, **extra)
         self.csr = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
         density = float((data.x != 0).float().mean()) if data.x.numel() else 1.0
-        self._xs = data.x.to_sparse() if density < self.SPARSE_BELOW else None
+        self._xs = RowSparse.from_dense(data.x) if density < self.SPARSE_BELOW else None
+        self._simple = is_simple(self.csr)  # sampled blocks need no duplicate check
         self.a, self.b = params.share(self.m)
         self.sets: dict[int, Tensor] = {}
         self.trace: list[Tensor] = []  # own sub-layer outputs of the last forward (tests)
@@ -66,6 +72,20 @@ class GlasuClient:
     def from_shard(cls, data: VerticalClientData, params: dict, seed: int) -> GlasuClient:
         """Built where the client runs (a Ray actor) from its shard and the plain parameters."""
         return cls(data, GlasuParams(**{**params, "agg": tuple(params["agg"])}), seed)
+
+    @staticmethod
+    def sample_many(group: list[GlasuClient], nodes: Tensor, top: int, cache: dict
+                    ) -> list | None:
+        return batched.sample_many(group, nodes, top, cache)
+
+    @staticmethod
+    def forward_many(group: list[GlasuClient], h: Tensor, k: int, cache: dict) -> list | None:
+        return batched.forward_many(group, h, k, cache)
+
+    @staticmethod
+    def local_updates_many(group: list[GlasuClient], h: Tensor | None, cache: dict,
+                           grad: Tensor | None = None) -> list | None:
+        return batched.local_updates_many(group, h, cache, grad)
 
     # ------------------------------------------------------------------ set-up / batches
     def training_nodes(self) -> dict:
@@ -97,8 +117,8 @@ class GlasuClient:
                                             self.gen)[0]
         if bottom > 0:
             return {"nodes": self.sets[bottom]}
-        self._blocks = [build_block(self.data.edge_index, self.data.num_nodes, self.sets[i],
-                                    self.sets[i + 1]) for i in range(self.p.layers)]
+        self._blocks = [sampled_block(self.csr, self.sets[i], self.sets[i + 1], self._simple)
+                        for i in range(self.p.layers)]
         self.model.train()
         return {"h": self._segment(1, None, self._blocks, self._round).detach()}
 
@@ -112,7 +132,7 @@ class GlasuClient:
             return torch.sparse_coo_tensor(h.indices(), h.values() * keep / (1.0 - self.p.dropout),
                                            h.shape, check_invariants=False)
         keep = torch.rand(h.shape, generator=self.gen, dtype=h.dtype) >= self.p.dropout
-        return h * keep / (1.0 - self.p.dropout)
+        return (h * keep).div_(1.0 - self.p.dropout)
 
     def _segment_layers(self, k: int) -> range:
         agg = self.p.agg
@@ -140,7 +160,7 @@ class GlasuClient:
         cached = getattr(self, "_rows", None)
         if cached is not None and cached[0] is src:
             return cached[1]
-        rows = (self._xs.index_select(0, src).coalesce() if self._xs is not None
+        rows = (self._xs.gather(src) if self._xs is not None
                 else self.data.x[src])
         self._rows = (src, rows)
         return rows

@@ -118,7 +118,8 @@ def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
     elif getattr(cfg, "runtime", "local") == "ray":
         runtime = _ray_runtime(parts, params, cfg, seed)
     else:
-        runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts})
+        runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts},
+                               batch=bool(getattr(cfg, "batch_clients", True)))
     server = GlasuServer(runtime, params, seed)
     try:
         server.setup()
