@@ -27,6 +27,7 @@ from fedgl.algorithms.glasu.model import ClientStack
 from fedgl.algorithms.glasu.options import GlasuParams
 from fedgl.data.sampling import CSRGraph, expand_nodes
 from fedgl.data.vertical import VerticalClientData
+from fedgl.errors import DataError
 from fedgl.evaluation import SPLITS
 
 
@@ -298,6 +299,22 @@ class GlasuClient:
             mask = getattr(self.data, f"{split}_mask")
             out[f"{split}_acc"] = float((pred[mask] == self.data.y[mask]).float().mean())
         return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_state(self) -> dict:
+        """Everything that carries over between rounds: weights, optimiser moments and the
+        random stream (sampling, dropout). Round state is rebuilt by the next round."""
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "generator": self.gen.get_state()}
+
+    def restore_state(self, state: dict) -> None:
+        try:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+            self.gen.set_state(state["generator"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise DataError(f"checkpoint's GLASU client {self.m} does not fit the config "
+                            f"({str(exc).splitlines()[0][:120]}); start the run again") from None
 
     def parameters_dict(self) -> dict[str, Tensor]:
         """A copy of the client's parameters (tests and checkpoints)."""
