@@ -2,11 +2,15 @@
 step on the same batches, bytes and messages per update for K = 4, 2, 1 and Q = 1, 4, and each
 configuration's peak resident memory (each configuration runs in its own process).
 
-Cora, M = 3, GCNII, L = 4, hidden 64, batch 16, fanout 3, in-process clients (LocalRuntime), one
-thread. The centralised party (M = 1, every column and edge) and GLASU draw the same batches (the
-same seeded server generator over the same training ids); the sampled sets differ (GLASU's are
-unions of the clients' samples at aggregation layers, so larger): ``client0_nodes_per_layer`` is
-client 0's mean ``|S[l]|``, l = 0..L. Times exclude evaluation.
+Cora, M = 3, GCNII, L = 4, hidden 64, batch 16, fanout 3, in-process clients (LocalRuntime, the
+clients' calls stacked into one computation where supported — ``batch_clients``; the
+"one by one" row turns that off), one thread. The centralised party (M = 1, every column and
+edge) and GLASU draw the same batches (the same seeded server generator over the same training
+ids); the sampled sets differ (GLASU's are unions of the clients' samples at aggregation layers,
+so larger): ``client0_nodes_per_layer`` is client 0's mean ``|S[l]|``, l = 0..L. Times exclude
+evaluation. Wall seconds and the process's CPU seconds are both reported: on a shared machine
+the CPU time is the steadier measure of the work a step does. ``interleaved()`` times chosen
+configurations round by round in one process, so that load changes hit them alike.
 
     FEDGL_DATA=../shared/data python benchmarks/perf_glasu.py --rounds 40
 

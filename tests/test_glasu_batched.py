@@ -75,3 +75,15 @@ def test_stacked_clients_equal_the_clients_one_by_one(backbone, agg, q):
     la, lb = one.runtime.ledger, stacked.runtime.ledger
     assert la.bytes("train") == lb.bytes("train") and la.messages("train") == lb.messages("train")
     assert one.evaluate()["test_acc"] == pytest.approx(stacked.evaluate()["test_acc"], abs=1e-6)
+
+
+def test_one_sort_by_target_then_key_equals_the_two_pass_sort():
+    from fedgl.data.sampling import _by_target_then_key
+
+    gen = torch.Generator().manual_seed(1)
+    target = torch.sort(torch.randint(0, 50, (2000,), generator=gen)).values
+    for keys in (torch.rand(2000, generator=gen, dtype=torch.float64),
+                 torch.randint(0, 4, (2000,), generator=gen).double() / 4):  # many exact ties
+        two_pass = torch.argsort(keys)
+        two_pass = two_pass[torch.argsort(target[two_pass], stable=True)]
+        assert torch.equal(_by_target_then_key(target, keys, 50), two_pass)

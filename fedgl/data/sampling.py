@@ -114,12 +114,27 @@ def sample_neighbors(csr: CSRGraph, nodes: Tensor, fanout: int,
     if fanout >= 0 and bool((deg > fanout).any()):
         keys = (torch.rand(total, generator=generator, dtype=torch.float64) if generators is None
                 else _group_keys(deg, fanout, group_counts or [], generators))
-        order = torch.argsort(keys)
-        order = order[torch.argsort(target[order], stable=True)]  # by target, then random key
+        order = _by_target_then_key(target, keys, nodes.numel())
         rank = torch.arange(total) - first[target[order]]
         keep = order[rank < fanout]
         target, within = target[keep], within[keep]
     return target, csr.indices[start[target] + within].long()
+
+
+def _by_target_then_key(target: Tensor, keys: Tensor, num_targets: int) -> Tensor:
+    """The permutation sorting candidates by (target, key). One integer sort on the target in
+    the high bits and the key's leading bits below; should two candidates of one target share
+    those bits (rare), the two-pass sort on the full keys decides, so the result is always that
+    of sorting by (target, key)."""
+    free = 62 - max(1, num_targets).bit_length()
+    if free >= 24:
+        combined = (target << free) | (keys * float(1 << free)).long()
+        order = torch.argsort(combined)
+        ranked = combined[order]
+        if not bool((ranked[1:] == ranked[:-1]).any()):
+            return order
+    order = torch.argsort(keys)
+    return order[torch.argsort(target[order], stable=True)]
 
 
 def _group_keys(deg: Tensor, fanout: int, counts: list[int],

@@ -26,6 +26,7 @@ and the runtime calls the clients one by one.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -244,12 +245,11 @@ def _segment(st: Stack, k: int, h: Tensor | None, state: dict) -> Tensor:
     return h
 
 
-def _per_client_matmul(weights: list[Tensor], h: Tensor, rows: list[int]) -> Tensor:
-    """``H_m W_m`` on each client's rows: one batched product when the clients have the same
-    number of rows (a shared node set), else one product per client."""
+def _per_client_matmul(weights: Tensor, h: Tensor, rows: list[int]) -> Tensor:
+    """``H_m W_m`` (``weights[m]``) on each client's rows: one batched product when the clients
+    have the same number of rows (a shared node set), else one product per client."""
     if len(set(rows)) == 1:
-        return torch.bmm(h.view(len(rows), rows[0], -1), torch.stack(weights)).reshape(
-            h.size(0), -1)
+        return torch.bmm(h.view(len(rows), rows[0], -1), weights).reshape(h.size(0), -1)
     return torch.cat([s @ w for w, s in zip(weights, _split(h, rows), strict=True)])
 
 
@@ -277,5 +277,7 @@ def _layer(st: Stack, layer: int, h: Tensor, block: Block, h0: Tensor | None) ->
                                        dim=0)
         return torch.relu(z + bias)
     support = torch.sparse.addmm(h0, block.adj, h, beta=p.gcnii_alpha, alpha=1 - p.gcnii_alpha)
-    return torch.relu(_per_client_matmul([c.model.gcnii_weight(layer) for c in st.clients],
-                                         support, rows))
+    beta = math.log(p.gcnii_lambda / (layer + 1) + 1.0)  # every client's (1-β) I + β W at once
+    w = torch.stack([c.weight for c in convs]).transpose(1, 2)
+    eye = torch.eye(w.size(1), dtype=w.dtype)
+    return torch.relu(_per_client_matmul((1 - beta) * eye + beta * w, support, rows))
