@@ -142,18 +142,27 @@ def local_updates_many(group: list[GlasuClient], h: Tensor | None, cache: dict,
     for q in range(p.stale_steps):
         top = _input_from(st, len(p.agg) + 1, h) if q == 0 else _full_local_forward(st)
         tops = _dropout(st, top, st.sets[p.layers][1])
-        losses = []
-        for c, part in zip(group, _split(tops, st.sets[p.layers][1]), strict=True):
-            logits = c.model.classifier(part)
-            losses.append(F.cross_entropy(logits, c.data.y[c.sets[p.layers]]))
+        losses = _losses(st, tops)
         for c in group:
             c.opt.zero_grad()
-        torch.stack(losses).sum().backward()
+        losses.sum().backward()
         for c in group:
             c.opt.step()
         if q == 0:
             first = [float(v.detach()) for v in losses]
     return [{"loss": v} for v in first]
+
+
+def _losses(st: Stack, tops: Tensor) -> Tensor:
+    """Every client's own cross-entropy on its own classifier (``[M]``); the batch ``S[L]`` has
+    the same size at every client, so the classifiers run as one batched product."""
+    clients, L = st.clients, st.clients[0].p.layers
+    M, rows = len(clients), st.sets[L][1][0]
+    w = torch.stack([c.model.classifier.weight for c in clients]).transpose(1, 2)
+    b = torch.stack([c.model.classifier.bias for c in clients]).unsqueeze(1)
+    logits = torch.baddbmm(b, tops.view(M, rows, -1), w)
+    y = torch.cat([c.data.y[c.sets[L]] for c in clients])
+    return F.cross_entropy(logits.reshape(M * rows, -1), y, reduction="none").view(M, rows).mean(1)
 
 
 # ---------------------------------------------------------------------------- stacked forward
