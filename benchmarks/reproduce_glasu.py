@@ -220,6 +220,10 @@ def render(results: dict) -> str:
                     and r["clients"] == 3 and r["baseline"] == "none"]
             if rows:
                 lines.append(_row(dataset, f"K={k}", None, rows))
+    if any(r["table"] == "3" for r in runs):
+        lines += ["", "## Table 3 (time to a threshold test accuracy vs Q; K = 2)", ""]
+        lines += table3(runs, results.get("t3_threshold") or thresholds(
+            args.get("t3_threshold", "cora=0.78,citeseer=0.64")))
     lines += ["", "## Table 6 (M = 3, 5, 7; Q = 4 for GLASU)", "",
               "| dataset | column | paper | ours: final | ours: best-val | n | train MB | "
               "messages | train s |", "|---|---|---|---|---|---|---|---|---|"]
