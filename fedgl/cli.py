@@ -308,6 +308,19 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in Path(text.replace("npz:", "")).stem)
 
 
+def _vertical_summary(cfg: dict, split: dict) -> str:
+    """The vertical split in words: clients, feature columns each, edge share, edges covered."""
+    if split.get("clients") == 1:
+        return ", one party (all feature columns and edges)"
+    cols = "/".join(str(c) for c in split.get("columns", []))
+    share = cfg.get("edge_share")
+    edges = "all edges each" if cfg["algorithm"] == "glasu-simulated" or share is None else (
+        f"{float(share):.0%} of the edges each")
+    return (f", {split.get('clients')} vertical clients ({cfg.get('feature_split', 'random')} "
+            f"feature split {cols} columns, {edges}, union covers "
+            f"{split.get('union_edge_coverage', 0.0):.0%})")
+
+
 def _print_summary(result: Any, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -315,8 +328,12 @@ def _print_summary(result: Any, out: Path) -> None:
     from fedgl.results import SUMMARY_METRICS
 
     cfg = result.config
-    parties = ("" if cfg["algorithm"].startswith("centralized")
-               else f", {cfg['clients']} clients, β={cfg['beta']:g}")
+    split = result.repeats[0].partition if result.repeats else {}
+    if split.get("setting") == "vertical":
+        parties = _vertical_summary(cfg, split)
+    else:
+        parties = ("" if cfg["algorithm"].startswith("centralized")
+                   else f", {cfg['clients']} clients, β={cfg['beta']:g}")
     title = (f"{cfg['algorithm']}"
              + (f" {cfg['hops']}-hop" if cfg["algorithm"] == "fedgcn" else "")
              + f" on {cfg['dataset']}{parties}, "
