@@ -114,7 +114,7 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     _add_config_flags(run, algorithm=algorithm)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
-    _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta",
+    _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
                              "min_client_size", "seed", "sbm_nodes", "sbm_classes", "sbm_alpha",
                              "sbm_mu", "sbm_features", "sbm_noise"))
     part.add_argument("--plot", metavar="PNG", help="write a per-client label histogram here")
@@ -380,7 +380,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from fedgl.api import as_config, load_graph
-    from fedgl.data.partition import partition
+    from fedgl.data.shards import make_partition
 
     cfg = as_config(**_overrides(args))
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
@@ -389,11 +389,11 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
         _probe_writable(Path(args.plot))
     graph = load_graph(cfg)
-    part = partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=cfg.seed,
-                     min_size=cfg.min_client_size)
+    part = make_partition(graph, cfg, cfg.seed)
     stats = part.stats(graph)
+    knob = {"dirichlet": f" β={cfg.beta:g}", "p-split": f" p={cfg.mcmahan_p:g}"}.get(cfg.partition, "")
     table = Table(title=f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges} edges, "
-                        f"{cfg.clients} clients, {cfg.partition} β={cfg.beta:g}, seed {cfg.seed}")
+                        f"{cfg.clients} clients, {cfg.partition}{knob}, seed {cfg.seed}")
     for col in ("client", "nodes", "train", "test", "labels per class"):
         table.add_column(col, justify="right" if col != "labels per class" else "left")
     for k in range(cfg.clients):
