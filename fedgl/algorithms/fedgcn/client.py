@@ -47,6 +47,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
     """A FedGCN party. Holds only its :class:`ClientData` and, after pre-training, the sums it
     received (rows for its own nodes, and with 2-hop for its remote neighbours)."""
 
+    minibatch_capable = True  # --batch-size/--fanouts: sampled local steps on its own inputs
+
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
         super().__init__(data, config, seed)
         self.hops = config.hops
@@ -164,7 +166,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             sums = full
         self.received_sums = as_dense(sums)
         self.remote_deg_tilde = degrees
-        self._inputs = self._train_cache = None
+        self._inputs = self._train_cache = self._sampled = None
 
     # ------------------------------------------------------------------ secure pre-training
     def privacy_hello(self, session: bytes, announce: bool) -> dict:
@@ -328,7 +330,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         key = torch.unique(rows[1] * len(row_ids) + rows[0])
         ei = torch.stack([key % len(row_ids), key // len(row_ids)])
         ei, w = gcn_edge_weights(ei, len(row_ids), deg)
-        return ModelInputs(agg, ei, w, torch.arange(n_own), pre_aggregated=True)
+        return ModelInputs(agg, ei, w, torch.arange(n_own), pre_aggregated=True,
+                           node_norm=deg.to(torch.float32).pow(-0.5))
 
     def _local_subgraph_inputs(self, x: Tensor, *, pre_aggregated: bool) -> ModelInputs:
         """Rows = own nodes; edges = own-own edges normalised with local degrees (graph A_k)."""
@@ -338,7 +341,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         ei = torch.stack([d.global_to_local(j[own_src]), d.global_to_local(i[own_src])])
         local_deg = torch.bincount(ei[1], minlength=d.num_nodes) + 1
         ei, w = gcn_edge_weights(ei, d.num_nodes, local_deg)
-        return ModelInputs(x, ei, w, torch.arange(d.num_nodes), pre_aggregated=pre_aggregated)
+        return ModelInputs(x, ei, w, torch.arange(d.num_nodes), pre_aggregated=pre_aggregated,
+                           node_norm=local_deg.to(torch.float32).pow(-0.5))
 
 
 def _split(flat: Tensor, sizes: Tensor) -> list[np.ndarray]:
