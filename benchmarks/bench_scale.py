@@ -8,6 +8,11 @@
     python benchmarks/bench_scale.py formula --dataset synthetic:products --clients 20
     # bytes really sent by FedGCN's pre-training (sparse where smaller) vs the dense count
     FEDGL_DATA=../shared/data python benchmarks/bench_scale.py pretrain-bytes --dataset cora
+    # products-sized graph: partition once (timed, cached as .npy), then mini-batch runs
+    python benchmarks/bench_scale.py formula --dataset synthetic:products --clients 20 \
+        --partition metis --save-partition /tmp/scale_parts/metis.npy
+    python benchmarks/bench_scale.py products --runs centralized dirichlet:0 metis:0 metis:1 \
+        --partition-dir /tmp/scale_parts --rounds 100 --batch-size 1024 --fanouts 10,5
 
 Every run is a separate process (so that its peak RSS is its own) and prints its summary as
 JSON; the parent prints one JSON object with all runs and the ratios to the centralised run.
@@ -33,7 +38,10 @@ def one_run(kwargs: dict) -> dict:
     import fedgl
     from fedgl.api import as_config, load_graph
 
+    part_file = kwargs.pop("_partition_file", None)
     cfg = as_config(**kwargs)
+    if part_file:
+        _use_cached_partition(part_file)
     t0 = time.perf_counter()
     graph = load_graph(cfg)
     load_seconds = time.perf_counter() - t0
@@ -42,7 +50,7 @@ def one_run(kwargs: dict) -> dict:
     rep = result.repeats[0]
     rounds = max(1, rep.final["rounds"])
     out = {
-        "config": {k: v for k, v in kwargs.items() if k not in COMMON},
+        "config": {k: v for k, v in kwargs.items() if k not in COMMON and k != "progress"},
         "test_acc": rep.final["test_acc"],
         "selected_test_acc": rep.final["selected_test_acc"],
         "oracle_test_acc": rep.final["oracle_test_acc"],
@@ -62,13 +70,34 @@ def one_run(kwargs: dict) -> dict:
     return out
 
 
-def spawn(kwargs: dict) -> dict:
+def _use_cached_partition(path: str) -> None:
+    """Benchmark shortcut: the federated driver takes the owner array that ``formula
+    --save-partition`` computed (and timed) once, instead of recomputing METIS per run."""
+    import numpy as np
+
+    import fedgl.algorithms.runner as runner
+    from fedgl.data.partition import Partition
+
+    owner = np.load(path)
+
+    def cached(graph, cfg, seed):
+        if len(owner) != graph.num_nodes or int(owner.max()) + 1 != cfg.clients:
+            raise SystemExit(f"{path} does not fit this graph / client count")
+        return Partition(owner.astype(np.int64), cfg.clients)
+
+    runner.make_partition = cached
+
+
+def spawn(kwargs: dict, stream: bool = False) -> dict:
+    """Run one configuration in a fresh process; ``stream``: its progress goes to stderr."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(),
                                                                       os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, __file__, "_one", json.dumps(kwargs)], env=env,
-                          capture_output=True, text=True, check=False)
+                          stdout=subprocess.PIPE, stderr=None if stream else subprocess.PIPE,
+                          text=True, check=False)
     if proc.returncode != 0:
-        return {"config": kwargs, "error": proc.stderr.strip().splitlines()[-1:]}
+        err = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        return {"config": kwargs, "error": err}
     return json.loads(proc.stdout)
 
 
@@ -93,13 +122,21 @@ def formula(args: argparse.Namespace) -> dict:
     from fedgl.api import as_config, load_graph
     from fedgl.data.shards import make_partition
 
-    cfg = as_config(dataset=args.dataset, clients=args.clients, beta=args.beta, **COMMON)
+    cfg = as_config(dataset=args.dataset, clients=args.clients, beta=args.beta,
+                    partition=args.partition, **COMMON)
     t0 = time.perf_counter()
     graph = load_graph(cfg)
     load = time.perf_counter() - t0
+    rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"loaded in {load:.1f} s; partitioning ({args.partition})", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
     part = make_partition(graph, cfg, cfg.seed)
     part_seconds = time.perf_counter() - t0
+    rss_part = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"partitioned in {part_seconds:.1f} s", file=sys.stderr, flush=True)
+    if args.save_partition:
+        os.makedirs(os.path.dirname(os.path.abspath(args.save_partition)), exist_ok=True)
+        np.save(args.save_partition, part.owner)
     owner = torch.from_numpy(part.owner)
     src, dst = graph.edge_index
     n, k, d = graph.num_nodes, part.num_clients, graph.num_features
@@ -116,6 +153,8 @@ def formula(args: argparse.Namespace) -> dict:
     return {"dataset": args.dataset, "nodes": n, "edges": graph.num_edges, "features": d,
             "clients": k, "partition": cfg.partition, "beta": cfg.beta,
             "load_seconds": round(load, 2), "partition_seconds": round(part_seconds, 2),
+            "peak_rss_mb_after_load": round(rss_load),
+            "peak_rss_mb_after_partition": round(rss_part),
             "cross_client_edges": part.cross_client_edges(graph.edge_index),
             "sum_c_N_i": c_sum, "sum_N_V_k": nv,
             "formula_values_bytes": {"1hop": one_hop, "2hop": two_hop},
@@ -144,12 +183,40 @@ def pretrain_bytes(args: argparse.Namespace) -> dict:
     return out
 
 
+def products(args: argparse.Namespace) -> dict:
+    """Mini-batch runs on a large graph, each in its own process: ``centralized`` (one party,
+    the same batch size, fan-outs and number of sequential steps) and ``<partition>:<hops>``
+    (FedGCN, the partition read from ``<partition-dir>/<partition>.npy``)."""
+    base = dict(dataset=args.dataset, rounds=args.rounds, lr=args.lr, eval_every=args.eval_every,
+                local_steps=args.local_steps, batch_size=args.batch_size, fanouts=args.fanouts,
+                oracle_eval=False, **COMMON)
+    runs: dict[str, dict] = {}
+    for spec in args.runs:
+        t0 = time.perf_counter()
+        if spec == "centralized":
+            kwargs = {**base, "algorithm": "centralized"}
+        else:
+            method, hops = spec.split(":")
+            kwargs = {**base, "algorithm": "fedgcn", "hops": int(hops), "clients": args.clients,
+                      "partition": method,
+                      "_partition_file": os.path.join(args.partition_dir, f"{method}.npy")}
+        print(f"[{time.strftime('%H:%M:%S')}] {spec} ...", file=sys.stderr, flush=True)
+        runs[spec] = spawn({**kwargs, "progress": True}, stream=True)
+        runs[spec]["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps({spec: runs[spec]}), file=sys.stderr, flush=True)
+    out = {"runs": runs}
+    if "centralized" in runs:
+        out["vs_centralized"] = ratios(runs, "centralized")
+    return out
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "_one":
         print(json.dumps(one_run(json.loads(sys.argv[2]))))
         return
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["arxiv", "cross-device", "formula", "pretrain-bytes"])
+    ap.add_argument("what", choices=["arxiv", "cross-device", "formula", "pretrain-bytes",
+                                     "products"])
     ap.add_argument("--dataset", default="synthetic:arxiv")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--clients", type=int, default=10)
@@ -158,7 +225,17 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=1.0)
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--partition", default="dirichlet")
+    ap.add_argument("--save-partition", default="")
+    ap.add_argument("--runs", nargs="*", default=["centralized", "dirichlet:0", "metis:0"])
+    ap.add_argument("--partition-dir", default="/tmp/scale_parts")
+    ap.add_argument("--local-steps", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--fanouts", default="10,5")
     args = ap.parse_args()
+    if args.what == "products":
+        print(json.dumps(products(args), indent=1))
+        return
     if args.what == "formula":
         print(json.dumps(formula(args), indent=1))
         return

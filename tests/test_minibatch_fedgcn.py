@@ -165,3 +165,22 @@ def test_cli_batch_size_and_fanouts(cli, tmp_path):
     res = cli("run", "--algorithm", "centralized", "--sbm-nodes", "300", "--sbm-features", "16",
               "--rounds", "2", "--batch-size", "64", "--fanouts", "5,5", "--no-progress")
     assert res.code == 0, res.err
+
+
+def test_csr_from_edge_index_sorted_in_place_and_without_self_loops():
+    """The in-place key sort gives the CSR of the (destination, source) order; self-loops can
+    be dropped on the way."""
+    from fedgl.data.sampling import CSRGraph
+
+    g = torch.Generator().manual_seed(3)
+    n = 50
+    ei = torch.randint(0, n, (2, 400), generator=g)
+    csr = CSRGraph.from_edge_index(ei, n, dtype=torch.int32)
+    order = torch.argsort(ei[1] * n + ei[0])
+    assert torch.equal(csr.indices.long(), ei[0][order])
+    assert torch.equal(csr.indptr.long()[1:], torch.cumsum(torch.bincount(ei[1], minlength=n), 0))
+    no_loops = CSRGraph.from_edge_index(ei, n, drop_self_loops=True)
+    keep = ei[0] != ei[1]
+    ref = CSRGraph.from_edge_index(ei[:, keep], n)
+    assert torch.equal(no_loops.indices, ref.indices) and torch.equal(no_loops.indptr, ref.indptr)
+    assert int(no_loops.indptr[-1]) == int(keep.sum()) < 400

@@ -145,6 +145,7 @@ class GNNClient(ABC):
                 raise RuntimeError("mini-batch GCN needs ModelInputs.node_norm")
             train = self._masks["train"].nonzero().flatten()
             norm = None if self.config.model != "gcn" else inp.node_norm.to(torch.float32)
+            inp.edge_weight = None  # not needed (re-derived from norm): free it before the CSR
             self._sampled = SampledInputs.build(
                 inp.x.to(self.device), inp.edge_index, norm, inp.own_rows, train,
                 self._y[train], inp.pre_aggregated)

@@ -85,9 +85,8 @@ class SampledInputs:
         """``edge_index`` (source row, destination row), self-loops allowed (dropped here);
         ``train`` indexes the own nodes that train (``own_rows[train]`` are their rows)."""
         n = int(x.size(0))
-        ei = edge_index[:, edge_index[0] != edge_index[1]].cpu()
         dtype = torch.int32 if n < 2**31 else torch.int64
-        csr = CSRGraph.from_edge_index(ei, n, dtype=dtype)
+        csr = CSRGraph.from_edge_index(edge_index.cpu(), n, dtype=dtype, drop_self_loops=True)
         own = own_rows.cpu()
         return cls(x, csr, norm, own, own[train.cpu()], y_train, pre_aggregated)
 
