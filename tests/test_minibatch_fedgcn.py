@@ -184,3 +184,19 @@ def test_csr_from_edge_index_sorted_in_place_and_without_self_loops():
     ref = CSRGraph.from_edge_index(ei[:, keep], n)
     assert torch.equal(no_loops.indices, ref.indices) and torch.equal(no_loops.indptr, ref.indptr)
     assert int(no_loops.indptr[-1]) == int(keep.sum()) < 400
+
+
+@pytest.mark.parametrize("hops,model", [(2, "gcn"), (0, "sage")])
+def test_inference_chunks_do_not_change_predictions(hops, model):
+    """Full-neighbour inference over CSR chunks of a few entries = one chunk."""
+    from fedgl.algorithms.sampled import full_inference
+
+    _, mini = _pair(hops, model, batch_size=16)
+    client = mini.runtime.local_client(1)
+    client.load_weights(mini.weights)
+    client.model.eval()
+    si = client._sampled_inputs()
+    whole = full_inference(client.model, model, si)
+    tiny = full_inference(client.model, model, si, chunk_values=7 * si.x.size(1))
+    assert whole.shape[0] == client.data.num_nodes
+    assert torch.allclose(whole, tiny, atol=1e-5)
