@@ -48,7 +48,14 @@ def one_run(kwargs: dict) -> dict:
     graph = load_graph(cfg)
     load_seconds = time.perf_counter() - t0
     rss_after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = fedgl.run(cfg, graph=graph)
+    started = time.perf_counter()
+
+    def alive(repeat: int, t: int, server: object) -> None:
+        if t % 10 == 0:
+            print(f"  round {t} at {time.perf_counter() - started:.0f} s", file=sys.stderr,
+                  flush=True)
+
+    result = fedgl.run(cfg, graph=graph, on_round=alive)
     rep = result.repeats[0]
     rounds = max(1, rep.final["rounds"])
     out = {
