@@ -140,6 +140,8 @@ class GNNClient(ABC):
         from fedgl.algorithms.sampled import SampledInputs
 
         if self._sampled is None:
+            self._sampled = self._lean_sampled_inputs()
+        if self._sampled is None:
             inp = self.model_inputs()
             if self.config.model == "gcn" and inp.node_norm is None:
                 raise RuntimeError("mini-batch GCN needs ModelInputs.node_norm")
@@ -150,6 +152,11 @@ class GNNClient(ABC):
                 inp.x.to(self.device), inp.edge_index, norm, inp.own_rows, train,
                 self._y[train], inp.pre_aggregated)
         return self._sampled
+
+    def _lean_sampled_inputs(self):
+        """Hook: the sampled inputs built without the full edge list, or None (then they are
+        made from :meth:`model_inputs`)."""
+        return None
 
     def _minibatch_steps(self, opt: torch.optim.Optimizer, local_steps: int, round: int
                          ) -> list[float]:

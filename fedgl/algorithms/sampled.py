@@ -85,10 +85,29 @@ class SampledInputs:
         """``edge_index`` (source row, destination row), self-loops allowed (dropped here);
         ``train`` indexes the own nodes that train (``own_rows[train]`` are their rows)."""
         n = int(x.size(0))
-        dtype = torch.int32 if n < 2**31 else torch.int64
-        csr = CSRGraph.from_edge_index(edge_index.cpu(), n, dtype=dtype, drop_self_loops=True)
+        csr = CSRGraph.from_edge_index(edge_index.cpu(), n, dtype=index_dtype(n),
+                                       drop_self_loops=True)
         own = own_rows.cpu()
         return cls(x, csr, norm, own, own[train.cpu()], y_train, pre_aggregated)
+
+
+def index_dtype(num_nodes: int) -> torch.dtype:
+    return torch.int32 if num_nodes < 2**31 else torch.int64
+
+
+def own_subgraph_keys(node_ids: Tensor, edge_index: Tensor, chunk: int = 1 << 22) -> Tensor:
+    """Keys ``dst·n + src`` (local positions in the sorted ``node_ids``, n = their number) of
+    the edges of ``edge_index`` (global ids) with both ends in ``node_ids``, self-loops
+    dropped; computed ``chunk`` edges at a time (no edge-sized temporaries besides the keys)."""
+    n = max(int(node_ids.numel()), 1)
+    parts = []
+    for a in range(0, int(edge_index.size(1)), chunk):
+        src, dst = edge_index[0, a:a + chunk], edge_index[1, a:a + chunk]
+        ps = torch.searchsorted(node_ids, src).clamp_(max=n - 1)
+        pd = torch.searchsorted(node_ids, dst).clamp_(max=n - 1)
+        keep = (node_ids[ps] == src) & (node_ids[pd] == dst) & (src != dst)
+        parts.append(pd[keep] * n + ps[keep])
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
 
 
 def sampled_fanouts(fanouts: list[int], layers: int, pre_aggregated: bool) -> list[int]:

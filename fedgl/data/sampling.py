@@ -61,6 +61,14 @@ class CSRGraph:
         else:
             keys = dst * n
             keys += src
+        return cls.from_keys(keys, num_nodes, dtype)
+
+    @classmethod
+    def from_keys(cls, keys: Tensor, num_nodes: int,
+                  dtype: torch.dtype = torch.int64) -> CSRGraph:
+        """CSR from int64 edge keys ``dst·N + src`` (N = ``max(num_nodes, 1)``), which are
+        sorted in place and then overwritten: the caller hands the tensor over."""
+        n = max(num_nodes, 1)
         if keys.is_cpu:
             keys.numpy().sort()
         else:

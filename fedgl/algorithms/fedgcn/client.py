@@ -333,6 +333,33 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return ModelInputs(agg, ei, w, torch.arange(n_own), pre_aggregated=True,
                            node_norm=deg.to(torch.float32).pow(-0.5))
 
+    def _lean_sampled_inputs(self):
+        """Mini-batch inputs of 0/1-hop (own nodes, own-own edges) built straight into a CSR,
+        in edge chunks, never as an edge list with weights: the same rows, edges and local
+        degrees as :meth:`_local_subgraph_inputs` (a products-sized single party fits)."""
+        from fedgl.algorithms.sampled import SampledInputs, index_dtype, own_subgraph_keys
+        from fedgl.data.sampling import CSRGraph
+
+        if self.hops == 2:
+            return None
+        d = self.data
+        n = d.num_nodes
+        csr = CSRGraph.from_keys(own_subgraph_keys(d.node_ids, d.edge_index), n, index_dtype(n))
+        local_deg = (csr.indptr[1:] - csr.indptr[:-1]).long() + 1
+        norm = local_deg.to(torch.float32).pow(-0.5)
+        if self.hops == 0:
+            x = d.x
+        else:
+            if self.received_sums is None:
+                raise RuntimeError("FedGCN client with hops >= 1 used before the pre-training "
+                                   "round")
+            x = self.received_sums * self.deg_tilde.to(d.x.dtype).pow(-0.5).unsqueeze(1)
+        train = self._masks["train"].nonzero().flatten()
+        own = torch.arange(n)
+        return SampledInputs(x.to(self.device), csr,
+                             norm.to(self.device) if self.config.model == "gcn" else None,
+                             own, own[train.cpu()], self._y[train], self.hops == 1)
+
     def _local_subgraph_inputs(self, x: Tensor, *, pre_aggregated: bool) -> ModelInputs:
         """Rows = own nodes; edges = own-own edges normalised with local degrees (graph A_k)."""
         d = self.data
