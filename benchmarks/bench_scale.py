@@ -171,7 +171,8 @@ def formula(args: argparse.Namespace) -> dict:
             "load_seconds": round(load, 2), "partition_seconds": round(part_seconds, 2),
             "peak_rss_mb_after_load": round(rss_load),
             "peak_rss_mb_after_partition": round(rss_part),
-            "metis_input": "edge list as CSR, no copy" if lean else "fedgl.data.partition",
+            "metis_input": ("cached CSR, before the graph is loaded" if early is not None
+                            else "edge list as CSR, no copy" if lean else "fedgl.data.partition"),
             "cross_client_edges": part.cross_client_edges(graph.edge_index),
             "sum_c_N_i": c_sum, "sum_N_V_k": nv,
             "formula_values_bytes": {"1hop": one_hop, "2hop": two_hop},
