@@ -32,11 +32,12 @@ def _graph(seed: int = 0) -> GraphData:
     return GraphData(g.name, g.x, g.y, g.edge_index, train, ~train, ~train, g.num_classes)
 
 
-def _pair(hops: int, model: str = "gcn", **minibatch):
+def _pair(hops: int, model: str = "gcn", variant: str = "eq33", **minibatch):
     """Full-batch and mini-batch federations on the same graph and partition, pre-trained."""
     graph = _graph()
     part = random_partition(graph.num_nodes, 4, seed=1)
-    common = {"hops": hops, "model": model, "dropout": 0.0, "lr": 0.5}
+    common = {"hops": hops, "model": model, "dropout": 0.0, "lr": 0.5,
+              **({"one_hop_variant": variant} if variant != "eq33" else {})}
     full = fedgcn_federation(graph, part, **common)
     mini = fedgcn_federation(graph, part, **common, **minibatch)
     full.pretrain()
@@ -44,10 +45,12 @@ def _pair(hops: int, model: str = "gcn", **minibatch):
     return full, mini
 
 
-@pytest.mark.parametrize("hops,model", [(0, "gcn"), (1, "gcn"), (2, "gcn"), (0, "sage")])
-def test_full_fanout_whole_batch_equals_full_batch(hops, model):
+@pytest.mark.parametrize("hops,model,variant", [(0, "gcn", "eq33"), (1, "gcn", "eq33"),
+                                               (1, "gcn", "paper-code"), (2, "gcn", "eq33"),
+                                               (0, "sage", "eq33")])
+def test_full_fanout_whole_batch_equals_full_batch(hops, model, variant):
     """Same weights in -> same updates out (two local steps), and the same predictions."""
-    full, mini = _pair(hops, model, batch_size=10_000)  # fanouts default: every neighbour
+    full, mini = _pair(hops, model, variant, batch_size=10_000)  # fanouts: every neighbour
     weights = full.weights
     for k in full.runtime.client_ids:
         a, b = full.runtime.local_client(k), mini.runtime.local_client(k)

@@ -345,7 +345,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         from fedgl.algorithms.sampled import SampledInputs, index_dtype, own_subgraph_keys
         from fedgl.data.sampling import CSRGraph
 
-        if self.hops == 2:
+        if self.neighbour_rows:  # 2-hop, or 1-hop paper-code: rows V_k ∪ N(V_k)
             return None
         d = self.data
         n = d.num_nodes
