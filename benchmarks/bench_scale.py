@@ -8,6 +8,13 @@
     python benchmarks/bench_scale.py formula --dataset synthetic:products --clients 20
     # bytes really sent by FedGCN's pre-training (sparse where smaller) vs the dense count
     FEDGL_DATA=../shared/data python benchmarks/bench_scale.py pretrain-bytes --dataset cora
+    # products-sized graph: partition once (timed, cached as .npy), then mini-batch runs
+    python benchmarks/bench_scale.py formula --dataset synthetic:products --clients 20 \
+        --partition metis --save-partition /tmp/scale_parts/metis.npy
+    python benchmarks/bench_scale.py products --runs centralized dirichlet:0 metis:0 metis:1 \
+        --partition-dir /tmp/scale_parts --rounds 100 --batch-size 1024 --fanouts 10,5
+    # FedGCN 2-hop on the Ray runtime, 10 actors: peak memory per actor and in total
+    python benchmarks/bench_scale.py ray-arxiv --clients 10 --hops 2 --rounds 5 --eval-every 5
 
 Every run is a separate process (so that its peak RSS is its own) and prints its summary as
 JSON; the parent prints one JSON object with all runs and the ratios to the centralised run.
@@ -33,16 +40,26 @@ def one_run(kwargs: dict) -> dict:
     import fedgl
     from fedgl.api import as_config, load_graph
 
+    part_file = kwargs.pop("_partition_file", None)
     cfg = as_config(**kwargs)
+    if part_file:
+        _use_cached_partition(part_file)
     t0 = time.perf_counter()
     graph = load_graph(cfg)
     load_seconds = time.perf_counter() - t0
     rss_after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    result = fedgl.run(cfg, graph=graph)
+    started = time.perf_counter()
+
+    def alive(repeat: int, t: int, server: object) -> None:
+        if t % 10 == 0:
+            print(f"  round {t} at {time.perf_counter() - started:.0f} s", file=sys.stderr,
+                  flush=True)
+
+    result = fedgl.run(cfg, graph=graph, on_round=alive)
     rep = result.repeats[0]
     rounds = max(1, rep.final["rounds"])
     out = {
-        "config": {k: v for k, v in kwargs.items() if k not in COMMON},
+        "config": {k: v for k, v in kwargs.items() if k not in COMMON and k != "progress"},
         "test_acc": rep.final["test_acc"],
         "selected_test_acc": rep.final["selected_test_acc"],
         "oracle_test_acc": rep.final["oracle_test_acc"],
@@ -62,13 +79,34 @@ def one_run(kwargs: dict) -> dict:
     return out
 
 
-def spawn(kwargs: dict) -> dict:
+def _use_cached_partition(path: str) -> None:
+    """Benchmark shortcut: the federated driver takes the owner array that ``formula
+    --save-partition`` computed (and timed) once, instead of recomputing METIS per run."""
+    import numpy as np
+
+    import fedgl.algorithms.runner as runner
+    from fedgl.data.partition import Partition
+
+    owner = np.load(path)
+
+    def cached(graph, cfg, seed):
+        if len(owner) != graph.num_nodes or int(owner.max()) + 1 != cfg.clients:
+            raise SystemExit(f"{path} does not fit this graph / client count")
+        return Partition(owner.astype(np.int64), cfg.clients)
+
+    runner.make_partition = cached
+
+
+def spawn(kwargs: dict, stream: bool = False) -> dict:
+    """Run one configuration in a fresh process; ``stream``: its progress goes to stderr."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [os.getcwd(),
                                                                       os.environ.get("PYTHONPATH")]))}
     proc = subprocess.run([sys.executable, __file__, "_one", json.dumps(kwargs)], env=env,
-                          capture_output=True, text=True, check=False)
+                          stdout=subprocess.PIPE, stderr=None if stream else subprocess.PIPE,
+                          text=True, check=False)
     if proc.returncode != 0:
-        return {"config": kwargs, "error": proc.stderr.strip().splitlines()[-1:]}
+        err = (proc.stderr or "").strip().splitlines()[-1:] or [f"exit code {proc.returncode}"]
+        return {"config": kwargs, "error": err}
     return json.loads(proc.stdout)
 
 
@@ -93,13 +131,28 @@ def formula(args: argparse.Namespace) -> dict:
     from fedgl.api import as_config, load_graph
     from fedgl.data.shards import make_partition
 
-    cfg = as_config(dataset=args.dataset, clients=args.clients, beta=args.beta, **COMMON)
+    cfg = as_config(dataset=args.dataset, clients=args.clients, beta=args.beta,
+                    partition=args.partition, **COMMON)
+    early = None
+    if args.partition == "metis" and args.dataset.startswith("synthetic:"):
+        early = _metis_from_cache(cfg)  # before the graph is loaded: METIS alone in memory
     t0 = time.perf_counter()
     graph = load_graph(cfg)
     load = time.perf_counter() - t0
+    rss_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"loaded in {load:.1f} s; partitioning ({args.partition})", file=sys.stderr, flush=True)
     t0 = time.perf_counter()
-    part = make_partition(graph, cfg, cfg.seed)
-    part_seconds = time.perf_counter() - t0
+    lean = args.partition == "metis" and _sorted_by_destination(graph.edge_index.numpy())
+    if early is not None:
+        part, part_seconds, rss_part = early
+    else:
+        part = _lean_metis(graph, cfg) if lean else make_partition(graph, cfg, cfg.seed)
+        part_seconds = time.perf_counter() - t0
+        rss_part = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(f"partitioned in {part_seconds:.1f} s", file=sys.stderr, flush=True)
+    if args.save_partition:
+        os.makedirs(os.path.dirname(os.path.abspath(args.save_partition)), exist_ok=True)
+        np.save(args.save_partition, part.owner)
     owner = torch.from_numpy(part.owner)
     src, dst = graph.edge_index
     n, k, d = graph.num_nodes, part.num_clients, graph.num_features
@@ -116,6 +169,10 @@ def formula(args: argparse.Namespace) -> dict:
     return {"dataset": args.dataset, "nodes": n, "edges": graph.num_edges, "features": d,
             "clients": k, "partition": cfg.partition, "beta": cfg.beta,
             "load_seconds": round(load, 2), "partition_seconds": round(part_seconds, 2),
+            "peak_rss_mb_after_load": round(rss_load),
+            "peak_rss_mb_after_partition": round(rss_part),
+            "metis_input": ("cached CSR, before the graph is loaded" if early is not None
+                            else "edge list as CSR, no copy" if lean else "fedgl.data.partition"),
             "cross_client_edges": part.cross_client_edges(graph.edge_index),
             "sum_c_N_i": c_sum, "sum_N_V_k": nv,
             "formula_values_bytes": {"1hop": one_hop, "2hop": two_hop},
@@ -124,6 +181,65 @@ def formula(args: argparse.Namespace) -> dict:
             "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
             "note": "counts of float32 values only (ids and degrees add 8 bytes per row)",
             "largest_client_rows": int(np.bincount(part.owner).max())}
+
+
+def _sorted_by_destination(ei) -> bool:
+    """Columns ordered by (destination, source), strictly; checked in chunks."""
+    import numpy as np
+
+    n, step = ei.shape[1], 1 << 24
+    for a in range(0, max(n - 1, 0), step):
+        d, s = ei[1, a:min(n, a + step + 1)], ei[0, a:min(n, a + step + 1)]
+        if not bool(np.all((d[1:] > d[:-1]) | ((d[1:] == d[:-1]) & (s[1:] > s[:-1])))):
+            return False
+    return True
+
+
+def _lean_metis(graph, cfg):
+    """``fedgl.data.partition.metis_partition``'s METIS call (same options, same adjacency, so
+    the same partition) without its sorted copies of the edge list: the graph's symmetric edge
+    list, sorted by (destination, source), already is METIS's CSR (rows = destinations). On
+    products the copying version was OOM-killed at 14.8 GB on this 24 GB machine."""
+    import numpy as np
+    import pymetis
+
+    from fedgl.data.partition import Partition
+
+    ei = graph.edge_index.numpy()
+    xadj = np.zeros(graph.num_nodes + 1, dtype=np.int64)
+    np.cumsum(np.bincount(ei[1], minlength=graph.num_nodes), out=xadj[1:])
+    opts = pymetis.Options(seed=int(cfg.seed) % (2**31 - 1), ufactor=30)  # imbalance 0.03
+    result = pymetis.part_graph(cfg.clients, pymetis.CSRAdjacency(xadj, ei[0]), options=opts,
+                                recursive=False)
+    owner = np.asarray(result.vertex_part, dtype=np.int64)
+    if np.bincount(owner, minlength=cfg.clients).min() < cfg.min_client_size:
+        raise SystemExit("METIS left a client below min_client_size")
+    return Partition(owner, cfg.clients)
+
+
+def _metis_from_cache(cfg):
+    """METIS on the cached CSR of a synthetic graph (rows = destinations, the same adjacency
+    as :func:`_lean_metis` gets from the edge list): (partition, seconds, peak RSS MB)."""
+    import numpy as np
+    import pymetis
+
+    from fedgl.data.partition import Partition
+    from fedgl.data.synthetic import load_synthetic_arrays, parse_synthetic
+
+    arrays = load_synthetic_arrays(parse_synthetic(cfg.dataset), cfg.seed)
+    xadj, adjncy = arrays["indptr"].astype(np.int64), arrays["indices"]
+    del arrays
+    print(f"METIS on the cached CSR ({len(adjncy)} entries)", file=sys.stderr, flush=True)
+    t0 = time.perf_counter()
+    opts = pymetis.Options(seed=int(cfg.seed) % (2**31 - 1), ufactor=30)  # imbalance 0.03
+    result = pymetis.part_graph(cfg.clients, pymetis.CSRAdjacency(xadj, adjncy), options=opts,
+                                recursive=False)
+    seconds = time.perf_counter() - t0
+    owner = np.asarray(result.vertex_part, dtype=np.int64)
+    del result, xadj, adjncy
+    print(f"METIS done in {seconds:.1f} s", file=sys.stderr, flush=True)
+    return (Partition(owner, cfg.clients), seconds,
+            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
 
 
 def pretrain_bytes(args: argparse.Namespace) -> dict:
@@ -144,12 +260,68 @@ def pretrain_bytes(args: argparse.Namespace) -> dict:
     return out
 
 
+def products(args: argparse.Namespace) -> dict:
+    """Mini-batch runs on a large graph, each in its own process: ``centralized`` (one party,
+    the same batch size, fan-outs and number of sequential steps) and ``<partition>:<hops>``
+    (FedGCN, the partition read from ``<partition-dir>/<partition>.npy``)."""
+    base = dict(dataset=args.dataset, rounds=args.rounds, lr=args.lr, eval_every=args.eval_every,
+                local_steps=args.local_steps, batch_size=args.batch_size, fanouts=args.fanouts,
+                oracle_eval=False, **COMMON)
+    runs: dict[str, dict] = {}
+    for spec in args.runs:
+        t0 = time.perf_counter()
+        if spec == "centralized":
+            kwargs = {**base, "algorithm": "centralized"}
+        else:
+            method, hops = spec.split(":")
+            kwargs = {**base, "algorithm": "fedgcn", "hops": int(hops), "clients": args.clients,
+                      "partition": method, "beta": args.beta}
+            cached = os.path.join(args.partition_dir, f"{method}.npy")
+            if os.path.exists(cached):
+                kwargs["_partition_file"] = cached
+        print(f"[{time.strftime('%H:%M:%S')}] {spec} ...", file=sys.stderr, flush=True)
+        runs[spec] = spawn({**kwargs, "progress": True}, stream=True)
+        runs[spec]["wall_seconds"] = round(time.perf_counter() - t0, 1)
+        print(json.dumps({spec: runs[spec]}), file=sys.stderr, flush=True)
+    out = {"runs": runs}
+    if "centralized" in runs:
+        out["vs_centralized"] = ratios(runs, "centralized")
+    return out
+
+
+def ray_arxiv(args: argparse.Namespace) -> dict:
+    """FedGCN on the Ray runtime, one actor per client: every actor's peak RSS (its own
+    process: its shard, received sums, model and torch), their total, and the driver's."""
+    import fedgl
+
+    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    hops = args.hops[0] if args.hops else 2
+    t0 = time.perf_counter()
+    res = fedgl.run(algorithm="fedgcn", dataset=args.dataset, clients=args.clients, hops=hops,
+                    beta=args.beta, rounds=args.rounds, lr=args.lr, eval_every=args.eval_every,
+                    runtime="ray", oracle_eval=False, **COMMON)
+    rep = res.repeats[0]
+    per_actor = {int(k): round(v) for k, v in rep.extra["client_peak_rss_mb"].items()}
+    return {"dataset": args.dataset, "clients": args.clients, "hops": hops, "runtime": "ray",
+            "rounds": rep.final["rounds"], "test_acc": rep.final["test_acc"],
+            "pretrain_seconds": round(rep.seconds["pretrain"], 2),
+            "seconds_per_round": round(rep.seconds["train"] / max(1, rep.final["rounds"]), 3),
+            "pretrain_bytes": rep.final["pretrain_bytes"],
+            "actor_peak_rss_mb": per_actor,
+            "actor_peak_rss_mb_max": max(per_actor.values()),
+            "actor_peak_rss_mb_total": sum(per_actor.values()),
+            "driver_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
+            "wall_seconds": round(time.perf_counter() - t0, 1)}
+
+
 def main() -> None:
     if len(sys.argv) > 2 and sys.argv[1] == "_one":
         print(json.dumps(one_run(json.loads(sys.argv[2]))))
         return
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["arxiv", "cross-device", "formula", "pretrain-bytes"])
+    ap.add_argument("what", choices=["arxiv", "cross-device", "formula", "pretrain-bytes",
+                                     "products", "ray-arxiv"])
     ap.add_argument("--dataset", default="synthetic:arxiv")
     ap.add_argument("--rounds", type=int, default=30)
     ap.add_argument("--clients", type=int, default=10)
@@ -158,7 +330,20 @@ def main() -> None:
     ap.add_argument("--beta", type=float, default=1.0)
     ap.add_argument("--lr", type=float, default=0.5)
     ap.add_argument("--eval-every", type=int, default=10)
+    ap.add_argument("--partition", default="dirichlet")
+    ap.add_argument("--save-partition", default="")
+    ap.add_argument("--runs", nargs="*", default=["centralized", "dirichlet:0", "metis:0"])
+    ap.add_argument("--partition-dir", default="/tmp/scale_parts")
+    ap.add_argument("--local-steps", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=1024)
+    ap.add_argument("--fanouts", default="10,5")
     args = ap.parse_args()
+    if args.what == "ray-arxiv":
+        print(json.dumps(ray_arxiv(args), indent=1))
+        return
+    if args.what == "products":
+        print(json.dumps(products(args), indent=1))
+        return
     if args.what == "formula":
         print(json.dumps(formula(args), indent=1))
         return

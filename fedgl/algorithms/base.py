@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from fedgl.config import Config
+from fedgl.config import Config, parse_fanouts
 from fedgl.data.client_data import ClientData
 from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
@@ -33,6 +33,9 @@ class ModelInputs:
     edge_weight: Tensor | None
     own_rows: Tensor
     pre_aggregated: bool = False
+    # GCN inputs: ``n = d̃^{-1/2}`` with ``edge_weight = n_src n_dst`` (mini-batch training
+    # re-weights sampled edges from it, :mod:`fedgl.algorithms.sampled`); None otherwise
+    node_norm: Tensor | None = None
 
 
 def client_seed(seed: int, client_id: int) -> int:
@@ -44,7 +47,14 @@ class GNNClient(ABC):
 
     Subclasses implement :meth:`model_inputs`. Training uses SGD with the configured learning rate
     and weight decay (no momentum, so the optimiser carries no state across rounds).
+
+    A subclass that sets ``minibatch_capable`` (and fills ``ModelInputs.node_norm`` for GCN)
+    trains on sampled mini-batches when ``batch_size > 0`` (:mod:`fedgl.algorithms.sampled`):
+    each local step is one batch of training nodes with its sampled neighbourhood, and
+    evaluation runs full-neighbour inference in bounded memory.
     """
+
+    minibatch_capable = False
 
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
         self.data = data
@@ -58,6 +68,7 @@ class GNNClient(ABC):
         self.generator = torch.Generator(device=self.device)
         self._inputs: ModelInputs | None = None
         self._train_cache: ModelInputs | None = None
+        self._sampled = None  # SampledInputs of mini-batch training, built on first use
         self._y = data.y.to(self.device)
         self._masks = {s: getattr(data, f"{s}_mask").to(self.device) for s in SPLITS}
 
@@ -117,6 +128,60 @@ class GNNClient(ABC):
             self._train_cache = restrict_to_receptive_field(inp, train_rows, depth)
         return self._train_cache
 
+    # ----------------------------------------------------------------- mini-batch training
+    @property
+    def minibatch(self) -> bool:
+        """Whether local steps are sampled mini-batches (``batch_size > 0``)."""
+        return self.minibatch_capable and int(getattr(self.config, "batch_size", 0)) > 0
+
+    def _sampled_inputs(self):  # -> fedgl.algorithms.sampled.SampledInputs
+        """The inputs as a CSR for sampling, built once from :meth:`model_inputs` (whose
+        edge list is not kept)."""
+        from fedgl.algorithms.sampled import SampledInputs
+
+        if self._sampled is None:
+            self._sampled = self._lean_sampled_inputs()
+        if self._sampled is None:
+            inp = self.model_inputs()
+            if self.config.model == "gcn" and inp.node_norm is None:
+                raise RuntimeError("mini-batch GCN needs ModelInputs.node_norm")
+            train = self._masks["train"].nonzero().flatten()
+            norm = None if self.config.model != "gcn" else inp.node_norm.to(torch.float32)
+            inp.edge_weight = None  # not needed (re-derived from norm): free it before the CSR
+            self._sampled = SampledInputs.build(
+                inp.x.to(self.device), inp.edge_index, norm, inp.own_rows, train,
+                self._y[train], inp.pre_aggregated)
+        return self._sampled
+
+    def _lean_sampled_inputs(self):
+        """Hook: the sampled inputs built without the full edge list, or None (then they are
+        made from :meth:`model_inputs`)."""
+        return None
+
+    def _minibatch_steps(self, opt: torch.optim.Optimizer, local_steps: int, round: int
+                         ) -> list[float]:
+        """``local_steps`` optimiser steps, each on one sampled batch. Batches and neighbour
+        samples come from a CPU generator seeded by (seed, client, round), dropout from
+        ``self.generator``, so a round's result depends on nothing else (exact resumes)."""
+        from fedgl.algorithms.sampled import local_step_batch, minibatch_forward
+
+        cfg = self.config
+        si = self._sampled_inputs()
+        fanouts = parse_fanouts(getattr(cfg, "fanouts", ""), cfg.layers)
+        gen = torch.Generator().manual_seed(
+            (client_seed(self.seed, self.data.client_id) * 31 + round * 1_000_033 + 5)
+            % (2**63 - 1))
+        losses = []
+        for _ in range(local_steps):
+            seeds, y = local_step_batch(si, int(cfg.batch_size), gen)
+            opt.zero_grad(set_to_none=True)
+            loss = F.nll_loss(minibatch_forward(self.model, cfg.model, si, seeds, fanouts, gen,
+                                                self.generator), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        return losses
+
     def _forward(self, inp: ModelInputs) -> Tensor:
         kwargs = {"pre_aggregated": True} if inp.pre_aggregated else {}
         return self.model(inp.x, inp.edge_index, inp.edge_weight, generator=self.generator,
@@ -165,13 +230,16 @@ class GNNClient(ABC):
         self.model.train()
         opt = self._optimizer()
         losses = []
-        forward, y_train = self._train_forward(), self._y[train]
-        for _ in range(local_steps):
-            opt.zero_grad(set_to_none=True)
-            loss = F.nll_loss(forward(), y_train)
-            loss.backward()
-            opt.step()
-            losses.append(loss.item())
+        if self.minibatch:
+            losses = self._minibatch_steps(opt, local_steps, round)
+        else:
+            forward, y_train = self._train_forward(), self._y[train]
+            for _ in range(local_steps):
+                opt.zero_grad(set_to_none=True)
+                loss = F.nll_loss(forward(), y_train)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
         out = {"weights": self.encode_weights(self.get_weights(), int(train.numel())),
                "num_train": int(train.numel()), "loss": sum(losses) / len(losses)}
         self.release_model()
@@ -185,7 +253,8 @@ class GNNClient(ABC):
         reproduce ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
         from fedgl.algorithms.batched import fit_gcn_clients, uniform_group
 
-        if not uniform_group(clients) or clients[0].config.model != "gcn":
+        if (not uniform_group(clients) or clients[0].config.model != "gcn"
+                or clients[0].minibatch):
             return None
         out = fit_gcn_clients(clients, weights, local_steps, round, cache)
         for c in clients:
@@ -198,6 +267,10 @@ class GNNClient(ABC):
         only: not a protocol method, the server never asks for predictions."""
         self.load_weights(weights)
         self.model.eval()
+        if self.minibatch:
+            from fedgl.algorithms.sampled import full_inference
+
+            return full_inference(self.model, self.config.model, self._sampled_inputs())
         return self._forward(self._cached_inputs())
 
     def evaluate(self, weights: State) -> dict:
@@ -219,7 +292,7 @@ class GNNClient(ABC):
         that does not apply (encrypted models, mixed devices or input kinds)."""
         from fedgl.algorithms.batched import uniform_group
 
-        if not uniform_group(clients):
+        if not uniform_group(clients) or clients[0].minibatch:
             return None
         log_probs = cls._predict_many(clients, weights, cache)
         for c in clients:

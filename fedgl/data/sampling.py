@@ -52,15 +52,38 @@ class CSRGraph:
 
     @classmethod
     def from_edge_index(cls, edge_index: Tensor, num_nodes: int,
-                        dtype: torch.dtype = torch.int64) -> CSRGraph:
+                        dtype: torch.dtype = torch.int64,
+                        drop_self_loops: bool = False) -> CSRGraph:
         """CSR over destinations of ``edge_index`` columns ``(src, dst)``; ``dtype`` is int32 or
-        int64 for the stored indices (int32 halves memory on large graphs)."""
+        int64 for the stored indices (int32 halves memory on large graphs). Neighbours are in
+        ascending order. One int64 key ``dst·N + src`` per edge is sorted in place (no index
+        array, no gathered copy): about 16 bytes per edge at the peak."""
+        n = max(num_nodes, 1)
         src, dst = edge_index[0].long(), edge_index[1].long()
-        order = torch.argsort(dst * max(num_nodes, 1) + src)
-        counts = torch.bincount(dst, minlength=num_nodes)
+        if drop_self_loops:
+            keep = src != dst
+            keys = dst[keep] * n
+            keys += src[keep]
+        else:
+            keys = dst * n
+            keys += src
+        return cls.from_keys(keys, num_nodes, dtype)
+
+    @classmethod
+    def from_keys(cls, keys: Tensor, num_nodes: int,
+                  dtype: torch.dtype = torch.int64) -> CSRGraph:
+        """CSR from int64 edge keys ``dst·N + src`` (N = ``max(num_nodes, 1)``), which are
+        sorted in place and then overwritten: the caller hands the tensor over."""
+        n = max(num_nodes, 1)
+        if keys.is_cpu:
+            keys.numpy().sort()
+        else:
+            keys = torch.sort(keys).values
+        counts = torch.bincount(torch.div(keys, n, rounding_mode="floor"), minlength=num_nodes)
+        keys.remainder_(n)  # now the sources, ordered by (destination, source)
         indptr = torch.zeros(num_nodes + 1, dtype=torch.int64)
         torch.cumsum(counts, 0, out=indptr[1:])
-        return cls(indptr.to(dtype), src[order].to(dtype))
+        return cls(indptr.to(dtype), keys.to(dtype))
 
     def degree(self, nodes: Tensor) -> Tensor:
         nodes = nodes.long()

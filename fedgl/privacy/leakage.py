@@ -91,6 +91,11 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     return out
 
 
+#: largest dense Gram matrix (entries) of one connected block in the exact solve; larger blocks
+#: (arxiv-sized graphs) are left unsolved and reported as ``remote_nodes_not_solved``
+MAX_GRAM_ENTRIES = 4096 ** 2
+
+
 def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[str, int]:
     """Nodes j with ``e_j`` in the row space of A: exactly the columns of leverage 1, i.e.
     ``P_jj = 1`` for the projection ``P = A^+ A`` onto the row space. Per connected block,
@@ -121,9 +126,14 @@ def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[st
     _, label = connected_components(bip, directed=False)
     row_label, col_label = label[:nr], label[nr:]
     leverage = np.zeros(nc_rest)
+    unsolved = 0
     for comp in np.unique(col_label):
         cs = np.flatnonzero(col_label == comp)
         rs = np.flatnonzero(row_label == comp)
+        if (min(len(cs), len(rs)) ** 2 > MAX_GRAM_ENTRIES
+                or len(cs) * len(rs) > 4 * MAX_GRAM_ENTRIES):  # dense matrices would not fit
+            unsolved += len(cs)  # counted as not recovered: the report is then a lower bound
+            continue
         block = torch.from_numpy(a[rs][:, cs].toarray())  # torch: honours the run's threads
         if len(cs) <= len(rs):
             lam, vec = torch.linalg.eigh(block.T @ block)
@@ -135,8 +145,11 @@ def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[st
             leverage[cs] = ((block.T @ vec[:, keep]) ** 2 / lam[keep]).sum(dim=1).numpy()
     found = known.copy()
     found[rest] = leverage > 1.0 - 1e-6
-    return {"remote_nodes_recoverable": int(found.sum()),
-            "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum())}
+    out = {"remote_nodes_recoverable": int(found.sum()),
+           "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum())}
+    if unsolved:
+        out["remote_nodes_not_solved"] = unsolved
+    return out
 
 
 def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
@@ -157,8 +170,8 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, 
             "exact_disclosure_rows": 0 if m > 1 else single,
             **solved[k],
         })
-    total = {key: sum(c[key] for c in per_client) for key in per_client[0] if key != "client"} \
-        if per_client else {}
+    keys = dict.fromkeys(key for c in per_client for key in c if key != "client")
+    total = {key: sum(c.get(key, 0) for c in per_client) for key in keys}
     return {"label": ANALYSIS_LABEL, "hops": cfg.hops, "min_contributors": m,
             "note": "exact_disclosure_rows counts delivered rows made of one remote node; "
                     "remote_nodes_recoverable counts remote nodes whose (degree-scaled) features "

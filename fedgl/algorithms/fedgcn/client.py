@@ -48,6 +48,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
     """A FedGCN party. Holds only its :class:`ClientData` and, after pre-training, the sums it
     received (rows for its own nodes, and with 2-hop for its remote neighbours)."""
 
+    minibatch_capable = True  # --batch-size/--fanouts: sampled local steps on its own inputs
+
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
         super().__init__(data, config, seed)
         self.hops = config.hops
@@ -166,7 +168,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             sums = full
         self.received_sums = as_dense(sums)
         self.remote_deg_tilde = degrees
-        self._inputs = self._train_cache = None
+        self._inputs = self._train_cache = self._sampled = None
 
     # ------------------------------------------------------------------ secure pre-training
     def privacy_hello(self, session: bytes, announce: bool) -> dict:
@@ -333,7 +335,35 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if self.hops == 1:
             deg = held_subgraph_degrees(ei, len(row_ids))
         ei, w = gcn_edge_weights(ei, len(row_ids), deg)
-        return ModelInputs(agg, ei, w, torch.arange(n_own), pre_aggregated=True)
+        return ModelInputs(agg, ei, w, torch.arange(n_own), pre_aggregated=True,
+                           node_norm=deg.to(torch.float32).pow(-0.5))
+
+    def _lean_sampled_inputs(self):
+        """Mini-batch inputs of 0/1-hop (own nodes, own-own edges) built straight into a CSR,
+        in edge chunks, never as an edge list with weights: the same rows, edges and local
+        degrees as :meth:`_local_subgraph_inputs` (a products-sized single party fits)."""
+        from fedgl.algorithms.sampled import SampledInputs, index_dtype, own_subgraph_keys
+        from fedgl.data.sampling import CSRGraph
+
+        if self.neighbour_rows:  # 2-hop, or 1-hop paper-code: rows V_k ∪ N(V_k)
+            return None
+        d = self.data
+        n = d.num_nodes
+        csr = CSRGraph.from_keys(own_subgraph_keys(d.node_ids, d.edge_index), n, index_dtype(n))
+        local_deg = (csr.indptr[1:] - csr.indptr[:-1]).long() + 1
+        norm = local_deg.to(torch.float32).pow(-0.5)
+        if self.hops == 0:
+            x = d.x
+        else:
+            if self.received_sums is None:
+                raise RuntimeError("FedGCN client with hops >= 1 used before the pre-training "
+                                   "round")
+            x = self.received_sums * self.deg_tilde.to(d.x.dtype).pow(-0.5).unsqueeze(1)
+        train = self._masks["train"].nonzero().flatten()
+        own = torch.arange(n)
+        return SampledInputs(x.to(self.device), csr,
+                             norm.to(self.device) if self.config.model == "gcn" else None,
+                             own, own[train.cpu()], self._y[train], self.hops == 1)
 
     def _local_subgraph_inputs(self, x: Tensor, *, pre_aggregated: bool) -> ModelInputs:
         """Rows = own nodes; edges = own-own edges normalised with local degrees (graph A_k)."""
@@ -343,7 +373,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         ei = torch.stack([d.global_to_local(j[own_src]), d.global_to_local(i[own_src])])
         local_deg = torch.bincount(ei[1], minlength=d.num_nodes) + 1
         ei, w = gcn_edge_weights(ei, d.num_nodes, local_deg)
-        return ModelInputs(x, ei, w, torch.arange(d.num_nodes), pre_aggregated=pre_aggregated)
+        return ModelInputs(x, ei, w, torch.arange(d.num_nodes), pre_aggregated=pre_aggregated,
+                           node_norm=local_deg.to(torch.float32).pow(-0.5))
 
 
 def _split(flat: Tensor, sizes: Tensor) -> list[np.ndarray]:

@@ -27,6 +27,9 @@ class FedGCNOptions:
                                              "result for any value)")
 
     def validate(self, cfg: Any) -> None:
+        from fedgl.algorithms.sampled import check_minibatch
+
+        check_minibatch(cfg)
         if self.pretrain_chunk_rows < 1:
             raise ConfigError(f"pretrain_chunk_rows must be >= 1 (got {self.pretrain_chunk_rows}); "
                               "use e.g. 65536")

@@ -3,19 +3,17 @@
 from fedgl.algorithms.fedgcn.options import FedGCNOptions
 from fedgl.config.registry import AlgorithmSpec, register
 
-_MINIBATCH = ("batch_size", "fanouts", "clients_per_round")
-
 register(AlgorithmSpec(
     name="fedgcn", setting="horizontal",
     summary="FedGCN: one pre-training exchange of 0/1/2-hop neighbour sums, then FedAvg",
     entry="fedgl.algorithms.fedgcn.runner:run_fedgcn", options=FedGCNOptions,
-    privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors"),
-    unread=("batch_size", "fanouts")))
+    privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors")))
 
 register(AlgorithmSpec(
     name="centralized", setting="horizontal",
     summary="centralised GCN/SAGE: one party holds the whole graph (the upper reference)",
     entry="fedgl.algorithms.fedgcn.centralized:run_centralized", runtimes=("local",),
     checkpoints=False,
-    # federation keys are accepted (and ignored) so that one set of keys runs a comparison
-    unread=_MINIBATCH))
+    # federation keys are accepted (and ignored) so that one set of keys runs a comparison;
+    # batch_size and fanouts are read (mini-batch centralised GCN/SAGE)
+    unread=("clients_per_round",)))

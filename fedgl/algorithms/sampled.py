@@ -1,0 +1,222 @@
+"""Mini-batch local training of a GCN/SAGE client on sampled neighbourhoods, and full-neighbour
+inference in bounded memory: what lets the FedAvg-style clients train on products-sized graphs.
+
+A client's :class:`~fedgl.algorithms.base.ModelInputs` (its rows, the edges among them, and which
+rows are its own nodes) become a CSR of in-neighbours (self-loops apart) once; then every local
+step
+
+1. draws ``batch_size`` of the client's training nodes uniformly without replacement
+   (:func:`fedgl.data.sampling.uniform_batch`),
+2. samples their neighbourhood on the client's own rows with the project's one sampler
+   (:func:`fedgl.data.sampling.sample_blocks`, fan-outs input layer first), and
+3. runs the model on the sampled blocks and takes one step on the batch's mean loss.
+
+**GCN on a sampled block.** The full layer is ``h_i' = W (w_ii h_i + Σ_{j∈N(i)} w_ij h_j) + b``
+with the symmetric weights ``w_ij = n_i n_j`` (``n = d̃^{-1/2}``, the degrees the client's inputs
+were normalised with: local ones for 0-hop, the true ones received in FedGCN's 2-hop
+pre-training). On a sample ``S(i)`` of ``m_i = min(f, deg_i)`` of the ``deg_i`` neighbours the
+neighbour sum is estimated without bias by ``(deg_i / m_i) Σ_{j∈S(i)} w_ij h_j`` (self-loop
+always kept). With every neighbour sampled the factor is 1 and the layer is the full one.
+
+**SAGE** (mean aggregation) on a block is PyG's layer on the sampled neighbours
+(:func:`fedgl.models.blocks.conv_on_block`): the mean over a sample estimates the mean.
+
+**Pre-aggregated inputs** (FedGCN 1/2-hop: row i holds the exact ``(ÂX)_i`` from the
+pre-training sums) need no sampling for the first layer: only layers 2..L are sampled, with
+``fanouts[1:]``.
+
+With the full fan-out and a batch of every training node, one step equals the full-batch step
+(``tests/test_minibatch_fedgcn.py``). The sampler's randomness comes from a generator seeded by
+(seed, client, round) at every ``fit``: nothing needs to be checkpointed to resume exactly.
+
+:func:`full_inference` is the exact full-neighbour forward pass, layer by layer, with the
+neighbour sums taken ``chunk`` CSR entries at a time (never an edge-sized message tensor).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from fedgl.config import parse_fanouts
+from fedgl.data.sampling import Block, CSRGraph, sample_blocks, uniform_batch
+from fedgl.errors import ConfigError
+from fedgl.models.base import dropout
+from fedgl.models.blocks import conv_on_block, layer_update
+
+#: entries of the CSR (times feature width) aggregated at once by :func:`full_inference`
+INFERENCE_CHUNK_VALUES = 1 << 24
+
+
+def check_minibatch(cfg: object) -> None:
+    """Config rules of mini-batch local training (one line each, naming the fix)."""
+    batch = int(getattr(cfg, "batch_size", 0))
+    fanouts = str(getattr(cfg, "fanouts", "")).strip()
+    if batch == 0 and fanouts not in ("", "-1", "0", "all"):
+        raise ConfigError(f"fanouts ({fanouts}) sample neighbours for mini-batches; add "
+                          "--batch-size N (e.g. 1024) or drop --fanouts")
+    if batch > 0:
+        model = getattr(cfg, "model", "gcn")
+        if model not in ("gcn", "sage"):
+            raise ConfigError(f"mini-batch local training runs gcn or sage models, not {model}; "
+                              "use --model gcn or --batch-size 0")
+        parse_fanouts(fanouts, int(getattr(cfg, "layers", 2)))
+
+
+@dataclass
+class SampledInputs:
+    """A client's inputs in the form mini-batch training reads: rows ``x``, the in-neighbour
+    CSR among them (no self-loops), the GCN normalisation ``norm`` (``n_i``; None for SAGE),
+    the client's own rows, and the training rows with their labels."""
+
+    x: Tensor
+    csr: CSRGraph
+    norm: Tensor | None
+    own_rows: Tensor
+    train_rows: Tensor
+    y_train: Tensor
+    pre_aggregated: bool
+
+    @classmethod
+    def build(cls, x: Tensor, edge_index: Tensor, norm: Tensor | None, own_rows: Tensor,
+              train: Tensor, y_train: Tensor, pre_aggregated: bool) -> SampledInputs:
+        """``edge_index`` (source row, destination row), self-loops allowed (dropped here);
+        ``train`` indexes the own nodes that train (``own_rows[train]`` are their rows)."""
+        n = int(x.size(0))
+        csr = CSRGraph.from_edge_index(edge_index.cpu(), n, dtype=index_dtype(n),
+                                       drop_self_loops=True)
+        own = own_rows.cpu()
+        return cls(x, csr, norm, own, own[train.cpu()], y_train, pre_aggregated)
+
+
+def index_dtype(num_nodes: int) -> torch.dtype:
+    return torch.int32 if num_nodes < 2**31 else torch.int64
+
+
+def own_subgraph_keys(node_ids: Tensor, edge_index: Tensor, chunk: int = 1 << 22) -> Tensor:
+    """Keys ``dst·n + src`` (local positions in the sorted ``node_ids``, n = their number) of
+    the edges of ``edge_index`` (global ids) with both ends in ``node_ids``, self-loops
+    dropped; computed ``chunk`` edges at a time (no edge-sized temporaries besides the keys)."""
+    n = max(int(node_ids.numel()), 1)
+    parts = []
+    for a in range(0, int(edge_index.size(1)), chunk):
+        src, dst = edge_index[0, a:a + chunk], edge_index[1, a:a + chunk]
+        ps = torch.searchsorted(node_ids, src).clamp_(max=n - 1)
+        pd = torch.searchsorted(node_ids, dst).clamp_(max=n - 1)
+        keep = (node_ids[ps] == src) & (node_ids[pd] == dst) & (src != dst)
+        parts.append(pd[keep] * n + ps[keep])
+    return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
+
+
+def sampled_fanouts(fanouts: list[int], layers: int, pre_aggregated: bool) -> list[int]:
+    """The fan-outs of the sampled layers (input side first): all of them, or without the first
+    layer's when its aggregation came pre-computed."""
+    return list(fanouts[1:]) if pre_aggregated else list(fanouts[:layers])
+
+
+def minibatch_forward(model: torch.nn.Module, kind: str, si: SampledInputs, seeds: Tensor,
+                      fanouts: list[int], sample_gen: torch.Generator,
+                      dropout_gen: torch.Generator | None) -> Tensor:
+    """Log-probabilities of the rows ``seeds`` (unique), computed on their sampled
+    neighbourhood (see module docstring). ``kind``: ``gcn`` or ``sage``."""
+    layers = len(model.convs)
+    fans = sampled_fanouts(fanouts, layers, si.pre_aggregated)
+    blocks = sample_blocks(si.csr, seeds, fans, sample_gen)
+    dev = si.x.device
+    ids = blocks[0].src_ids if blocks else seeds
+    h = si.x[ids.to(dev)]
+    offset = 1 if si.pre_aggregated else 0
+    for i, conv in enumerate(model.convs):
+        if i == 0 and si.pre_aggregated:
+            h = conv.lin(h) + conv.bias
+        elif kind == "gcn":
+            h = gcn_on_block(conv, h, blocks[i - offset], si)
+        else:
+            h = conv_on_block(conv, "mean", h, _on(blocks[i - offset], dev))
+        if i < layers - 1:
+            h = dropout(torch.relu(h), model.dropout, model.training, dropout_gen)
+    return torch.log_softmax(h, dim=-1)
+
+
+def _on(block: Block, dev: torch.device) -> Block:
+    if block.edge_index.device == dev:
+        return block
+    return Block(block.src_ids, block.src_group, block.num_dst, block.edge_index.to(dev))
+
+
+def gcn_on_block(conv: torch.nn.Module, h_src: Tensor, block: Block, si: SampledInputs) -> Tensor:
+    """One GCN layer for the block's destinations: symmetric weights ``n_i n_j`` on the sampled
+    edges, scaled by ``deg_i / m_i``, plus the self-loop ``n_i²`` (PyG ``GCNConv`` with given
+    weights, ``normalize=False``)."""
+    assert si.norm is not None
+    src, dst = block.edge_index
+    nd = block.num_dst
+    dst_ids = block.src_ids[:nd]
+    sampled = torch.bincount(dst, minlength=nd)
+    full = si.csr.degree(dst_ids)
+    scale = full.to(torch.float32) / sampled.clamp(min=1).to(torch.float32)
+    norm = si.norm.cpu()
+    w = norm[block.src_ids[src]] * norm[dst_ids[dst]] * scale[dst]
+    loops = torch.arange(nd)
+    ei = torch.cat([block.edge_index, torch.stack([loops, loops])], dim=1)
+    weight = torch.cat([w, norm[dst_ids] * norm[dst_ids]])
+    dev = h_src.device
+    return conv(h_src, ei.to(dev), weight.to(dev))[:nd]
+
+
+def local_step_batch(si: SampledInputs, batch_size: int, gen: torch.Generator
+                     ) -> tuple[Tensor, Tensor]:
+    """(seed rows, their labels) of one step: ``batch_size`` training nodes drawn uniformly
+    without replacement (all of them when there are no more)."""
+    pick = uniform_batch(torch.arange(si.train_rows.numel()), batch_size, gen)
+    return si.train_rows[pick], si.y_train[pick.to(si.y_train.device)]
+
+
+@torch.no_grad()
+def full_inference(model: torch.nn.Module, kind: str, si: SampledInputs,
+                   chunk_values: int = INFERENCE_CHUNK_VALUES) -> Tensor:
+    """Eval-mode log-probabilities of the own rows (in ``own_rows`` order) with every
+    neighbour, layer by layer; neighbour sums are accumulated over CSR chunks of at most
+    ``chunk_values / width`` entries. Equals the full-batch forward pass up to float
+    summation order."""
+    h = si.x
+    layers = len(model.convs)
+    for i, conv in enumerate(model.convs):
+        if i == 0 and si.pre_aggregated:
+            h = conv.lin(h) + conv.bias
+        elif kind == "gcn":
+            assert si.norm is not None
+            hw = conv.lin(h)
+            norm = si.norm.to(hw.device)
+            out = hw * (norm * norm).unsqueeze(1)
+            _add_neighbour_sums(out, hw, si.csr, norm, chunk_values)
+            h = out + conv.bias
+        else:
+            sums = torch.zeros_like(h)
+            _add_neighbour_sums(sums, h, si.csr, None, chunk_values)
+            count = (si.csr.indptr[1:] - si.csr.indptr[:-1]).to(h.dtype).to(h.device)
+            h = layer_update(conv, "mean", h, sums, count)
+        if i < layers - 1:
+            h = torch.relu(h)
+    return torch.log_softmax(h[si.own_rows.to(h.device)], dim=-1)
+
+
+def _add_neighbour_sums(out: Tensor, h: Tensor, csr: CSRGraph, norm: Tensor | None,
+                        chunk_values: int) -> None:
+    """``out[i] += Σ_{j∈N(i)} (n_i n_j) h_j`` (weights 1 without ``norm``), in CSR chunks."""
+    indptr = csr.indptr.long()
+    total = int(indptr[-1])
+    step = max(1, chunk_values // max(1, h.size(1)))
+    dev = h.device
+    for e0 in range(0, total, step):
+        e1 = min(total, e0 + step)
+        pos = torch.arange(e0, e1)
+        dst = torch.searchsorted(indptr, pos, right=True) - 1
+        src = csr.indices[e0:e1].long()
+        dst, src = dst.to(dev), src.to(dev)
+        msg = h[src]
+        if norm is not None:
+            msg = msg * (norm[src] * norm[dst]).unsqueeze(1)
+        out.index_add_(0, dst, msg)
