@@ -129,6 +129,9 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     rep = sub.add_parser("report", help="tables (markdown) and plots (PNG) of a run or sweep")
     rep.add_argument("folder", metavar="DIR", help="a run folder (result.json) or sweep folder")
     rep.add_argument("--out", default=None, help="where to write (default: DIR/report)")
+    rep.add_argument("--target-acc", type=float, default=None,
+                     help="also show the rounds until the test accuracy first reaches this "
+                          "(default: 99%% of each run's best only)")
 
     ds = sub.add_parser("datasets", help="list datasets and whether their files are available")
     ds.add_argument("--data-root", dest="data_root", default=None)
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from fedgl.report import write_report
 
-            dest = write_report(args.folder, args.out)
+            dest = write_report(args.folder, args.out, target=args.target_acc)
             print(f"report written to {dest / 'report.md'}")
             return 0
         parser.print_help()

@@ -74,9 +74,66 @@ def test_report_numbers_equal_the_result_files(tmp_path):
         conv = [repeat_metrics(r)["bytes_to_convergence"] for res in results
                 for r in res["repeats"]]
         assert g["metrics"]["bytes_to_convergence"]["values"] == conv
+    # the accuracy-vs-clients figure plots these numbers: one line per hops, a point per K
+    series = json.loads((dest / "figures.json").read_text())["accuracy_vs_clients"]
+    (lines,) = series.values()  # one split
+    assert sorted(lines) == ["FedGCN 0-hop", "FedGCN 2-hop"]
+    for label, pts in lines.items():
+        hops = int(label.split()[1][0])
+        for k, mean, std, n in pts:
+            accs = [r["final"]["test_acc"] for name, v in cells.items()
+                    if v["hops"] == hops and v["clients"] == k
+                    for r in json.loads((out / "cells" / name / "result.json")
+                                        .read_text())["repeats"]]
+            assert (mean, std, n) == pytest.approx(
+                (statistics.fmean(accs), statistics.pstdev(accs), len(accs)))
+        assert [p[0] for p in pts] == [2, 3]
     for png in ("accuracy_vs_rounds.png", "accuracy_vs_bytes.png", "accuracy_vs_clients.png",
                 "labels_0.png"):
         assert (dest / png).stat().st_size > 5_000
+
+
+def test_rounds_to_target_vs_iid_control_equal_the_result_files(tmp_path):
+    out = tmp_path / "sw"
+    spec = {"base": {**SPEC["base"], "rounds": 4, "partition": "p-split", "sbm_classes": 3},
+            "grid": {"mcmahan_p": [0.0, 1.0], "hops": [0, 2], "seed": [0, 1]}}
+    sweep(spec, out=out)
+    cells = json.loads((out / "cells.json").read_text())
+    results = {n: json.loads((out / "cells" / n / "result.json").read_text()) for n in cells}
+    best: dict[tuple, float] = {}
+    for name, v in cells.items():
+        key = (v["hops"], v["mcmahan_p"])
+        best[key] = max([best.get(key, 0.0), *(h["test_acc"] for r in results[name]["repeats"]
+                                                for h in r["history"])])
+    target = max(best.values())  # reached by the best setting only (asserted below)
+    dest = write_report(out, target=target)
+    fig = json.loads((dest / "figures.json").read_text())["rounds_vs_control"]
+    assert fig["control"] == "mcmahan_p" and sorted(fig["rounds"]) == ["FedGCN 0-hop",
+                                                                       "FedGCN 2-hop"]
+    reached_any = reached_none = 0
+    for label, pts in fig["rounds"].items():
+        hops = int(label.split()[1][0])
+        comm = fig["pretrain_mb"][label]
+        assert [p[0] for p in pts] == [p[0] for p in comm] == [0.0, 1.0]
+        for (x, mean, std, reached, n), (_, mb, _) in zip(pts, comm, strict=True):
+            reps = [r for name, v in cells.items() if v["hops"] == hops and v["mcmahan_p"] == x
+                    for r in results[name]["repeats"]]
+            first = [min((h["round"] for h in r["history"] if h["test_acc"] >= target),
+                         default=None) for r in reps]
+            hit = [f for f in first if f is not None]
+            assert (reached, n) == (len(hit), len(reps)) == (len(hit), 2)
+            if hit:
+                reached_any += 1
+                assert (mean, std) == pytest.approx((statistics.fmean(hit),
+                                                     statistics.pstdev(hit)))
+            else:
+                reached_none += 1
+            assert mb == pytest.approx(statistics.fmean(r["final"]["pretrain_bytes"] / 1e6
+                                                        for r in reps))
+            assert (mb == 0) == (hops == 0)
+    assert reached_any and reached_none
+    assert f"rounds to test acc ≥ {target:g}" in (dest / "report.md").read_text()
+    assert (dest / "rounds_vs_control.png").stat().st_size > 5_000
 
 
 def test_cli_sweep_and_report_of_a_single_run(tmp_path, capsys):
