@@ -125,6 +125,9 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("sweep_file", metavar="SWEEP.yaml")
     sw.add_argument("--out", default=None, help="results folder (default: the file's 'out')")
     sw.add_argument("--parallel", type=int, default=None, help="cells run at once (processes)")
+    sw.add_argument("--only", default=None, metavar="KEY=VALUE,...",
+                    help="run only the unfinished cells whose config has these values (e.g. "
+                         "algorithm=fedgcn,hops=2); the table still lists every cell")
 
     rep = sub.add_parser("report", help="tables (markdown) and plots (PNG) of a run or sweep")
     rep.add_argument("folder", metavar="DIR", help="a run folder (result.json) or sweep folder")
@@ -167,10 +170,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "keys":
             return _cmd_keys(args)
         if args.command == "sweep":
-            from fedgl.sweep import load_sweep, sweep
+            from fedgl.sweep import load_sweep, parse_only, sweep
 
             root = sweep(load_sweep(args.sweep_file), out=args.out, parallel=args.parallel,
-                         log=print)
+                         log=print, only=parse_only(args.only))
             print(f"sweep table written to {root / 'sweep.csv'}")
             return 0
         if args.command == "report":

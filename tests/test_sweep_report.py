@@ -13,7 +13,7 @@ from fedgl.cli import main
 from fedgl.errors import ConfigError
 from fedgl.report import repeat_metrics, write_report
 from fedgl.results import RunResult
-from fedgl.sweep import expand, load_sweep, sweep
+from fedgl.sweep import cell_name, expand, load_sweep, parse_only, sweep
 
 SPEC = {"base": {"dataset": "sbm", "sbm_nodes": 200, "sbm_alpha": 0.05, "rounds": 3,
                  "clients": 3, "min_client_size": 1, "oracle_eval": False},
@@ -27,6 +27,8 @@ def test_grid_applies_an_algorithms_own_keys_only_to_its_cells():
     assert all("hops" not in c.config for c in cells if c.config["algorithm"] == "bns-gcn")
     with pytest.raises(ConfigError, match="unknown"):
         expand({"grid": {"roundz": [1]}})
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_only("algorithm")
 
 
 def test_sweep_resumes_without_rerunning_finished_cells(tmp_path, monkeypatch):
@@ -48,7 +50,12 @@ def test_sweep_resumes_without_rerunning_finished_cells(tmp_path, monkeypatch):
     assert calls == []
     victim = out / rows[0]["folder"] / "result.json"
     victim.unlink()
-    sweep(spec, out=out)
+    algo = next(v["algorithm"] for v in json.loads((out / "cells.json").read_text()).values()
+                if rows[0]["folder"].endswith(cell_name(v)))
+    other = "bns-gcn" if algo == "fedgcn" else "fedgcn"
+    sweep(spec, out=out, only=parse_only(f"algorithm={other}"))  # a part without the victim
+    assert calls == [] and not victim.is_file()
+    sweep(spec, out=out, only=parse_only(f"algorithm={algo}"))
     assert calls == [str(out / rows[0]["folder"])] and victim.is_file()
 
 
