@@ -127,7 +127,8 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--parallel", type=int, default=None, help="cells run at once (processes)")
     sw.add_argument("--only", default=None, metavar="KEY=VALUE,...",
                     help="run only the unfinished cells whose config has these values (e.g. "
-                         "algorithm=fedgcn,hops=2); the table still lists every cell")
+                         "algorithm=fedgcn,seed=0|1; | separates alternatives); the table still "
+                         "lists every cell")
 
     rep = sub.add_parser("report", help="tables (markdown) and plots (PNG) of a run or sweep")
     rep.add_argument("folder", metavar="DIR", help="a run folder (result.json) or sweep folder")

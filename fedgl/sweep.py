@@ -119,7 +119,8 @@ def run_cell(config: dict[str, Any], folder: str) -> str:
 
 
 def parse_only(text: str | None) -> dict[str, str]:
-    """``'algorithm=fedgcn,hops=2'`` -> ``{'algorithm': 'fedgcn', 'hops': '2'}``."""
+    """``'algorithm=fedgcn,seed=0|1'`` -> ``{'algorithm': 'fedgcn', 'seed': '0|1'}`` (``|``: any
+    of these values)."""
     if not text:
         return {}
     pairs = [item.split("=", 1) for item in text.split(",")]
@@ -130,13 +131,15 @@ def parse_only(text: str | None) -> dict[str, str]:
 
 
 def matches(cell: Cell, only: dict[str, str]) -> bool:
-    """Whether ``cell``'s config has every ``only`` value (compared as text, 1 == 1.0)."""
+    """Whether ``cell``'s config has, for every ``only`` key, one of its ``|``-separated values
+    (numbers compared as numbers: 1 == 1.0)."""
     def same(a: Any, b: str) -> bool:
         try:
             return float(a) == float(b)
         except (TypeError, ValueError):
             return str(a) == b
-    return all(k in cell.config and same(cell.config[k], v) for k, v in only.items())
+    return all(k in cell.config and any(same(cell.config[k], alt) for alt in v.split("|"))
+               for k, v in only.items())
 
 
 def sweep(spec: dict[str, Any], *, out: str | Path | None = None, parallel: int | None = None,

@@ -55,7 +55,7 @@ def test_sweep_resumes_without_rerunning_finished_cells(tmp_path, monkeypatch):
     other = "bns-gcn" if algo == "fedgcn" else "fedgcn"
     sweep(spec, out=out, only=parse_only(f"algorithm={other}"))  # a part without the victim
     assert calls == [] and not victim.is_file()
-    sweep(spec, out=out, only=parse_only(f"algorithm={algo}"))
+    sweep(spec, out=out, only=parse_only(f"algorithm={other}|{algo},seed=0|1.0"))
     assert calls == [str(out / rows[0]["folder"])] and victim.is_file()
 
 
