@@ -136,14 +136,15 @@ def plot_accuracy_vs_clients(series: dict[str, dict[str, list[list[float]]]],
     plt = _pyplot()
     fig, axes = plt.subplots(1, len(series), figsize=(4.6 * len(series) + 1.6, 3.8),
                              sharey=True, squeeze=False)
+    ks = sorted({p[0] for lines in series.values() for pts in lines.values() for p in pts})
     for ax, (split, lines) in zip(axes[0], series.items(), strict=True):
-        ks = sorted({p[0] for pts in lines.values() for p in pts})
         for label, pts in lines.items():
             ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
                         marker="o", ms=4, capsize=3, label=label)
         ax.set_xscale("log")
         ax.set_xticks(ks)
         ax.set_xticklabels([str(int(k)) for k in ks])
+        ax.set_xlim(ks[0] / 1.25, ks[-1] * 1.25)
         ax.minorticks_off()
         ax.set_xlabel("number of clients K (log scale)")
         ax.set_title(split, fontsize="medium")
@@ -166,8 +167,10 @@ def plot_rounds_vs_control(series: dict[str, Any], path: Path) -> Path | None:
     fig, (left, right) = plt.subplots(1, 2, figsize=(11.0, 3.8))
     for label, pts in series["rounds"].items():
         ok = [p for p in pts if p[3] > 0]
+        missed = [f"{p[0]:g}" for p in pts if p[3] < p[4]]
+        note = f" (not reached by every repeat at {', '.join(missed)})" if missed else ""
         left.errorbar([p[0] for p in ok], [p[1] for p in ok], yerr=[p[2] for p in ok],
-                      marker="o", ms=4, capsize=3, label=label)
+                      marker="o", ms=4, capsize=3, label=label + note)
     for label, pts in series["pretrain_mb"].items():
         right.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
                        marker="o", ms=4, capsize=3, label=label)
@@ -184,6 +187,7 @@ def plot_rounds_vs_control(series: dict[str, Any], path: Path) -> Path | None:
                    else f"rounds until test accuracy ≥ {target:g}", fontsize="medium")
     right.set_ylabel("MB")
     right.set_title("pre-training communication", fontsize="medium")
+    left.legend(fontsize="x-small", loc="best")
     right.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
     fig.tight_layout()
     return _save(fig, path, dpi=100)
