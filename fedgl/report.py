@@ -8,6 +8,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fedgl.report_figures import method_label, split_label
+
 
 def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
                          title: str = "") -> Path:
@@ -120,8 +122,10 @@ def group_entries(entries: list[tuple[dict[str, Any], dict]],
         key_values = {k: values.get(k) for k in values if k != "seed"}
         label = ", ".join(f"{k}={key_values[k]}" for k in key_values if k in varying) or \
             str(values.get("algorithm", "run"))
+        shown = {k: key_values[k] for k in key_values if k in varying}
         g = groups.setdefault(label, {"label": label, "values": key_values, "repeats": [],
-                                      "config": data["config"]})
+                                      "config": data["config"],
+                                      "display": method_label(shown) if shown else label})
         g["repeats"] += data["repeats"]
     for g in groups.values():
         per = g["per_repeat"] = [repeat_metrics(r, target) for r in g["repeats"]]
@@ -207,14 +211,24 @@ def plot_accuracy_vs_rounds(groups: list[dict[str, Any]], path: Path) -> Path | 
                 if h.get("test_acc") is not None:
                     by_round.setdefault(int(h["round"]), []).append(h["test_acc"])
         rounds = sorted(by_round)
-        ax.plot(rounds, [np.mean(by_round[r]) for r in rounds], label=g["label"])
+        ax.plot(rounds, [np.mean(by_round[r]) for r in rounds], label=g["display"])
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (mean over repeats)")
-    ax.set_title("Test accuracy vs rounds")
+    ax.set_title("Test accuracy vs rounds" + _common_split(groups))
     ax.grid(True, alpha=0.3)
     _legend_outside(ax)
     fig.tight_layout()
     return _save(fig, path)
+
+
+def _common_split(groups: list[dict[str, Any]]) -> str:
+    """' (cora, Dirichlet β=1, 10 clients)' when every group has that split; else ''."""
+    keys = ("dataset", "partition", "beta", "mcmahan_p", "clients")
+    splits = {tuple(str(g["config"].get(k)) for k in keys) for g in groups}
+    if len(splits) != 1 or not groups:
+        return ""
+    cfg = groups[0]["config"]
+    return f" ({split_label({'dataset': cfg['dataset']}, cfg)}, {cfg['clients']} clients)"
 
 
 def _legend_outside(ax: Any) -> None:
@@ -234,11 +248,11 @@ def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path:
         if acc is None or nb is None:
             continue
         ax.errorbar([max(nb["mean"], 1.0)], [acc["mean"]], yerr=[acc["std"]], fmt="o", ms=7,
-                    capsize=3, label=g["label"])
+                    capsize=3, label=g["display"])
     ax.set_xscale("log")
     ax.set_xlabel("bytes communicated until convergence (log scale)")
     ax.set_ylabel("test accuracy")
-    ax.set_title("Accuracy vs communication")
+    ax.set_title("Accuracy vs communication" + _common_split(groups))
     ax.grid(True, alpha=0.3)
     _legend_outside(ax)
     fig.tight_layout()

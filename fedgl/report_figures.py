@@ -35,11 +35,18 @@ def method_keys() -> set[str]:
     return {"algorithm"} | {name for s in load_all() for name in s.option_names()}
 
 
+#: how plots name algorithms (the CLI name otherwise)
+DISPLAY_NAMES = {"fedgcn": "FedGCN", "bns-gcn": "BNS-GCN (BDS-GCN)", "fedsage-plus": "FedSage+",
+                 "distributed-gcn": "Distributed GCN"}
+
+
 def method_label(values: dict[str, Any]) -> str:
-    """'FedGCN 2-hop' for fedgcn cells, else ``algorithm`` plus its other varying options."""
+    """'FedGCN 2-hop' for fedgcn cells, else the algorithm's name plus its other varying
+    options (and any other key given)."""
     algo = str(values.get("algorithm", "fedgcn"))
     rest = {k: v for k, v in values.items() if k not in ("algorithm", "hops")}
-    head = f"FedGCN {values['hops']}-hop" if algo == "fedgcn" and "hops" in values else algo
+    head = (f"FedGCN {values['hops']}-hop" if algo == "fedgcn" and "hops" in values
+            else DISPLAY_NAMES.get(algo, algo))
     return ", ".join([head, *[f"{k}={v}" for k, v in rest.items()]])
 
 
