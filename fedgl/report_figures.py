@@ -59,7 +59,8 @@ def split_label(values: dict[str, Any], config: dict[str, Any]) -> str:
         words = f"p-split p={values.get('mcmahan_p', config.get('mcmahan_p')):g}"
     else:
         words = str(part)
-    return f"{values['dataset']}, {words}" if "dataset" in values else words
+    dataset = values.get("dataset", config.get("dataset"))
+    return f"{dataset}, {words}" if dataset else words
 
 
 def _stats(vals: list[float]) -> tuple[float, float]:
