@@ -33,7 +33,9 @@ def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
     ax.set_ylabel("nodes")
     ax.set_xticks(np.arange(0, clients, max(1, clients // 20)))
     ax.set_title(title, fontsize="medium")
-    ax.legend(fontsize="small", ncol=1, bbox_to_anchor=(1.02, 1), loc="upper left")
+    if classes <= 20:  # more classes make a legend taller than the plot; colours still differ
+        ax.legend(fontsize="small", ncol=1 if classes <= 10 else 2, bbox_to_anchor=(1.02, 1),
+                  loc="upper left")
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
