@@ -43,22 +43,32 @@ def log(msg: str) -> None:
 
 
 def run_one(graph, dataset: str, args: argparse.Namespace, *, seed: int, clients: int = 3,
-            baseline: str = "none", q: int = 1, k: str = "2") -> dict:
-    """One seeded run through the API; ``baseline`` none is GLASU itself."""
+            baseline: str = "none", q: int = 1, k: str = "2", network: bool = False) -> dict:
+    """One seeded run through the API; ``baseline`` none is GLASU itself. ``network``: Table 3's
+    run (simulated network on, evaluation every ``--t3-eval-updates`` model updates, and the
+    per-evaluation curve of accuracy against updates, rounds, bytes, simulated and wall time)."""
     import fedgl
 
     rounds = max(1, args.updates // q)
+    every = max(1, args.t3_eval_updates // q) if network else args.eval_every
     cfg = dict(algorithm="glasu" if baseline == "none" else f"glasu-{baseline}",
                dataset=dataset, clients=clients, layers=4, hidden=args.hidden,
                dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay, rounds=rounds,
-               eval_every=max(1, min(args.eval_every, rounds)), progress=False, threads=1,
+               eval_every=max(1, min(every, rounds)), progress=False, threads=1,
                seed=seed, batch_size=16, fanout="3", feature_split="random", edge_share=0.8,
                backbone="gcnii", glasu_optimizer="adam")
     if baseline == "none":
         cfg.update(agg_layers=k, stale_steps=q)
+    wall: dict[int, float] = {}
+    if network:
+        cfg.update(bandwidth=args.bandwidth, latency=args.latency)
     t0 = time.perf_counter()
-    rep = fedgl.run(cfg, graph=graph).repeats[0]
+    rep = fedgl.run(cfg, graph=graph, on_round=lambda r, t, server: wall.__setitem__(
+        t, server.runtime.ledger.seconds("train"))).repeats[0]
     led = rep.ledger
+    curve = [{"round": h["round"], "updates": h["round"] * q, "test_acc": h["test_acc"],
+              "train_bytes": h.get("train_bytes"), "sim_seconds": h.get("sim_seconds"),
+              "wall_seconds": wall.get(h["round"])} for h in rep.history if "test_acc" in h]
     return {"dataset": dataset, "seed": seed, "clients": clients, "baseline": baseline, "Q": q,
             "K": k, "rounds": rounds, "updates": rounds * q,
             "test_acc": rep.final["test_acc"], "selected_test_acc": rep.final["selected_test_acc"],
@@ -66,7 +76,7 @@ def run_one(graph, dataset: str, args: argparse.Namespace, *, seed: int, clients
             "train_messages": led["messages"]["train"]["up"] + led["messages"]["train"]["down"],
             "train_seconds": rep.seconds["train"], "seconds": time.perf_counter() - t0,
             "standalone_test_acc": rep.extra.get("standalone_test_acc"),
-            "peak_rss_mb": rep.peak_rss_mb}
+            "peak_rss_mb": rep.peak_rss_mb, **({"curve": curve} if network else {})}
 
 
 OFFICIAL_PER_CLASS = {"cora": 60, "citeseer": 84, "pubmed": 320}
@@ -100,6 +110,9 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--datasets", default="cora,citeseer")
     ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seed-start", type=int, default=0,
+                    help="first seed (seeds run seed-start .. seed-start + seeds - 1), so that "
+                         "more seeds can be added to an earlier run with --merge")
     ap.add_argument("--updates", type=int, default=800)
     ap.add_argument("--hidden", type=int, default=64)
     ap.add_argument("--lr", type=float, default=0.01)
@@ -113,6 +126,13 @@ def main(argv: list[str] | None = None) -> dict:
                     help="public Planetoid split, or the official GLASU code's seeded random "
                          "split (60 / 84 training nodes per class on Cora / CiteSeer, 500 "
                          "validation, 1000 test; notes A10)")
+    ap.add_argument("--t3-qs", default="1,2,4,8,16", help="Table 3: the Q values")
+    ap.add_argument("--t3-threshold", default="cora=0.78,citeseer=0.64",
+                    help="Table 3: test-accuracy threshold per dataset")
+    ap.add_argument("--t3-eval-updates", type=int, default=16,
+                    help="Table 3: evaluate every this many model updates (a multiple of Q)")
+    ap.add_argument("--bandwidth", default="100Mbps", help="Table 3: simulated link bandwidth")
+    ap.add_argument("--latency", default="10ms", help="Table 3: simulated one-way latency")
     ap.add_argument("--out", default="runs/reproduce_glasu")
     ap.add_argument("--doc", action="store_true", help="write docs/reproduction-glasu.md")
     ap.add_argument("--merge", default=None,
@@ -131,7 +151,8 @@ def main(argv: list[str] | None = None) -> dict:
     if args.merge:
         previous = json.loads(Path(args.merge).read_text())
         results["args"] = {**previous["args"], "merged": vars(args)}
-        results["runs"] = [r for r in previous["runs"] if r["table"] not in tables]
+        results["runs"] = [r for r in previous["runs"] if r["table"] not in tables
+                           or r["seed"] < args.seed_start]
 
     def record(row: dict) -> None:
         results["runs"].append(row)
@@ -140,7 +161,7 @@ def main(argv: list[str] | None = None) -> dict:
         (out / "glasu.json").write_text(json.dumps(results, indent=1))
 
     graphs = {d: with_split(load_dataset(d), d, args.split) for d in args.datasets.split(",")}
-    for seed in range(args.seeds):
+    for seed in range(args.seed_start, args.seed_start + args.seeds):
         for dataset, graph in graphs.items():
             if "1" in tables:
                 for column in T1_COLUMNS:
@@ -150,6 +171,10 @@ def main(argv: list[str] | None = None) -> dict:
                 for k in ("4", "1"):  # K = 2 is Table 1's GLASU-4
                     record({**run_one(graph, dataset, args, seed=seed, q=4, k=k), "table": "2",
                             "column": f"K={k}"})
+            if "3" in tables:
+                for q in (int(v) for v in args.t3_qs.split(",")):
+                    record({**run_one(graph, dataset, args, seed=seed, q=q, network=True),
+                            "table": "3", "column": f"Q={q}"})
     if "6" in tables:
         graph = graphs.get(args.t6_dataset) or with_split(load_dataset(args.t6_dataset),
                                                           args.t6_dataset, args.split)
@@ -160,6 +185,7 @@ def main(argv: list[str] | None = None) -> dict:
                                       baseline=baseline, q=4 if baseline == "none" else 1),
                             "table": "6",
                             "column": f"{baseline}-M{m}"})
+    results["t3_threshold"] = thresholds(args.t3_threshold)
     if args.doc:
         Path("docs/reproduction-glasu.md").write_text(render(results))
     print(json.dumps(results, indent=1))
@@ -194,6 +220,10 @@ def render(results: dict) -> str:
                     and r["clients"] == 3 and r["baseline"] == "none"]
             if rows:
                 lines.append(_row(dataset, f"K={k}", None, rows))
+    if any(r["table"] == "3" for r in runs):
+        lines += ["", "## Table 3 (time to a threshold test accuracy vs Q; K = 2)", ""]
+        lines += table3(runs, results.get("t3_threshold") or thresholds(
+            args.get("t3_threshold", "cora=0.78,citeseer=0.64")))
     lines += ["", "## Table 6 (M = 3, 5, 7; Q = 4 for GLASU)", "",
               "| dataset | column | paper | ours: final | ours: best-val | n | train MB | "
               "messages | train s |", "|---|---|---|---|---|---|---|---|---|"]
@@ -206,6 +236,44 @@ def render(results: dict) -> str:
                 if rows:
                     lines.append(_row(dataset, f"{name} M={m}", (paper[name][m], None), rows))
     return "\n".join(lines) + "\n"
+
+
+def thresholds(text: str) -> dict[str, float]:
+    return {k: float(v) for k, v in (item.split("=") for item in text.split(",") if item)}
+
+
+def time_to_threshold(run: dict, threshold: float) -> dict | None:
+    """The first evaluation at or above ``threshold`` (its updates, rounds, bytes, simulated and
+    wall seconds), or None when the run never reaches it."""
+    return next((c for c in run["curve"] if c["test_acc"] >= threshold), None)
+
+
+def table3(runs: list[dict], limits: dict[str, float]) -> list[str]:
+    """Table 3's rows: per dataset and Q, how many seeds reach the threshold and the mean
+    updates, rounds, MB, simulated and wall seconds to it (over the seeds that reach it)."""
+    lines = ["| dataset | Q | threshold | reached | best-val acc | updates | rounds | train MB | "
+             "simulated s | wall s |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for dataset in sorted({r["dataset"] for r in runs if r["table"] == "3"}):
+        qs = sorted({r["Q"] for r in runs if r["table"] == "3" and r["dataset"] == dataset})
+        for q in qs:
+            rows = [r for r in runs if r["table"] == "3" and r["dataset"] == dataset
+                    and r["Q"] == q]
+            limit = limits[dataset]
+            hits = [h for h in (time_to_threshold(r, limit) for r in rows) if h is not None]
+            best = summarize(rows, "selected_test_acc")
+
+            def mean(key: str, scale: float = 1.0, hits: list = hits) -> str:
+                vals = [h[key] / scale for h in hits if h[key] is not None]
+                if not vals:
+                    return "—"
+                sd = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+                return f"{statistics.fmean(vals):.1f} ± {sd:.1f}"
+
+            lines.append(f"| {dataset} | {q} | {100 * limit:.0f}% | {len(hits)}/{len(rows)} | "
+                         f"{best[0]:.1f} ± {best[1]:.1f} | {mean('updates')} | {mean('round')} | "
+                         f"{mean('train_bytes', 1e6)} | {mean('sim_seconds')} | "
+                         f"{mean('wall_seconds')} |")
+    return lines
 
 
 def _row(dataset: str, column: str, paper: tuple | None, rows: list[dict]) -> str:

@@ -114,10 +114,20 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     _add_config_flags(run, algorithm=algorithm)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
-    _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta",
+    _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
                              "min_client_size", "seed", "sbm_nodes", "sbm_classes", "sbm_alpha",
                              "sbm_mu", "sbm_features", "sbm_noise"))
     part.add_argument("--plot", metavar="PNG", help="write a per-client label histogram here")
+
+    comm = sub.add_parser("analyze-comm", help="FedGCN pre-training communication: appendix F's "
+                          "prediction beside the measured ledger bytes",
+                          description="Predicted (appendix F; SBM expectation for --dataset sbm) "
+                                      "and measured pre-training bytes of FedGCN 0/1/2-hop on "
+                                      "one graph and partition (see fedgl.comm_analysis).")
+    _add_config_flags(comm, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
+                             "min_client_size", "seed", "sbm_nodes", "sbm_classes", "sbm_alpha",
+                             "sbm_mu", "sbm_features", "sbm_noise"))
+    comm.add_argument("--out", metavar="JSON", default=None, help="also write the analysis here")
 
     sw = sub.add_parser("sweep", help="run a grid of configs from a YAML file (resumable)",
                         description="Run every cell of a sweep file (see fedgl.sweep); finished "
@@ -160,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
             raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
-        if args.command in ("run", "partition"):
+        if args.command in ("run", "partition", "analyze-comm"):
             _preload()
         if args.command == "run":
             return _cmd_run(args)
@@ -168,6 +178,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_partition(args)
         if args.command == "datasets":
             return _cmd_datasets(args)
+        if args.command == "analyze-comm":
+            return _cmd_analyze_comm(args)
         if args.command == "keys":
             return _cmd_keys(args)
         if args.command == "sweep":
@@ -303,6 +315,19 @@ def _slug(text: str) -> str:
     return "".join(c if c.isalnum() else "_" for c in Path(text.replace("npz:", "")).stem)
 
 
+def _vertical_summary(cfg: dict, split: dict) -> str:
+    """The vertical split in words: clients, feature columns each, edge share, edges covered."""
+    if split.get("clients") == 1:
+        return ", one party (all feature columns and edges)"
+    cols = "/".join(str(c) for c in split.get("columns", []))
+    share = cfg.get("edge_share")
+    edges = "all edges each" if cfg["algorithm"] == "glasu-simulated" or share is None else (
+        f"{float(share):.0%} of the edges each")
+    return (f", {split.get('clients')} vertical clients ({cfg.get('feature_split', 'random')} "
+            f"feature split {cols} columns, {edges}, union covers "
+            f"{split.get('union_edge_coverage', 0.0):.0%})")
+
+
 def _print_summary(result: Any, out: Path) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -310,8 +335,12 @@ def _print_summary(result: Any, out: Path) -> None:
     from fedgl.results import SUMMARY_METRICS
 
     cfg = result.config
-    parties = ("" if cfg["algorithm"].startswith("centralized")
-               else f", {cfg['clients']} clients, β={cfg['beta']:g}")
+    split = result.repeats[0].partition if result.repeats else {}
+    if split.get("setting") == "vertical":
+        parties = _vertical_summary(cfg, split)
+    else:
+        parties = ("" if cfg["algorithm"].startswith("centralized")
+                   else f", {cfg['clients']} clients, β={cfg['beta']:g}")
     title = (f"{cfg['algorithm']}"
              + (f" {cfg['hops']}-hop" if cfg["algorithm"] == "fedgcn" else "")
              + f" on {cfg['dataset']}{parties}, "
@@ -358,7 +387,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from fedgl.api import as_config, load_graph
-    from fedgl.data.partition import partition
+    from fedgl.data.shards import make_partition
 
     cfg = as_config(**_overrides(args))
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
@@ -367,11 +396,11 @@ def _cmd_partition(args: argparse.Namespace) -> int:
         _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
         _probe_writable(Path(args.plot))
     graph = load_graph(cfg)
-    part = partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=cfg.seed,
-                     min_size=cfg.min_client_size)
+    part = make_partition(graph, cfg, cfg.seed)
     stats = part.stats(graph)
+    knob = {"dirichlet": f" β={cfg.beta:g}", "p-split": f" p={cfg.mcmahan_p:g}"}.get(cfg.partition, "")
     table = Table(title=f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges} edges, "
-                        f"{cfg.clients} clients, {cfg.partition} β={cfg.beta:g}, seed {cfg.seed}")
+                        f"{cfg.clients} clients, {cfg.partition}{knob}, seed {cfg.seed}")
     for col in ("client", "nodes", "train", "test", "labels per class"):
         table.add_column(col, justify="right" if col != "labels per class" else "left")
     for k in range(cfg.clients):
@@ -392,6 +421,30 @@ def _cmd_partition(args: argparse.Namespace) -> int:
             raise ConfigError(f"--plot '{args.plot}' could not be written ({exc.strerror}); "
                               "choose a writable path") from None
         console.print(f"plot written to {args.plot}")
+    return 0
+
+
+# ---------------------------------------------------------------------- analyze-comm
+def _cmd_analyze_comm(args: argparse.Namespace) -> int:
+    import json
+
+    from fedgl.comm_analysis import analyze, format_text
+
+    out = Path(args.out) if args.out else None
+    if out is not None:
+        if out.suffix.lower() != ".json":
+            raise ConfigError(f"--out '{args.out}' must end in .json")
+        _check_writable_folder(out.absolute().parent, "--out folder")
+    result = analyze(**_overrides(args))
+    print(format_text(result))
+    if out is not None:
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(result, indent=2) + "\n")
+        except OSError as exc:
+            raise ConfigError(f"--out '{args.out}' could not be written ({exc.strerror}); "
+                              "choose a writable path") from None
+        print(f"analysis written to {out}")
     return 0
 
 

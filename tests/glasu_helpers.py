@@ -20,11 +20,12 @@ def glasu_params(graph: GraphData, clients: int = 3, layers: int = 4, agg: str =
 
 def glasu_federation(graph: GraphData, params: GlasuParams, *, seed: int = 0,
                      edge_share: float = 0.8, feature_split: str = "random",
-                     full_edges: bool = False) -> GlasuServer:
+                     full_edges: bool = False, batch: bool = False) -> GlasuServer:
     parts = vertical_split(graph, params.clients, feature_split=feature_split,
                            edge_share=edge_share, labels=params.label_holders, seed=seed,
                            full_edges=full_edges)
-    runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts})
+    runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts},
+                           batch=batch)
     server = GlasuServer(runtime, params, seed)
     server.setup()
     return server

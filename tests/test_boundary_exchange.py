@@ -5,6 +5,7 @@ from __future__ import annotations
 from functools import partial
 
 import numpy as np
+import pytest
 import torch
 
 from fedgl.algorithms.boundary.client import BoundaryClient
@@ -103,15 +104,31 @@ def test_received_rows_are_only_sampled_boundary_nodes():
         assert torch.equal(c._x_remote, g.x[c._sampled])  # exactly the requested rows
 
 
-def test_cora_runs_of_both_baselines(data_root):
+def _cora_runs(data_root, clients: int, rounds: int):
     from fedgl.data.datasets import load_dataset
 
     g = load_dataset("cora", str(data_root))
-    cfg = Config.from_dict({"clients": 10, "beta": 10000, "rounds": 25, "eval_every": 25,
-                            "progress": False})
-    dist = _run(g, cfg, DistributedGCNClient)
-    bns = _run(g, cfg, partial(BoundaryClient, rate=0.1))
+    common = {"clients": clients, "beta": 10000, "rounds": rounds, "eval_every": rounds,
+              "progress": False}
+    # the algorithm named, so the run records what that algorithm's runs record (FedGCN's
+    # leakage report, the config's default algorithm, costs seconds on Cora and is not theirs)
+    dist = _run(g, Config.from_dict({**common, "algorithm": "distributed-gcn"}),
+                DistributedGCNClient)
+    bns = _run(g, Config.from_dict({**common, "algorithm": "bns-gcn", "boundary_rate": 0.1}),
+               partial(BoundaryClient, rate=0.1))
     # the full exchange makes the federated evaluation the centralised forward pass
     assert abs(dist.final["test_acc"] - dist.final["oracle_test_acc"]) < 1e-6
-    assert dist.final["test_acc"] > 0.72 and bns.final["test_acc"] > 0.65
     assert bns.final["train_bytes"] < 0.3 * dist.final["train_bytes"]
+    return dist.final["test_acc"], bns.final["test_acc"]
+
+
+def test_cora_runs_of_both_baselines(data_root):
+    """Real data, short (10 rounds, 5 clients): both learn well above chance (7 classes)."""
+    dist, bns = _cora_runs(data_root, clients=5, rounds=10)
+    assert dist > 0.6 and bns > 0.55
+
+
+@pytest.mark.slow
+def test_cora_runs_of_both_baselines_ten_clients(data_root):
+    dist, bns = _cora_runs(data_root, clients=10, rounds=25)
+    assert dist > 0.72 and bns > 0.65

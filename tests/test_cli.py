@@ -133,3 +133,16 @@ def test_run_repeats(cli, tmp_path):
     assert len(acc["values"]) == 2 and acc["std"] >= 0.0
     assert [(r["repeat"], r["seed"]) for r in rows] == [("0", "0"), ("0", "0"), ("1", "1"),
                                                         ("1", "1")]
+
+
+def test_partition_p_split_reads_mcmahan_p(cli):
+    """``fedgl partition`` honours --mcmahan-p (p = 1 is i.i.d.: every client sees every class)."""
+    common = ("partition", "--dataset", "sbm", "--sbm-nodes", "300", "--clients", "3",
+              "--partition", "p-split")
+    iid = cli(*common, "--mcmahan-p", "1")
+    _assert_ok(iid)
+    assert "p-split p=1," in iid.out
+    skewed = cli(*common, "--mcmahan-p", "0")
+    _assert_ok(skewed)
+    assert "p-split p=0," in skewed.out
+    assert iid.out.split("cross-client")[0] != skewed.out.split("cross-client")[0]

@@ -3,6 +3,7 @@ counted, mending adds generated neighbours, and a Cora run learns."""
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from fedgl.algorithms.fedsage_plus.client import FedSagePlusClient
@@ -116,3 +117,16 @@ def test_fedsage_plus_on_cora(data_root):
                         server_cls=FedSagePlusServer, progress=RoundProgress(None))
     assert res.final["test_acc"] > 0.6
     assert res.final["pretrain_bytes"] > 0
+
+
+def test_feature_matching_is_the_references_mse_by_hand():
+    """min over candidates of the mean squared difference per feature (``F.mse_loss``), as the
+    reference's greedy loss: [1, 1] against {[0, 0], [3, 1]} -> min(1, 2) = 1 (a sum would give
+    2 and make the loss weight b d times the reference's)."""
+    from fedgl.algorithms.fedsage_plus.neighgen import cross_match_loss, local_match_loss
+
+    gen = torch.tensor([[[1.0, 1.0]]])
+    x = torch.tensor([[0.0, 0.0], [3.0, 1.0]])
+    pairs = torch.tensor([[0, 0], [0, 1]])
+    assert local_match_loss(gen, x, pairs, torch.tensor([2])).item() == 1.0
+    assert cross_match_loss(gen, x).item() == pytest.approx(1.0, rel=1e-6)  # cdist rounding

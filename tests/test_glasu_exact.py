@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from fedgl.algorithms.glasu.sampling import build_block, full_block
+from fedgl.algorithms.glasu.blocks import build_block, full_block
 from fedgl.data.graph import GraphData
 from tests.glasu_helpers import glasu_federation, glasu_params
 from tests.helpers import random_graph

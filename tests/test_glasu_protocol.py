@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 import torch
 
-from fedgl.algorithms.glasu.sampling import Block
+from fedgl.algorithms.glasu.blocks import Block
 from fedgl.data.graph import GraphData
 from tests.glasu_helpers import glasu_federation, glasu_params
 from tests.helpers import graph_from_edges, random_graph
@@ -142,8 +142,8 @@ def test_a_vertical_client_holds_only_its_columns_and_its_edges():
         own_edges = set((client.data.edge_index[1] * n + client.data.edge_index[0]).tolist())
         assert own_edges < set((graph.edge_index[1] * n + graph.edge_index[0]).tolist())
         csr = client.csr
-        dst = torch.repeat_interleave(torch.arange(n), csr.rowptr[1:] - csr.rowptr[:-1])
-        assert set((dst * n + csr.col).tolist()) == own_edges
+        dst = torch.repeat_interleave(torch.arange(n), csr.indptr[1:] - csr.indptr[:-1])
+        assert set((dst * n + csr.indices).tolist()) == own_edges
         blocks = list(_blocks(vars(client)))
         assert blocks
         for blk in blocks:  # every adjacency entry is an own edge or a self-loop

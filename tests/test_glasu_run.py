@@ -78,3 +78,14 @@ def test_ray_runtime_gives_the_same_run(local_ray):
     assert len(ray_res.extra["client_peak_rss_mb"]) == 3  # one actor per vertical client
     assert_same_run(local, ray_res, tol=1e-6)
     assert local.history[-1]["test_acc"] > 0  # a non-trivial split (no empty masks)
+
+
+def test_cli_summary_shows_the_vertical_split(tmp_path, capsys):
+    from fedgl.cli import main
+
+    assert main(["run", "--algorithm", "glasu", "--dataset", "sbm", "--sbm-nodes", "120",
+                 "--clients", "3", "--layers", "2", "--rounds", "1", "--no-progress",
+                 "--out", str(tmp_path / "run")]) == 0
+    title = " ".join(capsys.readouterr().out.split())
+    assert "3 vertical clients (random feature split" in title and "80% of the edges" in title
+    assert "β=" not in title

@@ -23,10 +23,16 @@ layers consume a block as ``conv(h_src, block.edge_index)[:block.num_dst]`` (see
 Grouped sampling: with ``groups`` (one id per seed), the same node reached from seeds of
 different groups is a different instance (one independent mini-batch per group, as when several
 clients' batches are sampled together); nodes are deduplicated within a group only.
+
+Layer-wise node sets (:func:`expand_nodes`, GLASU's protocol): ``S[l] = S[l+1] ∪ {≤ f drawn
+neighbours of each node of S[l+1]}``, the previous set first, then the new nodes sorted. Several
+parties' draws can run as one vectorised call over the disjoint union of their graphs, each
+party's keys from its own generator (``generators``), giving exactly the separate draws.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -82,10 +88,19 @@ class Block:
 
 
 def sample_neighbors(csr: CSRGraph, nodes: Tensor, fanout: int,
-                     generator: torch.Generator | None = None) -> tuple[Tensor, Tensor]:
+                     generator: torch.Generator | None = None, *,
+                     group_counts: list[int] | None = None,
+                     generators: Sequence[torch.Generator] | None = None
+                     ) -> tuple[Tensor, Tensor]:
     """For every node in ``nodes`` draw ``min(fanout, degree)`` in-neighbours uniformly without
     replacement (all of them when ``fanout < 0``). Returns ``(target_pos, neighbour_id)``: the
-    position in ``nodes`` each drawn edge belongs to, and the drawn neighbour's id (int64)."""
+    position in ``nodes`` each drawn edge belongs to, and the drawn neighbour's id (int64).
+
+    Per-group generators: with ``group_counts`` (``nodes`` = consecutive runs of that many nodes,
+    one run per group) and ``generators`` (one per group), group ``g``'s keys come from
+    ``generators[g]`` under the same rule as one call per group, so the draw equals separate
+    calls (e.g. several parties' samples over the disjoint union of their graphs, computed in one
+    process without mixing their random streams)."""
     nodes = nodes.long()
     start = csr.indptr[nodes].long()
     deg = csr.indptr[nodes + 1].long() - start
@@ -97,13 +112,74 @@ def sample_neighbors(csr: CSRGraph, nodes: Tensor, fanout: int,
     first = torch.cumsum(deg, 0) - deg  # offset of each target's run in the candidate list
     within = torch.arange(total) - first[target]
     if fanout >= 0 and bool((deg > fanout).any()):
-        keys = torch.rand(total, generator=generator, dtype=torch.float64)
-        order = torch.argsort(keys)
-        order = order[torch.argsort(target[order], stable=True)]  # by target, then random key
+        keys = (torch.rand(total, generator=generator, dtype=torch.float64) if generators is None
+                else _group_keys(deg, fanout, group_counts or [], generators))
+        order = _by_target_then_key(target, keys, nodes.numel())
         rank = torch.arange(total) - first[target[order]]
         keep = order[rank < fanout]
         target, within = target[keep], within[keep]
     return target, csr.indices[start[target] + within].long()
+
+
+def _by_target_then_key(target: Tensor, keys: Tensor, num_targets: int) -> Tensor:
+    """The permutation sorting candidates by (target, key). One integer sort on the target in
+    the high bits and the key's leading bits below; should two candidates of one target share
+    those bits (rare), the two-pass sort on the full keys decides, so the result is always that
+    of sorting by (target, key)."""
+    free = 62 - max(1, num_targets).bit_length()
+    if free >= 24:
+        combined = (target << free) | (keys * float(1 << free)).long()
+        order = torch.argsort(combined)
+        ranked = combined[order]
+        if not bool((ranked[1:] == ranked[:-1]).any()):
+            return order
+    order = torch.argsort(keys)
+    return order[torch.argsort(target[order], stable=True)]
+
+
+def _group_keys(deg: Tensor, fanout: int, counts: list[int],
+                generators: Sequence[torch.Generator]) -> Tensor:
+    """Random keys of the candidate edges, each group's from its own generator (drawn only when
+    the group has a node with more than ``fanout`` neighbours, as one call per group would)."""
+    if sum(counts) != deg.numel() or len(counts) != len(generators):
+        raise ValueError("group_counts must split the nodes into one run per generator")
+    keys = []
+    for d, gen in zip(torch.split(deg, counts), generators, strict=True):
+        n = int(d.sum())
+        keys.append(torch.rand(n, generator=gen, dtype=torch.float64) if bool((d > fanout).any())
+                    else torch.zeros(n, dtype=torch.float64))  # every candidate is kept
+    return torch.cat(keys)
+
+
+def expand_nodes(csr: CSRGraph, nodes: Tensor, fanout: int,
+                 generator: torch.Generator | None = None, *, group_size: int = 0,
+                 group_counts: list[int] | None = None,
+                 generators: Sequence[torch.Generator] | None = None) -> tuple[Tensor, list[int]]:
+    """Layer-wise node-set growth (GLASU's sampling): ``nodes`` followed by the new nodes among
+    ``≤ fanout`` uniformly drawn neighbours of each (sorted), so ``nodes`` is a prefix of the
+    result. Returns ``(next_nodes, counts)``.
+
+    Grouped (``group_size`` > 0): ``csr`` is the disjoint union of graphs of ``group_size`` nodes
+    each (node ``i`` of group ``g`` is ``g * group_size + i``), ``nodes`` are runs of
+    ``group_counts`` nodes per group, and ``generators`` one per group; every group's run of the
+    result, and its count, equal a separate call on its own graph with its own generator."""
+    pos, nbr = sample_neighbors(csr, nodes, fanout, generator, group_counts=group_counts,
+                                generators=generators)
+    if 16 * (nbr.numel() + nodes.numel()) >= csr.num_nodes:  # a node mask is cheaper than sorting
+        seen = torch.zeros(csr.num_nodes, dtype=torch.bool)
+        seen[nbr] = True
+        seen[nodes] = False
+        new = torch.nonzero(seen).flatten()  # sorted, unique, not in nodes
+    else:
+        new = torch.unique(nbr)
+        new = new[~torch.isin(new, nodes)]
+    if group_size <= 0:
+        return torch.cat([nodes, new]), [int(nodes.numel() + new.numel())]
+    counts = group_counts or []
+    new_counts = torch.bincount(new // group_size, minlength=len(counts)).tolist()
+    parts = zip(torch.split(nodes, counts), torch.split(new, new_counts), strict=True)
+    return (torch.cat([t for pair in parts for t in pair]),
+            [a + b for a, b in zip(counts, new_counts, strict=True)])
 
 
 def sample_blocks(csr: CSRGraph, seeds: Tensor, fanouts: list[int],

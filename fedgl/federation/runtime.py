@@ -14,7 +14,8 @@ from typing import Any, Protocol
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import copy_payload, payload_nbytes
 
-# broadcast methods a client class may run for all in-process clients at once (``<name>_many``)
+# broadcast methods a client class may run for all in-process clients at once (``<name>_many``);
+# a client class can name its own in a ``BATCHABLE`` class attribute
 BATCHABLE = ("fit", "evaluate")
 
 
@@ -88,10 +89,11 @@ class LocalRuntime:
         """A broadcast ``fit``/``evaluate`` run by the client class's ``fit_many`` /
         ``evaluate_many`` (one computation for all in-process clients; the same messages are
         counted). None: not applicable."""
-        if not (self.batch and method in BATCHABLE and targets
-                and all(per_client[k] is args for k in targets)):
+        if not (self.batch and targets and all(per_client[k] is args for k in targets)):
             return None
         group = [self._clients[k] for k in targets]
+        if method not in getattr(type(group[0]), "BATCHABLE", BATCHABLE):
+            return None
         many = getattr(type(group[0]), f"{method}_many", None)
         t0 = time.perf_counter()
         outs = (many(group, **copy_payload(args), cache=self._batch_cache)
@@ -100,8 +102,9 @@ class LocalRuntime:
             return None
         share = (time.perf_counter() - t0) / len(targets)  # one batched computation, split evenly
         results, down, up = {}, {}, {}
+        sent = payload_nbytes(args)  # the same broadcast to every client
         for k, out in zip(targets, outs, strict=True):
-            down[k], up[k] = payload_nbytes(args), payload_nbytes(out)
+            down[k], up[k] = sent, payload_nbytes(out)
             self.ledger.record(phase, "down", k, down[k])
             self.ledger.record(phase, "up", k, up[k])
             results[k] = copy_payload(out)

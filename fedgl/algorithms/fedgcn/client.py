@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 
 from fedgl.algorithms.base import GNNClient, ModelInputs
+from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows, held_subgraph_degrees
 from fedgl.algorithms.fedgcn.sparse_sums import (
     DEFAULT_CHUNK_ROWS,
     client_partial_sums,
@@ -50,6 +51,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
         super().__init__(data, config, seed)
         self.hops = config.hops
+        self.neighbour_rows = exchanges_neighbour_rows(config)  # rows of V_k ∪ N(V_k) come back
         self.chunk_rows = int(getattr(config, "pretrain_chunk_rows", DEFAULT_CHUNK_ROWS))
         self.deg_tilde = data.degrees() + 1  # true degrees + self-loop, of own nodes
         self.received_sums: Tensor | None = None
@@ -82,7 +84,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         msg = {"ids": touched, "sums": released, "num_requested": self._num_requested()}
         if self._dp_release is not None:
             msg["dp_release"] = self._dp_release  # lets the run count releases (ε composes)
-        if self.hops >= 2:
+        if self.neighbour_rows:
             msg["degrees"] = self.deg_tilde.clone()
         if counts is not None:
             msg["counts"] = counts
@@ -102,7 +104,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return client_partial_sums(d.x, self.deg_tilde, b, self.chunk_rows)
 
     def _num_requested(self) -> int:
-        return self.data.num_nodes if self.hops == 1 else len(self._touched())
+        return len(self._touched()) if self.neighbour_rows else self.data.num_nodes
 
     def _sums_of(self, x: Tensor, touched: Tensor) -> Tensor:
         """``S_k[i] = Σ_{j ∈ V_k ∩ Ñ(i)} d̃_j^{-1/2} x_j`` for every touched row i."""
@@ -311,11 +313,12 @@ class FedGCNClient(GNNClient, SecureModelParty):
             return self._local_subgraph_inputs(d.x, pre_aggregated=False)
         if self.received_sums is None:
             raise RuntimeError("FedGCN client with hops >= 1 used before the pre-training round")
-        if self.hops == 1:
+        if not self.neighbour_rows:
             # Eq. (33): layer 1 on the received (ÂX) rows, later layers on the local graph A_k.
             agg = self.received_sums * self.deg_tilde.to(d.x.dtype).pow(-0.5).unsqueeze(1)
             return self._local_subgraph_inputs(agg, pre_aggregated=True)
-        # Eq. (34): rows V_k ∪ N(V_k); later layers on the known edges with the true degrees.
+        # Eq. (34): rows V_k ∪ N(V_k); later layers on the known edges with the true degrees
+        # (1-hop paper-code: with the degrees of the held subgraph, fedgcn/one_hop.py).
         row_ids = self._touched()
         deg = torch.cat([self.deg_tilde, self.remote_deg_tilde])
         agg = self.received_sums * deg.to(self.received_sums.dtype).pow(-0.5).unsqueeze(1)
@@ -327,6 +330,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         rows = self._row_of(src[keep], row_ids), self._row_of(dst[keep], row_ids)
         key = torch.unique(rows[1] * len(row_ids) + rows[0])
         ei = torch.stack([key % len(row_ids), key // len(row_ids)])
+        if self.hops == 1:
+            deg = held_subgraph_degrees(ei, len(row_ids))
         ei, w = gcn_edge_weights(ei, len(row_ids), deg)
         return ModelInputs(agg, ei, w, torch.arange(n_own), pre_aggregated=True)
 

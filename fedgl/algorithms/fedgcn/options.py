@@ -5,8 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedgl.config.fields import option
+from fedgl.config.fields import choice, option
 from fedgl.errors import ConfigError
+
+ONE_HOP_VARIANTS = ("eq33", "paper-code")  # see fedgl/algorithms/fedgcn/one_hop.py
 
 
 @dataclass(frozen=True)
@@ -15,6 +17,11 @@ class FedGCNOptions:
 
     hops: int = option(2, "communication hops L of the pre-training round (0, 1 or 2; at most "
                           "--layers)")
+    one_hop_variant: str = option("eq33", "with --hops 1: 'eq33' (the paper's eq. 33: own rows "
+                                          "only, later layers on the local subgraph) or "
+                                          "'paper-code' (the released code: also the remote "
+                                          "neighbours' rows, layer 2 keeps the cross-client "
+                                          "edges; costs the 2-hop exchange)")
     pretrain_chunk_rows: int = option(65536, "pre-training sums computed this many rows at a "
                                              "time by clients and server (bounds memory; same "
                                              "result for any value)")
@@ -31,6 +38,14 @@ class FedGCNOptions:
         if self.hops > cfg.layers:
             raise ConfigError(f"hops ({self.hops}) cannot exceed layers ({cfg.layers}); "
                               f"use --hops {cfg.layers} or more --layers")
+        choice("one_hop_variant", self.one_hop_variant, ONE_HOP_VARIANTS)
+        if self.one_hop_variant != "eq33":
+            if self.hops != 1:
+                raise ConfigError(f"one_hop_variant '{self.one_hop_variant}' applies to --hops 1 "
+                                  f"(got --hops {self.hops}); drop it or use --hops 1")
+            if cfg.secure_sum != "none" or cfg.dp_epsilon is not None or cfg.min_contributors > 1:
+                raise ConfigError("one_hop_variant 'paper-code' runs the plaintext exchange only; "
+                                  "drop secure_sum/dp_epsilon/min_contributors or use eq33")
         if cfg.model == "sage" and self.hops > 0:
             raise ConfigError("FedGCN with model 'sage' supports only --hops 0 (SAGE's root term "
                               "would need remote raw features); use --model gcn for 1/2-hop")

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from fedgl.algorithms.base import FedAvgServer
+from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows
 from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS, server_replies
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
@@ -181,7 +182,7 @@ class FedGCNServer(FedAvgServer):
                 seen[str(k)].append(rid)
 
     def _degrees(self, msgs: dict, rows_of: dict, n: int) -> torch.Tensor | None:
-        if self.config.hops < 2:
+        if not exchanges_neighbour_rows(self.config):  # 2-hop, or 1-hop paper-code
             return None
         degree = torch.zeros(n, dtype=torch.long)
         for k in msgs:

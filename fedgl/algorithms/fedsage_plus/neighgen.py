@@ -8,9 +8,11 @@
   ``num_pred x d`` generated neighbour features.
 
 The feature-matching loss of a generated feature ``H_vp`` against a candidate set ``U`` is the
-greedy ``min_{u ∈ U} ||H_vp - x_u||²``; locally U is v's hidden neighbours and only the first
-``min(n_v, num_pred)`` generated rows count; at another client j, U is all of j's nodes and every
-generated row counts (computed by j, which returns only parameter gradients).
+greedy ``min_{u ∈ U} ||H_vp - x_u||² / d`` (the reference's ``F.mse_loss``: a mean over the d
+feature dimensions, so the loss weight b means what it means there); locally U is v's hidden
+neighbours and only the first ``min(n_v, num_pred)`` generated rows count; at another client j,
+U is all of j's nodes and every generated row counts (computed by j, which returns only
+parameter gradients).
 """
 
 from __future__ import annotations
@@ -61,7 +63,7 @@ class NeighGen(nn.Module):
 
 
 def local_match_loss(gen: Tensor, x: Tensor, pairs: Tensor, missing: Tensor) -> Tensor:
-    """Mean over valid (v, p) of ``min_{u ∈ hidden N(v)} ||gen[v, p] - x[u]||²``.
+    """Mean over valid (v, p) of ``min_{u ∈ hidden N(v)} ||gen[v, p] - x[u]||² / d``.
 
     ``gen``: [n, P, d] for the batch nodes; ``pairs``: [2, M] (batch row v, row u of ``x``), one
     column per hidden neighbour; ``missing``: [n] true missing counts. Valid: p < min(n_v, P)."""
@@ -70,16 +72,16 @@ def local_match_loss(gen: Tensor, x: Tensor, pairs: Tensor, missing: Tensor) -> 
     if pairs.size(1) == 0 or not valid.any():
         return gen.sum() * 0.0
     v, u = pairs
-    dist = ((gen[v] - x[u].unsqueeze(1)) ** 2).sum(-1)  # [M, P]
+    dist = ((gen[v] - x[u].unsqueeze(1)) ** 2).mean(-1)  # [M, P]
     best = torch.full((n, p_max), float("inf"), dtype=gen.dtype)
     best = best.scatter_reduce(0, v.unsqueeze(1).expand(-1, p_max), dist, "amin")
     return best[valid].mean()
 
 
 def cross_match_loss(gen: Tensor, x: Tensor) -> Tensor:
-    """Mean over every generated row of ``min_{u} ||gen[v, p] - x[u]||²`` (all rows of ``x``)."""
+    """Mean over every generated row of ``min_{u} ||gen[v, p] - x[u]||² / d`` (all rows of ``x``)."""
     flat = gen.reshape(-1, gen.size(-1))
-    return torch.cdist(flat, x).pow(2).min(dim=1).values.mean()
+    return torch.cdist(flat, x).pow(2).min(dim=1).values.mean() / gen.size(-1)
 
 
 def count_loss(pred: Tensor, missing: Tensor, num_pred: int) -> Tensor:

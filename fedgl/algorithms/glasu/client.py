@@ -21,10 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedgl.algorithms.glasu import batched
+from fedgl.algorithms.glasu.blocks import Block, RowSparse, full_block, is_simple, sampled_block
 from fedgl.algorithms.glasu.model import ClientStack
 from fedgl.algorithms.glasu.options import GlasuParams
-from fedgl.algorithms.glasu.sampling import CSR, Block, build_block, full_block, sample_neighbors
+from fedgl.data.sampling import CSRGraph, expand_nodes
 from fedgl.data.vertical import VerticalClientData
+from fedgl.errors import DataError
 from fedgl.evaluation import SPLITS
 
 
@@ -35,6 +38,9 @@ class GlasuClient:
     first layer's gathers and products (same values, fewer operations)."""
 
     SPARSE_BELOW = 0.25
+    # the local runtime may run these broadcasts for all in-process clients as one stacked
+    # computation (glasu/batched.py; the same messages, each client's own random stream)
+    BATCHABLE = ("sample", "forward", "local_updates")
 
     def __init__(self, data: VerticalClientData, params: GlasuParams, seed: int) -> None:
         self.data = data
@@ -49,11 +55,13 @@ class GlasuClient:
                 self.model.classifier.reset_parameters()
         cls = torch.optim.SGD if params.optimizer == "sgd" else torch.optim.Adam
         extra = {"momentum": params.momentum} if params.optimizer == "sgd" else {}
+        # fused: one update kernel over all parameter tensors (the same arithmetic per element)
         self.opt = cls(self.model.parameters(), lr=params.lr, weight_decay=params.weight_decay,
-                       **extra)
-        self.csr = CSR.from_edge_index(data.edge_index, data.num_nodes)
+                       fused=True, **extra)
+        self.csr = CSRGraph.from_edge_index(data.edge_index, data.num_nodes)
         density = float((data.x != 0).float().mean()) if data.x.numel() else 1.0
-        self._xs = data.x.to_sparse() if density < self.SPARSE_BELOW else None
+        self._xs = RowSparse.from_dense(data.x) if density < self.SPARSE_BELOW else None
+        self._simple = is_simple(self.csr)  # sampled blocks need no duplicate check
         self.a, self.b = params.share(self.m)
         self.sets: dict[int, Tensor] = {}
         self.trace: list[Tensor] = []  # own sub-layer outputs of the last forward (tests)
@@ -65,6 +73,20 @@ class GlasuClient:
     def from_shard(cls, data: VerticalClientData, params: dict, seed: int) -> GlasuClient:
         """Built where the client runs (a Ray actor) from its shard and the plain parameters."""
         return cls(data, GlasuParams(**{**params, "agg": tuple(params["agg"])}), seed)
+
+    @staticmethod
+    def sample_many(group: list[GlasuClient], nodes: Tensor, top: int, cache: dict
+                    ) -> list | None:
+        return batched.sample_many(group, nodes, top, cache)
+
+    @staticmethod
+    def forward_many(group: list[GlasuClient], h: Tensor, k: int, cache: dict) -> list | None:
+        return batched.forward_many(group, h, k, cache)
+
+    @staticmethod
+    def local_updates_many(group: list[GlasuClient], h: Tensor | None, cache: dict,
+                           grad: Tensor | None = None) -> list | None:
+        return batched.local_updates_many(group, h, cache, grad)
 
     # ------------------------------------------------------------------ set-up / batches
     def training_nodes(self) -> dict:
@@ -92,12 +114,12 @@ class GlasuClient:
         self.sets[top] = nodes
         bottom = self._below(top)
         for layer in range(top - 1, bottom - 1, -1):
-            self.sets[layer] = sample_neighbors(self.csr, self.sets[layer + 1], self.p.fanout,
-                                                self.gen)
+            self.sets[layer] = expand_nodes(self.csr, self.sets[layer + 1], self.p.fanout,
+                                            self.gen)[0]
         if bottom > 0:
             return {"nodes": self.sets[bottom]}
-        self._blocks = [build_block(self.data.edge_index, self.data.num_nodes, self.sets[i],
-                                    self.sets[i + 1]) for i in range(self.p.layers)]
+        self._blocks = [sampled_block(self.csr, self.sets[i], self.sets[i + 1], self._simple)
+                        for i in range(self.p.layers)]
         self.model.train()
         return {"h": self._segment(1, None, self._blocks, self._round).detach()}
 
@@ -111,7 +133,7 @@ class GlasuClient:
             return torch.sparse_coo_tensor(h.indices(), h.values() * keep / (1.0 - self.p.dropout),
                                            h.shape, check_invariants=False)
         keep = torch.rand(h.shape, generator=self.gen, dtype=h.dtype) >= self.p.dropout
-        return h * keep / (1.0 - self.p.dropout)
+        return (h * keep).div_(1.0 - self.p.dropout)
 
     def _segment_layers(self, k: int) -> range:
         agg = self.p.agg
@@ -139,7 +161,7 @@ class GlasuClient:
         cached = getattr(self, "_rows", None)
         if cached is not None and cached[0] is src:
             return cached[1]
-        rows = (self._xs.index_select(0, src).coalesce() if self._xs is not None
+        rows = (self._xs.gather(src) if self._xs is not None
                 else self.data.x[src])
         self._rows = (src, rows)
         return rows
@@ -277,6 +299,22 @@ class GlasuClient:
             mask = getattr(self.data, f"{split}_mask")
             out[f"{split}_acc"] = float((pred[mask] == self.data.y[mask]).float().mean())
         return out
+
+    # ------------------------------------------------------------------ checkpoints
+    def checkpoint_state(self) -> dict:
+        """Everything that carries over between rounds: weights, optimiser moments and the
+        random stream (sampling, dropout). Round state is rebuilt by the next round."""
+        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                "generator": self.gen.get_state()}
+
+    def restore_state(self, state: dict) -> None:
+        try:
+            self.model.load_state_dict(state["model"])
+            self.opt.load_state_dict(state["optimizer"])
+            self.gen.set_state(state["generator"])
+        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
+            raise DataError(f"checkpoint's GLASU client {self.m} does not fit the config "
+                            f"({str(exc).splitlines()[0][:120]}); start the run again") from None
 
     def parameters_dict(self) -> dict[str, Tensor]:
         """A copy of the client's parameters (tests and checkpoints)."""

@@ -6,7 +6,8 @@ Client sub-layer ``l`` on a sampled block ``Â_m[l]`` (sparse ``|S[l+1]| × |S[l
 - ``gcn``:   ``H⁺ = ReLU(Â H W + b)``
 - ``gat``:   ``H⁺ = ReLU(Σ_j α_ij z_j + b)``, ``z = H W``, ``α_ij = softmax_j LeakyReLU(a·z_i + a'·z_j)``
   over the block's edges (one head)
-- ``gcnii``: ``H⁺ = ReLU(((1-α) Â H + α H₀) ((1-β_l) I + β_l W))``, ``β_l = log(λ/(l+1) + 1)``,
+- ``gcnii``: ``H⁺ = ReLU(((1-α) Â H + α H₀) ((1-β_l) I + β_l W))`` (computed as written: one
+  sparse ``addmm`` and one product with the combined weight), ``β_l = log(λ/(l+1) + 1)``,
   ``H₀ = ReLU(X_m W_in + b_in)`` the client's own input projection (notes A7)
 
 Widths: every ``H[l]`` for ``l ≥ 1`` is ``hidden`` wide. With ``concat`` aggregation a client's
@@ -21,8 +22,8 @@ import math
 import torch
 from torch import Tensor, nn
 
+from fedgl.algorithms.glasu.blocks import Block
 from fedgl.algorithms.glasu.options import GlasuParams
-from fedgl.algorithms.glasu.sampling import Block
 
 
 def linear(h: Tensor, lin: nn.Linear, bias: bool = True) -> Tensor:
@@ -93,7 +94,13 @@ class ClientStack(nn.Module):
             return torch.relu(z + conv.bias)
         if self.p.backbone == "gat":
             return torch.relu(conv(h, block))
-        alpha = self.p.gcnii_alpha
+        support = torch.sparse.addmm(h0, block.adj, h, beta=self.p.gcnii_alpha,
+                                     alpha=1 - self.p.gcnii_alpha)  # (1-α) Â H + α H₀
+        return torch.relu(support @ self.gcnii_weight(layer))
+
+    def gcnii_weight(self, layer: int) -> Tensor:
+        """GCNII's identity-mapped weight ``(1-β_l) I + β_l W_l`` (one product instead of
+        ``(1-β) S + β S W``)."""
         beta = math.log(self.p.gcnii_lambda / (layer + 1) + 1.0)
-        support = (1 - alpha) * torch.sparse.mm(block.adj, h) + alpha * h0
-        return torch.relu((1 - beta) * support + beta * conv(support))
+        w = self.convs[layer].weight.t()
+        return (1 - beta) * torch.eye(w.size(0), dtype=w.dtype) + beta * w

@@ -10,7 +10,9 @@
   the reported accuracy is the mean over clients, each client's is in ``extra``.
 
 A single party has no one to talk to: its notional aggregation (the identity for ``M = 1``) runs
-in-process through :class:`SelfRuntime`, which counts nothing. Round ``t`` of every mode is one
+in-process through :class:`SelfRuntime`, which counts nothing. Checkpoints (``--checkpoint-every``,
+all modes but standalone) hold every party's weights, optimiser state and random streams, so a
+resumed run continues exactly as the uninterrupted one. Round ``t`` of every mode is one
 sampling + joint inference + ``Q`` local updates; benchmarks equalise model updates by giving
 ``Q = 1`` modes ``Q`` times the rounds.
 """
@@ -32,10 +34,11 @@ from fedgl.algorithms.glasu.options import (
 )
 from fedgl.algorithms.glasu.server import GlasuServer
 from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
+from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import parse_fanouts
 from fedgl.data.graph import GraphData
 from fedgl.data.vertical import VerticalClientData, split_stats, vertical_shard, vertical_split
-from fedgl.errors import ConfigError
+from fedgl.errors import ConfigError, DataError
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import copy_payload
 from fedgl.federation.network import NetworkModel
@@ -118,7 +121,8 @@ def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
     elif getattr(cfg, "runtime", "local") == "ray":
         runtime = _ray_runtime(parts, params, cfg, seed)
     else:
-        runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts})
+        runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts},
+                               batch=bool(getattr(cfg, "batch_clients", True)))
     server = GlasuServer(runtime, params, seed)
     try:
         server.setup()
@@ -150,24 +154,78 @@ def _ray_runtime(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
     return RayRuntime(specs, GlasuClient, cfg, Ledger())
 
 
-def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, progress: RoundProgress,
-           on_round: Callable | None) -> list[dict]:
-    history = []
+def party_state(server: GlasuServer) -> dict:
+    """Every party's carried-over state for a checkpoint: each client's weights, optimiser and
+    random stream, and the server's batch generator. (A deployment keeps each part at its
+    party; here one file holds them, fetched outside the counted training traffic.)"""
+    runtime = server.runtime
+    counted, runtime.ledger = runtime.ledger, Ledger()
+    try:
+        states = runtime.call("checkpoint_state", None, phase="train")
+    finally:
+        runtime.ledger = counted
+    return {"server_generator": server.gen.get_state(),
+            "clients": {str(m): s for m, s in states.items()}}
+
+
+def _resume(server: GlasuServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
+    """Restore every party's state, the history and the ledger (the set-up exchange already
+    re-ran on building the federation; the restored ledger counts it once, as uninterrupted)."""
+    runtime = server.runtime
+    saved = state.weights
+    clients = saved.get("clients", {}) if isinstance(saved, dict) else {}
+    if sorted(clients) != sorted(str(m) for m in runtime.client_ids):
+        raise DataError(f"checkpoint holds GLASU clients {sorted(clients)}, the config builds "
+                        f"{runtime.client_ids}; start the run again")
+    network, counted = runtime.ledger.network, runtime.ledger
+    runtime.ledger = Ledger()
+    try:
+        runtime.call("restore_state", {m: {"state": clients[str(m)]} for m in runtime.client_ids},
+                     phase="train")
+    finally:
+        runtime.ledger = counted
+    server.gen.set_state(saved["server_generator"])
+    runtime.ledger = Ledger.from_state_dict(state.ledger)
+    runtime.ledger.network = network  # the simulated clock continues from the checkpoint
+    events = [*state.events, {"action": "resumed", "round": state.round}]
+    return state.round + 1, list(state.history), events
+
+
+def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, seed: int,
+           progress: RoundProgress, on_round: Callable | None,
+           resume_from: RepeatProgress | None = None,
+           checkpointer: Checkpointer | None = None) -> tuple[list[dict], list[dict]]:
+    history: list[dict] = []
+    events: list[dict] = []
+    start = 1
+    if resume_from is not None:
+        start, history, events = _resume(server, resume_from)
     repeats = int(getattr(cfg, "repeats", 1))
     progress.start(f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds))
-    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every)):
+    for _ in range(start - 1):
+        progress.advance()
+    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
         row = {"round": t, **metrics, **network_columns(server.runtime.ledger)}
         history.append(row)
         progress.advance(_progress_info(row))
+        if checkpointer is not None and checkpointer.every and t % checkpointer.every == 0:
+            checkpointer.round_done(RepeatProgress(repeat, seed, t, party_state(server), history,
+                                                   server.runtime.ledger.state_dict(), events))
         if on_round is not None:
             on_round(repeat, t, server)
-    return history
+    return history, events
 
 
 def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat: int, seed: int,
-              progress: RoundProgress, mode: str = "glasu",
-              on_round: Callable | None = None) -> RepeatResult:
-    """One repeat of ``mode`` (see module docstring)."""
+              progress: RoundProgress, mode: str = "glasu", on_round: Callable | None = None,
+              resume_from: RepeatProgress | None = None,
+              checkpointer: Checkpointer | None = None) -> RepeatResult:
+    """One repeat of ``mode`` (see module docstring), optionally checkpointed every
+    ``checkpointer.every`` rounds or resumed from ``resume_from`` (not ``standalone``: its M
+    separate runs would need M checkpoints)."""
+    if mode == "standalone" and (resume_from is not None or checkpointer is not None):
+        raise ConfigError("glasu-standalone trains its clients one after another and does not "
+                          "checkpoint; drop --checkpoint-every")
     t0 = time.perf_counter()
     split = vertical_settings(cfg)
     M = int(cfg.clients)
@@ -187,7 +245,9 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
     setup_seconds = time.perf_counter() - t0
     name = "glasu" if mode == "glasu" else f"glasu-{mode}"
     try:
-        histories = [_train(s, cfg, name, repeat, progress, on_round) for s in feds]
+        runs = [_train(s, cfg, name, repeat, seed, progress, on_round, resume_from, checkpointer)
+                for s in feds]
+        histories = [h for h, _ in runs]
         ledger = feds[0].runtime.ledger
         history = histories[0] if len(histories) == 1 else _mean_history(histories)
         seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
@@ -200,7 +260,7 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
                              "params": _json_params(params),
                              "runtime": getattr(cfg, "runtime", "local"),
                              "communication": "none (one party)" if params.clients == 1 else
-                             "counted by the ledger"})
+                             "counted by the ledger", "failures": runs[0][1]})
         if mode == "standalone":
             result.extra["standalone_test_acc"] = [h[-1].get("test_acc") for h in histories]
         if hasattr(feds[0].runtime, "peak_rss_mb"):
@@ -235,11 +295,10 @@ def _entry(mode: str) -> Callable[..., RepeatResult]:
     def run_repeat(graph: GraphData, cfg: Any, *, repeat: int, seed: int,
                    progress: RoundProgress, resume_from: Any = None, checkpointer: Any = None,
                    on_round: Callable | None = None) -> RepeatResult:
-        if resume_from is not None or checkpointer is not None:
-            raise ConfigError("GLASU runs do not checkpoint or resume; drop --checkpoint-every")
         options = cfg.options if cfg.options is not None else GlasuModelOptions()
         return run_glasu(graph, cfg, options, repeat=repeat, seed=seed, progress=progress,
-                         mode=mode, on_round=on_round)
+                         mode=mode, on_round=on_round, resume_from=resume_from,
+                         checkpointer=checkpointer)
 
     run_repeat.__doc__ = f"The registry's entry point of mode {mode!r} (options: ``cfg.options``)."
     return run_repeat

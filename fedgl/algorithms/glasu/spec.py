@@ -12,20 +12,19 @@ _RUNNER = "fedgl.algorithms.glasu.runner"
 register(AlgorithmSpec(
     name="glasu", setting="vertical",
     summary="GLASU: vertical split GNN with lazy aggregation at K of L layers and Q stale updates",
-    entry=f"{_RUNNER}:run_repeat", options=GlasuOptions, checkpoints=False, unread=_UNREAD))
+    entry=f"{_RUNNER}:run_repeat", options=GlasuOptions, unread=_UNREAD))
 
 register(AlgorithmSpec(
     name="glasu-simulated", setting="vertical",
     summary="GLASU's simulated centralised baseline: every client has every edge, aggregation "
             "at every layer, exact gradients",
-    entry=f"{_RUNNER}:run_simulated", options=GlasuModelOptions, checkpoints=False,
-    unread=_UNREAD))
+    entry=f"{_RUNNER}:run_simulated", options=GlasuModelOptions, unread=_UNREAD))
 
 register(AlgorithmSpec(
     name="glasu-centralized", setting="vertical",
     summary="GLASU's centralised baseline: one party with every feature column and edge",
-    entry=f"{_RUNNER}:run_centralized", options=GlasuModelOptions, checkpoints=False,
-    runtimes=("local",), unread=_UNREAD))
+    entry=f"{_RUNNER}:run_centralized", options=GlasuModelOptions, runtimes=("local",),
+    unread=_UNREAD))
 
 register(AlgorithmSpec(
     name="glasu-standalone", setting="vertical",
