@@ -141,7 +141,9 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
                          "lists every cell")
 
     rep = sub.add_parser("report", help="tables (markdown) and plots (PNG) of a run or sweep")
-    rep.add_argument("folder", metavar="DIR", help="a run folder (result.json) or sweep folder")
+    rep.add_argument("folder", metavar="DIR", nargs="+",
+                     help="a run folder (result.json) or sweep folder; several: one report "
+                          "over all of them (needs --out)")
     rep.add_argument("--out", default=None, help="where to write (default: DIR/report)")
     rep.add_argument("--target-acc", type=float, default=None,
                      help="also show the rounds until the test accuracy first reaches this "
@@ -192,7 +194,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "report":
             from fedgl.report import write_report
 
-            dest = write_report(args.folder, args.out, target=args.target_acc)
+            dest = write_report(list(args.folder), args.out, target=args.target_acc)
             print(f"report written to {dest / 'report.md'}")
             return 0
         parser.print_help()

@@ -261,17 +261,24 @@ def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path:
     return _save(fig, path)
 
 
-def write_report(path: str | Path, out: str | Path | None = None, *,
+def write_report(path: str | Path | list[str | Path], out: str | Path | None = None, *,
                  target: float | None = None) -> Path:
     """Tables (report.md, report.json), the figures' numbers (figures.json) and plots (PNG) for
-    a run or sweep folder. ``target``: the test accuracy whose first reaching round the table
-    and the i.i.d.-control figure show (None: 99 % of each run's best)."""
+    a run or sweep folder, or several together (then ``out`` is required). ``target``: the test
+    accuracy whose first reaching round the table and the i.i.d.-control figure show (None:
+    99 % of each run's best)."""
     import json
 
     from fedgl import report_figures as rf
 
-    entries = load_entries(path)
-    dest = Path(out) if out is not None else Path(path) / "report"
+    paths = [Path(p) for p in (path if isinstance(path, list) else [path])]
+    if len(paths) > 1 and out is None:
+        from fedgl.errors import ConfigError
+
+        raise ConfigError("a report of several folders needs --out (where to write it)")
+    entries = [e for p in paths for e in load_entries(p)]
+    path = ", ".join(str(p) for p in paths)
+    dest = Path(out) if out is not None else paths[0] / "report"
     dest.mkdir(parents=True, exist_ok=True)
     groups = group_entries(entries, target)
     figures = {"accuracy_vs_clients": rf.clients_series(groups),

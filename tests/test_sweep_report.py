@@ -152,6 +152,12 @@ def test_cli_sweep_and_report_of_a_single_run(tmp_path, capsys):
     cell = next((tmp_path / "o" / "cells").iterdir())
     assert main(["report", str(cell)]) == 0
     assert "distributed-gcn" in (cell / "report" / "report.md").read_text()
+    # several folders in one report: the sweep and the same cell again pool into one setting
+    assert main(["report", str(tmp_path / "o"), str(cell)]) == 2  # needs --out
+    assert main(["report", str(tmp_path / "o"), str(cell), "--out", str(tmp_path / "both")]) == 0
+    (group,) = json.loads((tmp_path / "both" / "report.json").read_text())
+    acc = json.loads((cell / "result.json").read_text())["repeats"][0]["final"]["test_acc"]
+    assert group["repeats"] == 2 and group["metrics"]["test_acc"]["values"] == [acc, acc]
     bad = tmp_path / "bad.yaml"
     bad.write_text("grid: [1, 2]\n")
     assert main(["sweep", str(bad)]) == 2
