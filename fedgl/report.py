@@ -237,8 +237,12 @@ def _legend_outside(ax: Any) -> None:
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
 
 
-def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path:
-    """Final test accuracy vs bytes communicated until convergence (FedGCN paper, Figure 4)."""
+def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path | None:
+    """Final test accuracy vs bytes communicated until convergence (FedGCN paper, Figure 4);
+    None when there are more than twice :data:`MAX_ROUND_LINES` settings (an unreadable
+    legend)."""
+    if len(groups) > 2 * MAX_ROUND_LINES:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")

@@ -44,9 +44,11 @@ def method_label(values: dict[str, Any]) -> str:
     """'FedGCN 2-hop' for fedgcn cells, else the algorithm's name plus its other varying
     options (and any other key given)."""
     algo = str(values.get("algorithm", "fedgcn"))
-    rest = {k: v for k, v in values.items() if k not in ("algorithm", "hops")}
+    rest = {k: v for k, v in values.items() if k not in ("algorithm", "hops", "one_hop_variant")}
     head = (f"FedGCN {values['hops']}-hop" if algo == "fedgcn" and "hops" in values
             else DISPLAY_NAMES.get(algo, algo))
+    if "one_hop_variant" in values:
+        head += f" ({values['one_hop_variant']})"
     return ", ".join([head, *[f"{k}={v}" for k, v in rest.items()]])
 
 
