@@ -2,9 +2,11 @@
 
 A checkpoint holds the config, the repeats already finished, and for the repeat in progress the
 last completed round, the global model, the history so far, the ledger so far, the failure
-events, and the RNG states. Clients need no checkpoint: FedAvg sends them the global model every
-round, their dropout is seeded per (seed, client, round), and their pre-training state is rebuilt
-by re-running the (deterministic) pre-training exchange on resume.
+events, the RNG states and, for algorithms that keep it (the mini-batch FedSGD server's Adam
+state and counters), the server's own state as plain data. Clients need no checkpoint: FedAvg
+sends them the global model every round, their dropout is seeded per (seed, client, round), and
+their pre-training state is rebuilt by re-running the (deterministic) pre-training exchange on
+resume.
 
 A checkpoint holds only tensors and plain data (dicts, lists, tuples, str, int, float, bool,
 None) and is read with ``torch.load(weights_only=True)``, so a crafted file cannot run code: the
@@ -55,6 +57,7 @@ class RepeatProgress:
     ledger: dict
     events: list[dict] = field(default_factory=list)
     dp_releases: dict[str, list[str]] = field(default_factory=dict)  # DP accounting so far
+    server: dict[str, Any] = field(default_factory=dict)  # algorithm state beyond the weights
 
 
 @dataclass

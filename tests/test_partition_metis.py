@@ -69,3 +69,43 @@ def test_random_partition_is_not_the_sbm_class_draw(sbm):
     part = partition(sbm, sbm.num_classes, method="random", seed=0)
     agree = float((part.owner == sbm.y.numpy()).mean())
     assert agree < 0.3, agree  # 1/6 expected by chance
+
+
+def test_metis_reads_sorted_edges_in_place_and_gives_the_same_parts(sbm):
+    """Edges sorted by (destination, source), as fedgl's graphs hold them, are read without a
+    sort; any other column order is sorted first; both give METIS the same input."""
+    import torch
+
+    from fedgl.data.partition import _sorted_by_destination
+
+    ei = sbm.edge_index
+    assert _sorted_by_destination(ei.numpy())
+    shuffled = ei[:, torch.randperm(ei.shape[1], generator=torch.Generator().manual_seed(0))]
+    assert not _sorted_by_destination(shuffled.numpy())
+    a = metis_partition(ei, sbm.num_nodes, 4, seed=3)
+    b = metis_partition(shuffled, sbm.num_nodes, 4, seed=3)
+    assert np.array_equal(a.owner, b.owner)
+
+
+def test_degree_capped_metis_keeps_a_symmetric_sample_and_partitions_well(sbm):
+    """``max_degree``: the kept edge set is symmetric and every node keeps about k edges; the
+    partition is valid, balanced and still cuts far fewer edges than random."""
+    import torch
+
+    from fedgl.data.partition import sparsify_degree
+
+    src, dst = sbm.edge_index.numpy()
+    keep = sparsify_degree(src, dst, sbm.num_nodes, 2, seed=1)
+    kept = set(zip(src[keep].tolist(), dst[keep].tolist(), strict=True))
+    assert kept == {(d, s) for s, d in kept}  # symmetric
+    deg = np.bincount(dst, minlength=sbm.num_nodes)
+    kdeg = np.bincount(dst[keep], minlength=sbm.num_nodes)
+    assert kdeg.sum() < 0.75 * deg.sum() and kdeg.max() <= deg.max()
+    assert np.mean(kdeg[deg >= 2]) >= 2  # at least k in expectation, per node with k edges
+    assert np.array_equal(keep, sparsify_degree(src, dst, sbm.num_nodes, 2, seed=1))
+    part = metis_partition(sbm.edge_index, sbm.num_nodes, 6, seed=0, max_degree=4)
+    sizes = np.bincount(part.owner, minlength=6)
+    assert sizes.sum() == sbm.num_nodes and sizes.max() <= 1.05 * sbm.num_nodes / 6
+    rand = random_partition(sbm.num_nodes, 6, seed=0)
+    ei = torch.as_tensor(sbm.edge_index)
+    assert part.cross_client_edges(ei) < 0.6 * rand.cross_client_edges(ei)

@@ -40,3 +40,32 @@ def test_fedgcn_runs_on_metis_and_random_partitions(method):
                     partition=method, progress=False)
     part = res.repeats[0].partition
     assert sum(part["nodes"]) == 200 and len(part["nodes"]) == 4
+
+
+def test_bounded_cross_evaluation_scores_a_fixed_subset():
+    """``eval_max_nodes`` caps the labelled nodes scored per split per client (the same subset
+    at every evaluation); ``eval_fanouts`` samples the evaluation neighbourhood."""
+    from fedgl.algorithms.minibatch import server as server_mod
+
+    seen: list = []
+    real = server_mod.pooled_accuracy
+
+    def spy(res):
+        seen.append({k: r["total"] for k, r in res.items()})
+        return real(res)
+    mp = pytest.MonkeyPatch()
+    mp.setattr(server_mod, "pooled_accuracy", spy)
+    try:
+        full = fedgl.run(algorithm="local-only", partition="random", **{**SMALL, "rounds": 4})
+        fedgl.run(algorithm="local-only", partition="random", eval_max_nodes=3,
+                  eval_fanouts="2,2", **{**SMALL, "rounds": 4})
+    finally:
+        mp.undo()
+    assert len(seen) == 4
+    assert seen[2] == seen[3]  # the same subset every time
+    for k, totals in seen[2].items():
+        assert all(t <= 3 for t in totals) and sum(totals) > 0
+        assert all(t >= min(3, f) for t, f in zip(totals, seen[0][k], strict=True))
+    assert full.repeats[0].history[-1]["val_acc"] >= 0.0
+    with pytest.raises(ConfigError, match="fanouts"):
+        fedgl.run(algorithm="local-only", eval_fanouts="2,2,2", **SMALL)

@@ -58,7 +58,7 @@ def _one_cross_iteration(srv, rt, weights, chosen, monkeypatch=None):
     step = srv.schedule.step(0, len(rt.client_ids), srv.generator)
     begun = rt.call("begin", {k: {"weights": weights, "iteration": 0, "cross": k in chosen}
                               for k in rt.client_ids}, phase="train")
-    srv._cross(step, begun)
+    srv._cross(0, step, begun)
     res = rt.call("finish", {k: {"local": k not in chosen} for k in rt.client_ids}, phase="train")
     return begun, res, captured.get("blocks")
 
@@ -221,7 +221,7 @@ def test_pns_cache_holds_exact_remote_sums_and_the_interval_shrinks():
     s = MiniBatchSettings(model="sage", hidden=8, layers=2, batch_size=5, fanouts=(3, 3))
     srv, rt, _, _ = _federation(g, part, s, ShrinkingSchedule(5, 1.0))
     srv.pns_fanout = -1
-    srv._refresh_cache()
+    srv._refresh_cache(0)
     owner = torch.from_numpy(part.owner)
     src, dst = g.edge_index
     remote = owner[src] != owner[dst]

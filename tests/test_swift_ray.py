@@ -23,3 +23,28 @@ def test_local_and_ray_runtimes_give_the_same_swift_run(local_ray):
             if key in ra:
                 assert rb[key] == pytest.approx(ra[key], abs=1e-6), (ra["round"], key)
     assert b.extra["runtime"] == "ray" and b.history[-1]["sim_seconds"] > 0
+
+
+@pytest.mark.slow
+def test_ray_run_resumed_from_a_checkpoint_equals_the_uninterrupted_local_run(local_ray, tmp_path):
+    """FedGNN-PNS on Ray, stopped after iteration 3 and resumed on fresh actors (their caches
+    rebuilt by re-running the latest refresh), ends like the uninterrupted in-process run."""
+    pns = dict(BASE, algorithm="fedgnn-pns", pns_interval=2, pns_decay=1.0, pns_fanout=3,
+               partition="random", bandwidth="")
+    for key in ("period", "cross_clients"):
+        pns.pop(key)
+    reference = fedgl.run(**pns).repeats[0]
+    out = tmp_path / "run"
+
+    def stop(r, t, server):
+        if t == 3:
+            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt):
+        fedgl.run(runtime="ray", checkpoint_every=1, out=str(out), on_round=stop, **pns)
+    resumed = fedgl.run(resume=out, progress=False).repeats[0]
+    assert resumed.extra["runtime"] == "ray"
+    assert resumed.ledger["bytes"] == reference.ledger["bytes"]
+    for ra, rb in zip(reference.history, resumed.history, strict=True):
+        for key in ("train_loss", "val_acc", "test_acc", "train_bytes"):
+            if key in ra:
+                assert rb[key] == pytest.approx(ra[key], abs=1e-6), (ra["round"], key)

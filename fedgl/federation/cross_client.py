@@ -49,16 +49,19 @@ class Structure:
 
 
 def gather_structure(runtime: Any, num_nodes: int | None = None, phase: str = "pretrain",
-                     index_dtype: torch.dtype = torch.int64) -> Structure:
+                     index_dtype: torch.dtype | None = None) -> Structure:
     """Every client uploads its node ids and incident edges (ids only); the server builds the
     global CSR and the owner table. This upload is the paper's assumption that the server knows
-    the cross-client structure (see docs/threat-model.md)."""
+    the cross-client structure (see docs/threat-model.md). ``index_dtype`` None: int32 when the
+    node and edge counts fit (half the memory), else int64."""
     res = runtime.call("xc_structure", phase=phase)
     n = num_nodes or 1 + max(int(r["node_ids"].max()) for r in res.values() if r["node_ids"].numel())
     owner = torch.full((n,), -1, dtype=torch.int64)
     for k, r in res.items():
         owner[r["node_ids"]] = k
     ei = torch.cat([r["edge_index"] for r in res.values()], dim=1)
+    if index_dtype is None:
+        index_dtype = torch.int32 if max(n, ei.shape[1]) < 2**31 - 1 else torch.int64
     return Structure(CSRGraph.from_edge_index(ei, n, dtype=index_dtype), owner)
 
 

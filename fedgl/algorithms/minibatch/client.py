@@ -42,14 +42,17 @@ class MiniBatchClient:
         src, dst = data.edge_index
         own = data.owns(src)
         local_ei = torch.stack([data.global_to_local(src[own]), data.global_to_local(dst[own])])
-        self.csr = CSRGraph.from_edge_index(local_ei, data.num_nodes)
-        self._local_ei = local_ei
+        # int32 indices where they fit: half the memory of int64
+        dtype = torch.int32 if max(data.num_nodes, local_ei.shape[1]) < 2**31 - 1 else torch.int64
+        self.csr = CSRGraph.from_edge_index(local_ei, data.num_nodes, dtype=dtype)
+        del local_ei
         self.masks = {s: getattr(data, f"{s}_mask") for s in SPLITS}
         self.train_pool = self.masks["train"].nonzero().flatten()
         self.party = CrossClientParty(self.model, data.x, data.y, data.node_ids, self.masks,
                                       self.generator)
         self.cache: dict[str, Tensor] | None = None  # remote layer-1 aggregates (FedGNN-PNS)
         self._batch: Tensor | None = None
+        self._eval_ids: Tensor | None = None
 
     # ------------------------------------------------------------------ helpers
     def _load(self, weights: State, iteration: int) -> None:
@@ -136,9 +139,18 @@ class MiniBatchClient:
         return self.party.backward(layer, grad)
 
     def eval_nodes(self) -> dict[str, Tensor]:
-        """Evaluation control: the global ids of own labelled (train/val/test) nodes."""
-        keep = self.masks["train"] | self.masks["val"] | self.masks["test"]
-        return {"ids": self.data.node_ids[keep]}
+        """Evaluation control: the global ids of own labelled (train/val/test) nodes; with
+        ``eval_max_nodes`` = m > 0, a uniform subset of at most m per split, drawn once with the
+        client's seed (the same nodes at every evaluation)."""
+        if self._eval_ids is None:
+            m = self.s.eval_max_nodes
+            gen = torch.Generator().manual_seed(self.seed + 104_723)
+            keep = torch.zeros(self.data.num_nodes, dtype=torch.bool)
+            for split in SPLITS:
+                pool = self.masks[split].nonzero().flatten()
+                keep[uniform_batch(pool, m, gen) if m > 0 else pool] = True
+            self._eval_ids = self.data.node_ids[keep]
+        return {"ids": self._eval_ids}
 
     def load(self, weights: State) -> dict:
         """Evaluation: load the model to score (eval mode)."""
@@ -165,7 +177,9 @@ class MiniBatchClient:
         """Local-subgraph, full-neighbour accuracy counts (no cross-client edges)."""
         self.model.load_state_dict(weights)
         self.model.eval()
-        block = full_block(self._local_ei, self.data.num_nodes)
+        csr, n = self.csr, self.data.num_nodes
+        dst = torch.repeat_interleave(torch.arange(n), csr.degree(torch.arange(n)))
+        block = full_block(torch.stack([csr.indices.long(), dst]), n)
         blocks = [block] * self.s.layers
         hit = self._forward_local(blocks).argmax(-1) == self.data.y
         return {"correct": [int(hit[self.masks[s]].sum()) for s in SPLITS],

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedgl.config.fields import option
+from fedgl.config.fields import option, parse_fanouts
 from fedgl.errors import ConfigError
 
 OPTIMIZERS = ("adam", "sgd")
@@ -23,6 +23,11 @@ class MiniBatchOptions:
     eval_batch: int = option(
         0, "cross evaluation: labelled nodes per exchange (0: all at once; bounds memory on "
            "large graphs)")
+    eval_max_nodes: int = option(
+        0, "cross evaluation: at most this many labelled nodes per split per client, a fixed "
+           "seeded uniform subset (0: all; bounds evaluation on large graphs)")
+    eval_fanouts: str = option(
+        "", "cross evaluation fan-outs (DGL order, as --fanouts); empty: all neighbours (exact)")
 
     def validate(self, cfg: Any) -> None:
         if self.server_optimizer not in OPTIMIZERS:
@@ -33,6 +38,10 @@ class MiniBatchOptions:
                               f"{', '.join(EVAL_MODES)}; use --eval-mode cross")
         if self.eval_batch < 0:
             raise ConfigError(f"eval_batch must be >= 0 (got {self.eval_batch}); 0 means all")
+        if self.eval_max_nodes < 0:
+            raise ConfigError(f"eval_max_nodes must be >= 0 (got {self.eval_max_nodes}); "
+                              "0 means all")
+        parse_fanouts(self.eval_fanouts, int(getattr(cfg, "layers", 2)))
         if getattr(cfg, "model", "sage") not in ("sage", "gin", "gcn"):
             raise ConfigError(f"model {cfg.model!r} has no mini-batch form; use --model sage, "
                               "gin or gcn")

@@ -5,6 +5,12 @@ gather the structure and run ``rounds`` iterations (``rounds`` = the number of i
 and records per evaluated iteration: the federated accuracies, the cumulative training bytes and
 (with ``bandwidth`` set) the simulated time, so that bytes- and time-to-accuracy can be read off
 the history.
+
+Checkpoints (``--checkpoint-every``) hold the weights, the history, the ledger and the server's
+state (Adam moments, counters, bytes per communicating iteration). Every random draw is derived
+from (seed, iteration[, client]), so a run resumed after iteration t repeats the uninterrupted
+run exactly: the structure exchange is re-run on a scratch ledger, FedGNN-PNS's client caches are
+rebuilt by re-running their latest refresh, and the ledger totals continue from the checkpoint.
 """
 
 from __future__ import annotations
@@ -18,12 +24,12 @@ from fedgl.algorithms.minibatch.client import MiniBatchClient
 from fedgl.algorithms.minibatch.server import FedSGDServer, Schedule
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat, network_columns
+from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.data.sampling import full_block
 from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
-from fedgl.errors import ConfigError
 from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import State
 from fedgl.federation.ledger import Ledger
@@ -77,12 +83,11 @@ class OracleMiniBatch:
 
 def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progress: Any,
                   schedule: Schedule, name: str, optimizer: str = "adam",
-                  eval_mode: str = "cross", pns_fanout: int = -1, resume_from: Any = None,
-                  on_round: Any = None) -> RepeatResult:
-    """Run ``cfg.rounds`` iterations of the algorithm defined by ``schedule`` (see module
-    docstring). Checkpoint resume is not supported (the server's Adam state is not saved)."""
-    if resume_from is not None:
-        raise ConfigError(f"{name} cannot resume from a checkpoint; rerun without --resume")
+                  eval_mode: str = "cross", pns_fanout: int = -1,
+                  resume_from: RepeatProgress | None = None,
+                  checkpointer: Checkpointer | None = None, on_round: Any = None) -> RepeatResult:
+    """Run ``cfg.rounds`` iterations of the algorithm defined by ``schedule``, from the start or
+    from ``resume_from`` (see module docstring)."""
     t0 = time.perf_counter()
     s = MiniBatchSettings.from_config(cfg)
     part = make_partition(graph, cfg, seed)
@@ -96,15 +101,22 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
                               eval_batch=int(getattr(cfg, "eval_batch", 0)))
         oracle = OracleMiniBatch(graph, s) if getattr(cfg, "oracle_eval", False) else None
         setup_seconds = time.perf_counter() - t0
-        server.setup()
+        history: list[dict] = []
+        comm_bytes: list[int] = []
+        events: list[dict] = []
+        start = 0
+        if resume_from is None:
+            server.setup()
+        else:
+            start, history, comm_bytes, events = _resume(server, resume_from)
         rounds = int(cfg.rounds)
         progress.start(f"{name} repeat {repeat + 1}/{getattr(cfg, 'repeats', 1)}", rounds)
-        history: list[dict] = []
+        for _ in range(start):
+            progress.advance()
         oracle_seconds = 0.0
-        comm_bytes: list[int] = []
         ledger = runtime.ledger
         diverged: dict | None = None
-        for t, weights, metrics in server.iterations(0, int(cfg.eval_every), rounds):
+        for t, weights, metrics in server.iterations(start, int(cfg.eval_every), rounds):
             if metrics.pop("communicating"):
                 comm_bytes.append(metrics["iteration_bytes"])
             row = {"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
@@ -116,8 +128,12 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
             history.append(row)
             progress.advance(_progress_info(row))
             diverged = divergence(t + 1, weights, row["train_loss"], cfg)
-            if diverged is not None:  # recorded with --allow-divergence
+            if diverged is not None:  # recorded with --allow-divergence; never checkpointed
                 break
+            if checkpointer is not None:
+                checkpointer.round_done(RepeatProgress(
+                    repeat, seed, t + 1, weights, history, ledger.state_dict(), events,
+                    server={**server.state_dict(), "comm_bytes": list(comm_bytes)}))
             if on_round is not None:
                 on_round(repeat, t + 1, server)
         seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
@@ -125,12 +141,36 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
                    "oracle": oracle_seconds, "total": time.perf_counter() - t0}
         result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
         result.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
+        if events:
+            result.extra["events"] = events
         if diverged is not None:
             result.extra["diverged"] = diverged
             result.final["diverged_round"] = diverged["round"]
         return result
     finally:
         runtime.close()
+
+
+def _resume(server: FedSGDServer, state: RepeatProgress
+            ) -> tuple[int, list[dict], list[int], list[dict]]:
+    """Rebuild what the clients hold beyond one iteration (the structure exchange, PNS caches)
+    on a scratch ledger, then restore the server's model, optimiser, counters and ledger."""
+    runtime = server.runtime
+    network = runtime.ledger.network
+    scratch = Ledger()
+    runtime.ledger = scratch
+    server.setup()
+    server.rebuild_clients(state.round)
+    runtime.ledger = Ledger.from_state_dict(state.ledger)
+    runtime.ledger.network = network  # the simulated clock continues from the checkpoint
+    check_weights(state.weights, server.weights)
+    server.load_state_dict(state.weights, state.server)
+    events = list(state.events) + [{
+        "action": "resumed", "round": state.round,
+        "note": "structure exchange (and FedGNN-PNS's latest cache refresh) re-run to rebuild "
+                "client state; their bytes are not added to the ledger totals",
+        "rerun_bytes": scratch.bytes("pretrain") + scratch.bytes("train")}]
+    return state.round, list(state.history), [int(b) for b in state.server["comm_bytes"]], events
 
 
 def minibatch_extra(server: FedSGDServer, history: list[dict], comm_bytes: list[int],

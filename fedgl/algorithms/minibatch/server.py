@@ -8,6 +8,12 @@ training (``Step.cross``); every client receives θ_t and uploads one gradient; 
 
 with Adam (the paper's experiments) or plain SGD (its Algorithm 1). The server holds the model,
 the optimiser state and the graph *structure* (ids, owners; never features or labels).
+
+Every random draw of the server comes from a generator re-seeded per (seed, iteration, purpose)
+(:meth:`FedSGDServer.rng`: the schedule's client choice, the cross-client sample, the PNS cache
+sample, the evaluation sample), and every client re-seeds its own per (seed, client, iteration).
+So the state after iteration t is the model, the optimiser state and counters
+(:meth:`FedSGDServer.state_dict`), and a resumed run repeats an uninterrupted one exactly.
 """
 
 from __future__ import annotations
@@ -47,6 +53,10 @@ class Schedule(Protocol):
     def step(self, t: int, num_clients: int, generator: torch.Generator) -> Step: ...
 
 
+#: purposes of the server's per-iteration random streams (see :meth:`FedSGDServer.rng`)
+CHOICE, CROSS, CACHE, EVAL = range(4)
+
+
 @dataclass
 class PeriodicSchedule:
     """Swift-FedGNN (and, with other values, FedGNN-G, local-only and LLCG): when
@@ -72,23 +82,24 @@ class PeriodicSchedule:
 class ShrinkingSchedule:
     """FedGNN-PNS: cached remote neighbours are re-sampled at t = 0 and then after intervals
     ``max(min_interval, round(interval · decay^j))`` (j = 0, 1, ...), so sampling grows more
-    frequent; all iterations train locally on the local graph plus the cache."""
+    frequent; all iterations train locally on the local graph plus the cache. Stateless: the
+    refresh iterations are a function of t alone (so a resumed run needs nothing saved)."""
 
     interval: int
     decay: float
     min_interval: int = 1
-    _next: int = 0
-    _j: int = 0
+
+    def last_refresh(self, t: int) -> int:
+        """The latest refresh iteration ≤ t."""
+        at, j = 0, 0
+        while True:
+            nxt = at + max(self.min_interval, round(self.interval * self.decay ** j))
+            if nxt > t:
+                return at
+            at, j = nxt, j + 1
 
     def step(self, t: int, num_clients: int, generator: torch.Generator) -> Step:
-        if t < self._next:
-            return Step()
-        gap = max(self.min_interval, round(self.interval * self.decay ** self._j))
-        self._next, self._j = t + gap, self._j + 1
-        return Step(refresh_cache=True)
-
-    def state(self) -> dict:
-        return {"next": self._next, "j": self._j}
+        return Step(refresh_cache=True) if self.last_refresh(t) == t else Step()
 
 
 class FedSGDServer:
@@ -107,7 +118,8 @@ class FedSGDServer:
         self.eval_mode = eval_mode
         self.pns_fanout = pns_fanout
         self.eval_batch = eval_batch
-        self.generator = torch.Generator().manual_seed(seed * 104_729 + 13)
+        self.seed = seed
+        self.generator = torch.Generator()
         self.structure: Structure | None = None
         self._remote_csr: CSRGraph | None = None
         self._names: list[str] = []
@@ -116,6 +128,40 @@ class FedSGDServer:
         self.tally: dict[str, int] = {}
         self.aggregates = {"aggregates": 0, "single_node_aggregates": 0}
         self.comm_iterations = 0
+
+    def rng(self, t: int, purpose: int) -> torch.Generator:
+        """The server's generator, re-seeded for iteration ``t`` and ``purpose`` (CHOICE, CROSS,
+        CACHE, EVAL): seed ``(s·104729 + 13 + t·7919·4 + purpose) mod 2⁶³``, a function of
+        (seed, t, purpose) only."""
+        return self.generator.manual_seed(
+            (self.seed * 104_729 + 13 + (t * 4 + purpose) * 7_919) % (2**63 - 1))
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        """What a resumed run needs beyond the weights: the optimiser state (by parameter
+        name) and the communication counters."""
+        opt = self.opt.state_dict() if self._opt_params else None
+        return {"optimizer": opt, "param_names": list(self._names), "tally": dict(self.tally),
+                "aggregates": dict(self.aggregates), "comm_iterations": self.comm_iterations}
+
+    def load_state_dict(self, weights: State, state: dict[str, Any]) -> None:
+        self.weights = {k: v.clone() for k, v in weights.items()}
+        self._opt_params = {}
+        if state.get("optimizer") is not None:
+            self._optimizer(list(state["param_names"]))
+            self.opt.load_state_dict(state["optimizer"])
+        self.tally = dict(state["tally"])
+        self.aggregates = dict(state["aggregates"])
+        self.comm_iterations = int(state["comm_iterations"])
+
+    def rebuild_clients(self, start: int) -> None:
+        """Resume before iteration ``start``: re-create client state that outlives an
+        iteration. Only FedGNN-PNS has any (each client's cache of remote sums): re-run the
+        latest refresh with that iteration's random stream (bytes and tallies are restored
+        afterwards from the checkpoint, so they are not counted twice)."""
+        last = getattr(self.schedule, "last_refresh", None)
+        if last is not None and start > 0:
+            self._refresh_cache(last(start - 1))
 
     # ------------------------------------------------------------------ set-up
     def setup(self) -> None:
@@ -148,17 +194,17 @@ class FedSGDServer:
         """One synchronous iteration; returns its metrics."""
         rt = self.runtime
         clients = rt.client_ids
-        step = self.schedule.step(t, len(clients), self.generator)
+        step = self.schedule.step(t, len(clients), self.rng(t, CHOICE))
         before = rt.ledger.bytes("train")
         if step.refresh_cache:
-            self._refresh_cache()
+            self._refresh_cache(t)
         if not step.cross:
             res = rt.call("step", {"weights": self.weights, "iteration": t}, phase="train")
         else:
             chosen = set(step.cross)
             begun = rt.call("begin", {k: {"weights": self.weights, "iteration": t,
                                           "cross": k in chosen} for k in clients}, phase="train")
-            self._cross(step, begun)
+            self._cross(t, step, begun)
             res = rt.call("finish", {k: {"local": k not in chosen} for k in clients}, phase="train")
         ordered = [res[k] for k in sorted(res)]
         self._apply([r["grad"] for r in ordered], len(clients))
@@ -170,33 +216,35 @@ class FedSGDServer:
                 "cross_clients": len(step.cross), "iteration_bytes": sent,
                 "communicating": communicating}
 
-    def _cross(self, step: Step, begun: dict[int, dict]) -> None:
+    def _cross(self, t: int, step: Step, begun: dict[int, dict]) -> None:
         """Algorithm 2 for the chosen clients, all batches sampled together (one group each)."""
         assert self.structure is not None
         batches = [begun[k]["batch"] for k in step.cross]
         seeds = torch.cat(batches)
         groups = torch.repeat_interleave(torch.arange(len(batches)),
                                          torch.tensor([b.numel() for b in batches]))
-        blocks = sample_blocks(self.structure.csr, seeds, step.fanouts, self.generator, groups=groups)
+        blocks = sample_blocks(self.structure.csr, seeds, step.fanouts, self.rng(t, CROSS),
+                               groups=groups)
         plan = build_plan(blocks, self.structure.owner)
         self.aggregates["aggregates"] += plan.stats["aggregates"]
         self.aggregates["single_node_aggregates"] += plan.stats["single_node_aggregates"]
         run_cross_client(self.runtime, plan, self.kind, train=True, tally=self.tally)
 
-    def _refresh_cache(self) -> None:
+    def _refresh_cache(self, t: int) -> None:
         """FedGNN-PNS: every node draws up to ``pns_fanout`` cross-client neighbours; their
         owners send (sum, count) of raw features through the server; owners cache them."""
         assert self.structure is not None
         if self._remote_csr is None:
             csr, owner = self.structure.csr, self.structure.owner
-            dst = torch.repeat_interleave(torch.arange(csr.num_nodes), csr.indptr[1:] - csr.indptr[:-1])
+            dst = torch.repeat_interleave(torch.arange(csr.num_nodes),
+                                          (csr.indptr[1:] - csr.indptr[:-1]).long())
             src = csr.indices.long()
             remote = owner[src] != owner[dst]
             self._remote_csr = CSRGraph.from_edge_index(torch.stack([src[remote], dst[remote]]),
                                                         csr.num_nodes)
         seeds = torch.arange(self._remote_csr.num_nodes)
         seeds = seeds[self.structure.owner >= 0]
-        blocks = sample_blocks(self._remote_csr, seeds, [self.pns_fanout], self.generator)
+        blocks = sample_blocks(self._remote_csr, seeds, [self.pns_fanout], self.rng(t, CACHE))
         plan = build_plan(blocks, self.structure.owner)
         self.aggregates["aggregates"] += plan.stats["aggregates"]
         self.aggregates["single_node_aggregates"] += plan.stats["single_node_aggregates"]
@@ -220,11 +268,11 @@ class FedSGDServer:
             with self.runtime.ledger.timer("train"):
                 metrics = self.iteration(t)
             if (t + 1) % eval_every == 0 or t == total - 1:
-                metrics.update(self.evaluate())
+                metrics.update(self.evaluate(t))
             yield t, self.weights, metrics
 
     # ------------------------------------------------------------------ evaluation
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, t: int = 0) -> dict[str, float]:
         """Accuracy of θ on every client's labelled nodes. ``cross``: full-neighbour inference
         through the same server-mediated exchange (exactly the centralised model on the global
         graph; counted in the ``eval`` phase); ``local``: each client on its own subgraph."""
@@ -241,7 +289,7 @@ class FedSGDServer:
                 res = {}
                 step = self.eval_batch or max(1, seeds.numel())
                 for chunk in torch.split(seeds, step):
-                    blocks = sample_blocks(self.structure.csr, chunk, fan, self.generator)
+                    blocks = sample_blocks(self.structure.csr, chunk, fan, self.rng(t, EVAL))
                     plan = build_plan(blocks, self.structure.owner)
                     part = run_cross_client(rt, plan, self.kind, train=False, phase="eval")
                     for k, r in part.items():

@@ -22,6 +22,7 @@ class MiniBatchSettings:
     weight_decay: float = 5e-4
     device: str = "cpu"
     eval_fanouts: tuple[int, ...] = ()
+    eval_max_nodes: int = 0
 
     @classmethod
     def from_config(cls, cfg: Any) -> MiniBatchSettings:
@@ -29,7 +30,10 @@ class MiniBatchSettings:
             return cfg
         layers = int(cfg.layers)
         fan = getattr(cfg, "fanouts", "")
+        eval_fan = str(getattr(cfg, "eval_fanouts", "") or "")
         return cls(model=cfg.model, hidden=int(cfg.hidden), layers=layers,
                    dropout=float(cfg.dropout), batch_size=int(getattr(cfg, "batch_size", 0)),
                    fanouts=tuple(parse_fanouts(fan, layers)), lr=float(cfg.lr),
-                   weight_decay=float(cfg.weight_decay), device=getattr(cfg, "device", "cpu"))
+                   weight_decay=float(cfg.weight_decay), device=getattr(cfg, "device", "cpu"),
+                   eval_fanouts=tuple(parse_fanouts(eval_fan, layers)) if eval_fan else (),
+                   eval_max_nodes=int(getattr(cfg, "eval_max_nodes", 0) or 0))

@@ -16,7 +16,8 @@ def _run(graph: GraphData, cfg: Any, schedule: Any, name: str, kw: dict, **extra
     return run_minibatch(graph, cfg, repeat=kw["repeat"], seed=kw["seed"],
                          progress=kw["progress"], schedule=schedule, name=name,
                          optimizer=cfg.server_optimizer, eval_mode=cfg.eval_mode,
-                         resume_from=kw.get("resume_from"), on_round=kw.get("on_round"), **extra)
+                         resume_from=kw.get("resume_from"), checkpointer=kw.get("checkpointer"),
+                         on_round=kw.get("on_round"), **extra)
 
 
 def run_fedgnn_g(graph: GraphData, cfg: Any, **kw: Any) -> RepeatResult:

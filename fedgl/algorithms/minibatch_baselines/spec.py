@@ -23,4 +23,4 @@ for name, fn, options, summary in (
 ):
     register(AlgorithmSpec(name=name, setting="horizontal", summary=summary,
                            entry=f"{_RUNNER}:{fn}", options=options, runtimes=("local", "ray"),
-                           privacy=(), unread=_UNREAD, checkpoints=False))
+                           privacy=(), unread=_UNREAD))

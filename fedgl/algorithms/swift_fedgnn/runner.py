@@ -19,4 +19,5 @@ def run_repeat(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progress: 
     return run_minibatch(graph, cfg, repeat=repeat, seed=seed, progress=progress,
                          schedule=swift_schedule(cfg, settings), name="swift-fedgnn",
                          optimizer=cfg.server_optimizer, eval_mode=cfg.eval_mode,
-                         resume_from=resume_from, on_round=on_round)
+                         resume_from=resume_from, checkpointer=checkpointer,
+                         on_round=on_round)

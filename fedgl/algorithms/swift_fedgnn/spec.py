@@ -11,5 +11,5 @@ register(AlgorithmSpec(
     summary="Swift-FedGNN: mini-batch FedSGD, every I iterations K clients train with "
             "cross-client neighbours aggregated through the server",
     entry="fedgl.algorithms.swift_fedgnn.runner:run_repeat", options=SwiftOptions,
-    runtimes=("local", "ray"), privacy=(), unread=MINIBATCH_UNREAD, checkpoints=False,
+    runtimes=("local", "ray"), privacy=(), unread=MINIBATCH_UNREAD,
     aliases=("swift",)))
