@@ -15,6 +15,9 @@ docs/reproduction-baselines.md.
 
     FEDGL_DATA=../shared/data python benchmarks/reproduce_baselines.py --seeds 3 --out OUT
 
+    python benchmarks/reproduce_baselines.py --from-sweep runs/table2-beta100 --betas 100 --out OUT
+
+(the second tables a ``fedgl sweep`` of benchmarks/sweeps/table2_beta100.yaml beside the paper).
 Prints one JSON line per finished cell; OUT/baselines.cells.json holds them (``--resume``
 continues an interrupted run), OUT/baselines_table2.md the table, OUT/figure4_cora.png the plot.
 """
@@ -79,8 +82,8 @@ def run_cell(dataset: str, method: str, beta: float, args: argparse.Namespace) -
 
 
 def table(cells: dict, datasets: list[str], betas: list[float], seeds: int) -> str:
-    lines = [f"Test accuracy, 10 clients, {seeds} seeds (ours: mean ± std; paper: mean; "
-             "ratio = ours / paper).", ""]
+    lines = [f"Test accuracy, 10 clients, {seeds} seeds unless a cell says (n) (ours: mean ± "
+             "std; paper: mean; ratio = ours / paper).", ""]
     for ds in datasets:
         lines += [f"### {ds}", "", "| method | " + " | ".join(f"β={b:g} ours | paper | ratio"
                                                             for b in betas) + " |",
@@ -93,7 +96,9 @@ def table(cells: dict, datasets: list[str], betas: list[float], seeds: int) -> s
                 if c is None:
                     row += ["—", f"{paper:.4f}", "—"]
                 else:
-                    row += [f"{c['mean']:.4f} ± {c['std']:.4f}", f"{paper:.4f}",
+                    n = len(c.get("values") or [])
+                    tag = f" ({n})" if n and n != seeds else ""
+                    row += [f"{c['mean']:.4f} ± {c['std']:.4f}{tag}", f"{paper:.4f}",
                             f"{c['mean'] / paper:.3f}"]
             lines.append("| " + " | ".join(row) + " |")
         lines.append("")
@@ -125,6 +130,27 @@ def figure(cells: dict, dataset: str, beta: float, path: Path) -> None:
     plt.close(fig)
 
 
+def cells_from_sweep(folder: str) -> dict:
+    """This script's cells (``dataset|method|β``) from a ``fedgl sweep`` folder, through
+    ``fedgl.report`` (seeds pooled; the same numbers ``fedgl report`` tables)."""
+    from fedgl.report import group_entries, load_entries
+
+    cells = {}
+    for g in group_entries(load_entries(folder)):
+        cfg, m = g["config"], g["metrics"]
+        algo = cfg["algorithm"]
+        method = f"fedgcn-{cfg['hops']}" if algo == "fedgcn" else algo
+        acc = m["test_acc"]
+        cells[f"{cfg['dataset']}|{method}|{cfg['beta']:g}"] = {
+            "dataset": cfg["dataset"], "method": method, "beta": cfg["beta"],
+            "mean": acc["mean"], "std": acc["std"], "values": acc["values"],
+            "seeds": len(acc["values"]),
+            "convergence_round": m["convergence_round"]["mean"],
+            "bytes_to_convergence": m["bytes_to_convergence"]["mean"],
+            "total_bytes": m["total_bytes"]["mean"]}
+    return cells
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--datasets", default="cora,citeseer")
@@ -140,6 +166,8 @@ def main() -> None:
                                                 "(comma-separated), e.g. another process's --out")
     ap.add_argument("--collect-only", action="store_true",
                     help="run nothing; write the table and figure from the stored cells")
+    ap.add_argument("--from-sweep", default="", help="run nothing; table the cells of these "
+                                                     "fedgl sweep folders (comma-separated)")
     ap.add_argument("--out", default="runs/reproduce-baselines")
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
@@ -149,6 +177,10 @@ def main() -> None:
     cells = json.loads(store.read_text()) if args.resume and store.exists() else {}
     for other in filter(None, args.merge.split(",")):
         cells.update(json.loads((Path(other) / "baselines.cells.json").read_text()))
+    if args.from_sweep:
+        for folder in args.from_sweep.split(","):
+            cells.update(cells_from_sweep(folder))
+        args.collect_only = True
     datasets = args.datasets.split(",")
     betas = [float(b) for b in args.betas.split(",")]
     methods = args.methods.split(",")
@@ -163,7 +195,7 @@ def main() -> None:
         store.write_text(json.dumps(cells, indent=1))
     store.write_text(json.dumps(cells, indent=1))
     (out / "baselines_table2.md").write_text(table(cells, datasets, betas, args.seeds))
-    if "cora" in datasets:
+    if "cora" in datasets and not args.from_sweep:
         figure(cells, "cora", args.figure_beta, out / "figure4_cora.png")
     print(json.dumps({"table": str(out / "baselines_table2.md"), "cells": len(cells)}))
 

@@ -135,10 +135,19 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("sweep_file", metavar="SWEEP.yaml")
     sw.add_argument("--out", default=None, help="results folder (default: the file's 'out')")
     sw.add_argument("--parallel", type=int, default=None, help="cells run at once (processes)")
+    sw.add_argument("--only", default=None, metavar="KEY=VALUE,...",
+                    help="run only the unfinished cells whose config has these values (e.g. "
+                         "algorithm=fedgcn,seed=0|1; | separates alternatives); the table still "
+                         "lists every cell")
 
     rep = sub.add_parser("report", help="tables (markdown) and plots (PNG) of a run or sweep")
-    rep.add_argument("folder", metavar="DIR", help="a run folder (result.json) or sweep folder")
+    rep.add_argument("folder", metavar="DIR", nargs="+",
+                     help="a run folder (result.json) or sweep folder; several: one report "
+                          "over all of them (needs --out)")
     rep.add_argument("--out", default=None, help="where to write (default: DIR/report)")
+    rep.add_argument("--target-acc", type=float, default=None,
+                     help="also show the rounds until the test accuracy first reaches this "
+                          "(default: 99%% of each run's best only)")
 
     ds = sub.add_parser("datasets", help="list datasets and whether their files are available")
     ds.add_argument("--data-root", dest="data_root", default=None)
@@ -176,16 +185,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "keys":
             return _cmd_keys(args)
         if args.command == "sweep":
-            from fedgl.sweep import load_sweep, sweep
+            from fedgl.sweep import load_sweep, parse_only, sweep
 
             root = sweep(load_sweep(args.sweep_file), out=args.out, parallel=args.parallel,
-                         log=print)
+                         log=print, only=parse_only(args.only))
             print(f"sweep table written to {root / 'sweep.csv'}")
             return 0
         if args.command == "report":
             from fedgl.report import write_report
 
-            dest = write_report(args.folder, args.out)
+            dest = write_report(list(args.folder), args.out, target=args.target_acc)
             print(f"report written to {dest / 'report.md'}")
             return 0
         parser.print_help()

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+import statistics
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from fedgl.report_figures import method_label, split_label
 
 
 def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
@@ -19,7 +22,7 @@ def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
 
     counts = np.asarray(label_counts)
     clients, classes = counts.shape
-    fig, ax = plt.subplots(figsize=(max(4.0, 0.5 * clients + 2), 3.5))
+    fig, ax = plt.subplots(figsize=(min(12.0, max(4.0, 0.5 * clients + 2)), 3.5))
     bottom = np.zeros(clients)
     cmap = plt.get_cmap("tab10" if classes <= 10 else "tab20")
     for c in range(classes):
@@ -28,9 +31,11 @@ def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
         bottom += counts[:, c]
     ax.set_xlabel("client")
     ax.set_ylabel("nodes")
-    ax.set_xticks(np.arange(clients))
+    ax.set_xticks(np.arange(0, clients, max(1, clients // 20)))
     ax.set_title(title, fontsize="medium")
-    ax.legend(fontsize="small", ncol=1, bbox_to_anchor=(1.02, 1), loc="upper left")
+    if classes <= 20:  # more classes make a legend taller than the plot; colours still differ
+        ax.legend(fontsize="small", ncol=1 if classes <= 10 else 2, bbox_to_anchor=(1.02, 1),
+                  loc="upper left")
     fig.tight_layout()
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -44,6 +49,7 @@ REPORT_METRICS = (
     ("selected_test_acc", "test acc (best val)", "{:.4f} ± {:.4f}"),
     ("convergence_round", "rounds to 99% of best", "{:.1f} ± {:.1f}"),
     ("bytes_to_convergence", "MB to convergence", "MB"),
+    ("pretrain_bytes", "MB pre-training", "MB"),
     ("total_bytes", "MB total", "MB"),
 )
 
@@ -64,14 +70,26 @@ def bytes_to_convergence(history: list[dict], final: dict) -> tuple[int, float]:
     return int(first["round"]), float(final.get("pretrain_bytes") or 0) + per_round * first["round"]
 
 
-def repeat_metrics(rep: dict) -> dict[str, float]:
+def rounds_to_target(history: list[dict], target: float | None) -> int | None:
+    """The first evaluated round whose test accuracy is >= ``target`` (None if none is);
+    ``target`` None: 99 % of the run's best (the convergence round of :func:`bytes_to_convergence`)."""
+    evaluated = [h for h in history if h.get("test_acc") is not None]
+    if not evaluated:
+        return None
+    bar = 0.99 * max(h["test_acc"] for h in evaluated) if target is None else target
+    return next((int(h["round"]) for h in evaluated if h["test_acc"] >= bar), None)
+
+
+def repeat_metrics(rep: dict, target: float | None = None) -> dict[str, Any]:
     """The report's per-repeat numbers, from one repeat of a result file."""
     final = rep["final"]
     rnd, nbytes = bytes_to_convergence(rep["history"], final)
     return {"test_acc": final.get("test_acc"), "selected_test_acc": final.get("selected_test_acc"),
             "convergence_round": float(rnd), "bytes_to_convergence": nbytes,
+            "pretrain_bytes": float(final.get("pretrain_bytes") or 0),
             "total_bytes": float((final.get("pretrain_bytes") or 0)
-                                 + (final.get("train_bytes") or 0))}
+                                 + (final.get("train_bytes") or 0)),
+            "rounds_to_target": rounds_to_target(rep["history"], target)}
 
 
 def load_entries(path: str | Path) -> list[tuple[dict[str, Any], dict]]:
@@ -95,10 +113,10 @@ def load_entries(path: str | Path) -> list[tuple[dict[str, Any], dict]]:
                       "(fedgl run --out) or a sweep folder (fedgl sweep)")
 
 
-def group_entries(entries: list[tuple[dict[str, Any], dict]]) -> list[dict[str, Any]]:
-    """Pool the repeats of cells that differ only in ``seed``; one group per setting."""
-    import statistics
-
+def group_entries(entries: list[tuple[dict[str, Any], dict]],
+                  target: float | None = None) -> list[dict[str, Any]]:
+    """Pool the repeats of cells that differ only in ``seed``; one group per setting, with its
+    label, grid values, first config, repeats, per-repeat metrics and their mean ± std."""
     groups: dict[str, dict[str, Any]] = {}
     varying = [k for k in dict.fromkeys(k for v, _ in entries for k in v)
                if k != "seed" and len({str(v.get(k)) for v, _ in entries}) > 1]
@@ -106,10 +124,13 @@ def group_entries(entries: list[tuple[dict[str, Any], dict]]) -> list[dict[str, 
         key_values = {k: values.get(k) for k in values if k != "seed"}
         label = ", ".join(f"{k}={key_values[k]}" for k in key_values if k in varying) or \
             str(values.get("algorithm", "run"))
-        g = groups.setdefault(label, {"label": label, "values": key_values, "repeats": []})
+        shown = {k: key_values[k] for k in key_values if k in varying}
+        g = groups.setdefault(label, {"label": label, "values": key_values, "repeats": [],
+                                      "config": data["config"],
+                                      "display": method_label(shown) if shown else label})
         g["repeats"] += data["repeats"]
     for g in groups.values():
-        per = [repeat_metrics(r) for r in g["repeats"]]
+        per = g["per_repeat"] = [repeat_metrics(r, target) for r in g["repeats"]]
         g["metrics"] = {}
         for key, _, _ in REPORT_METRICS:
             vals = [p[key] for p in per if p[key] is not None and p[key] == p[key]]
@@ -128,13 +149,28 @@ def _cell(stat: dict | None, fmt: str) -> str:
     return fmt.format(stat["mean"], stat["std"])
 
 
-def markdown_table(groups: list[dict[str, Any]]) -> str:
+def _reached(g: dict[str, Any]) -> str:
+    vals = [p["rounds_to_target"] for p in g["per_repeat"] if p["rounds_to_target"] is not None]
+    n = len(g["per_repeat"])
+    if not vals:
+        return f"— (0/{n})"
+    sd = statistics.pstdev(vals) if len(vals) > 1 else 0.0
+    return f"{statistics.fmean(vals):.1f} ± {sd:.1f} ({len(vals)}/{n})"
+
+
+def markdown_table(groups: list[dict[str, Any]], target: float | None = None) -> str:
+    """One row per setting: mean ± std of :data:`REPORT_METRICS`, plus (with a ``target``) the
+    rounds until the test accuracy first reaches it, over the repeats that did (k/n)."""
     head = ["setting", "repeats", *[h for _, h, _ in REPORT_METRICS]]
+    if target is not None:
+        head.append(f"rounds to test acc ≥ {target:g} (reached)")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for g in groups:
-        lines.append("| " + " | ".join([g["label"], str(len(g["repeats"])),
-                                         *[_cell(g["metrics"].get(k), f)
-                                           for k, _, f in REPORT_METRICS]]) + " |")
+        row = [g["label"], str(len(g["repeats"])),
+               *[_cell(g["metrics"].get(k), f) for k, _, f in REPORT_METRICS]]
+        if target is not None:
+            row.append(_reached(g))
+        lines.append("| " + " | ".join(row) + " |")
     return "\n".join(lines)
 
 
@@ -146,6 +182,7 @@ def _save(fig: Any, path: Path, dpi: int = 100) -> Path:
     os.close(fd)
     try:
         fig.savefig(tmp, dpi=dpi)
+        os.chmod(tmp, 0o644)  # mkstemp's 0600 would make the plot private
         os.replace(tmp, path)
     finally:
         plt.close(fig)
@@ -153,14 +190,21 @@ def _save(fig: Any, path: Path, dpi: int = 100) -> Path:
     return path
 
 
-def plot_accuracy_vs_rounds(groups: list[dict[str, Any]], path: Path) -> Path:
-    """Mean test accuracy over repeats at every evaluated round, one line per setting."""
+#: more settings than this make an unreadable accuracy-vs-rounds plot; it is left out
+MAX_ROUND_LINES = 12
+
+
+def plot_accuracy_vs_rounds(groups: list[dict[str, Any]], path: Path) -> Path | None:
+    """Mean test accuracy over repeats at every evaluated round, one line per setting (None when
+    there are more than :data:`MAX_ROUND_LINES` settings)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     import numpy as np
 
+    if len(groups) > MAX_ROUND_LINES:
+        return None
     fig, ax = plt.subplots(figsize=(9.5, 4.2))
     for g in groups:
         by_round: dict[int, list[float]] = {}
@@ -169,22 +213,36 @@ def plot_accuracy_vs_rounds(groups: list[dict[str, Any]], path: Path) -> Path:
                 if h.get("test_acc") is not None:
                     by_round.setdefault(int(h["round"]), []).append(h["test_acc"])
         rounds = sorted(by_round)
-        ax.plot(rounds, [np.mean(by_round[r]) for r in rounds], label=g["label"])
+        ax.plot(rounds, [np.mean(by_round[r]) for r in rounds], label=g["display"])
     ax.set_xlabel("round")
     ax.set_ylabel("test accuracy (mean over repeats)")
-    ax.set_title("Test accuracy vs rounds")
+    ax.set_title("Test accuracy vs rounds" + _common_split(groups))
     ax.grid(True, alpha=0.3)
     _legend_outside(ax)
     fig.tight_layout()
     return _save(fig, path)
 
 
+def _common_split(groups: list[dict[str, Any]]) -> str:
+    """' (cora, Dirichlet β=1, 10 clients)' when every group has that split; else ''."""
+    keys = ("dataset", "partition", "beta", "mcmahan_p", "clients")
+    splits = {tuple(str(g["config"].get(k)) for k in keys) for g in groups}
+    if len(splits) != 1 or not groups:
+        return ""
+    cfg = groups[0]["config"]
+    return f" ({split_label({'dataset': cfg['dataset']}, cfg)}, {cfg['clients']} clients)"
+
+
 def _legend_outside(ax: Any) -> None:
     ax.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.02, 1.0), borderaxespad=0)
 
 
-def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path:
-    """Final test accuracy vs bytes communicated until convergence (FedGCN paper, Figure 4)."""
+def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path | None:
+    """Final test accuracy vs bytes communicated until convergence (FedGCN paper, Figure 4);
+    None when there are more than twice :data:`MAX_ROUND_LINES` settings (an unreadable
+    legend)."""
+    if len(groups) > 2 * MAX_ROUND_LINES:
+        return None
     import matplotlib
 
     matplotlib.use("Agg")
@@ -196,60 +254,45 @@ def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path:
         if acc is None or nb is None:
             continue
         ax.errorbar([max(nb["mean"], 1.0)], [acc["mean"]], yerr=[acc["std"]], fmt="o", ms=7,
-                    capsize=3, label=g["label"])
+                    capsize=3, label=g["display"])
     ax.set_xscale("log")
     ax.set_xlabel("bytes communicated until convergence (log scale)")
     ax.set_ylabel("test accuracy")
-    ax.set_title("Accuracy vs communication")
+    ax.set_title("Accuracy vs communication" + _common_split(groups))
     ax.grid(True, alpha=0.3)
     _legend_outside(ax)
     fig.tight_layout()
     return _save(fig, path)
 
 
-def plot_accuracy_vs_clients(groups: list[dict[str, Any]], path: Path) -> Path | None:
-    """Test accuracy vs number of clients, one line per other setting (e.g. FedGCN 0/1/2-hop;
-    the FedGCN paper's Figure 5). None when the groups do not vary the number of clients."""
-    if len({g["values"].get("clients") for g in groups}) < 2:
-        return None
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    lines: dict[str, list[tuple[int, float, float]]] = {}
-    for g in groups:
-        k, acc = g["values"].get("clients"), g["metrics"].get("test_acc")
-        if k is None or acc is None:
-            continue
-        rest = ", ".join(f"{a}={b}" for a, b in g["values"].items() if a != "clients")
-        lines.setdefault(rest or "run", []).append((int(k), acc["mean"], acc["std"]))
-    fig, ax = plt.subplots(figsize=(9.5, 4.2))
-    for label, pts in lines.items():
-        pts.sort()
-        ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[p[2] for p in pts],
-                    marker="o", capsize=3, label=label)
-    ax.set_xticks(sorted({p[0] for pts in lines.values() for p in pts}))
-    ax.set_xlabel("number of clients")
-    ax.set_ylabel("test accuracy")
-    ax.set_title("Accuracy vs number of clients")
-    ax.grid(True, alpha=0.3)
-    _legend_outside(ax)
-    fig.tight_layout()
-    return _save(fig, path)
-
-
-def write_report(path: str | Path, out: str | Path | None = None) -> Path:
-    """Tables (report.md, report.json) and plots (PNG) for a run or sweep folder."""
+def write_report(path: str | Path | list[str | Path], out: str | Path | None = None, *,
+                 target: float | None = None) -> Path:
+    """Tables (report.md, report.json), the figures' numbers (figures.json) and plots (PNG) for
+    a run or sweep folder, or several together (then ``out`` is required). ``target``: the test
+    accuracy whose first reaching round the table and the i.i.d.-control figure show (None:
+    99 % of each run's best)."""
     import json
 
-    entries = load_entries(path)
-    dest = Path(out) if out is not None else Path(path) / "report"
+    from fedgl import report_figures as rf
+
+    paths = [Path(p) for p in (path if isinstance(path, list) else [path])]
+    if len(paths) > 1 and out is None:
+        from fedgl.errors import ConfigError
+
+        raise ConfigError("a report of several folders needs --out (where to write it)")
+    entries = [e for p in paths for e in load_entries(p)]
+    path = ", ".join(str(p) for p in paths)
+    dest = Path(out) if out is not None else paths[0] / "report"
     dest.mkdir(parents=True, exist_ok=True)
-    groups = group_entries(entries)
+    groups = group_entries(entries, target)
+    figures = {"accuracy_vs_clients": rf.clients_series(groups),
+               "rounds_vs_control": rf.control_series(groups, target)}
     plots = [plot_accuracy_vs_rounds(groups, dest / "accuracy_vs_rounds.png"),
              plot_accuracy_vs_bytes(groups, dest / "accuracy_vs_bytes.png"),
-             plot_accuracy_vs_clients(groups, dest / "accuracy_vs_clients.png")]
+             rf.plot_accuracy_vs_clients(figures["accuracy_vs_clients"],
+                                         dest / "accuracy_vs_clients.png"),
+             rf.plot_rounds_vs_control(figures["rounds_vs_control"],
+                                       dest / "rounds_vs_control.png")]
     seen: set[str] = set()
     for i, g in enumerate(groups):
         labels = g["repeats"][0]["partition"].get("labels") if g["repeats"] else None
@@ -261,9 +304,10 @@ def write_report(path: str | Path, out: str | Path | None = None) -> Path:
     made = [p for p in plots if p is not None]
     md = ["# fedgl report", "", f"Source: `{path}` ({len(entries)} result files; repeats of "
           "cells that differ only in seed are pooled; mean ± population std).", "",
-          markdown_table(groups), "", *[f"![{p.stem}]({p.name})" for p in made], ""]
+          markdown_table(groups, target), "", *[f"![{p.stem}]({p.name})" for p in made], ""]
     (dest / "report.md").write_text("\n".join(md))
     (dest / "report.json").write_text(json.dumps(
         [{"label": g["label"], "values": g["values"], "repeats": len(g["repeats"]),
           "metrics": g["metrics"]} for g in groups], indent=1, default=str))
+    (dest / "figures.json").write_text(json.dumps(figures, indent=1, default=str))
     return dest

@@ -118,9 +118,35 @@ def run_cell(config: dict[str, Any], folder: str) -> str:
         return "failed"
 
 
+def parse_only(text: str | None) -> dict[str, str]:
+    """``'algorithm=fedgcn,seed=0|1'`` -> ``{'algorithm': 'fedgcn', 'seed': '0|1'}`` (``|``: any
+    of these values)."""
+    if not text:
+        return {}
+    pairs = [item.split("=", 1) for item in text.split(",")]
+    if not all(len(p) == 2 and p[0].strip() for p in pairs):
+        raise ConfigError(f"--only {text!r}: use KEY=VALUE pairs separated by commas, "
+                          "e.g. algorithm=fedgcn,hops=2")
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+def matches(cell: Cell, only: dict[str, str]) -> bool:
+    """Whether ``cell``'s config has, for every ``only`` key, one of its ``|``-separated values
+    (numbers compared as numbers: 1 == 1.0)."""
+    def same(a: Any, b: str) -> bool:
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return str(a) == b
+    return all(k in cell.config and any(same(cell.config[k], alt) for alt in v.split("|"))
+               for k, v in only.items())
+
+
 def sweep(spec: dict[str, Any], *, out: str | Path | None = None, parallel: int | None = None,
-          log: Any = None) -> Path:
-    """Run the unfinished cells of ``spec`` and write ``OUT/sweep.csv``; returns OUT."""
+          log: Any = None, only: dict[str, str] | None = None) -> Path:
+    """Run the unfinished cells of ``spec`` (those matching ``only``, if given: a part of the
+    grid, e.g. the cells that need a lock) and write ``OUT/sweep.csv`` for the whole grid;
+    returns OUT."""
     root = Path(out or spec.get("out") or "runs/sweep")
     workers = int(parallel if parallel is not None else spec.get("parallel", 1))
     if workers < 1:
@@ -132,6 +158,9 @@ def sweep(spec: dict[str, Any], *, out: str | Path | None = None, parallel: int 
     todo = [c for c in cells if not (root / "cells" / c.name / "result.json").is_file()]
     say = log or (lambda msg: None)
     say(f"{len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run")
+    if only:
+        todo = [c for c in todo if matches(c, only)]
+        say(f"--only {only}: running {len(todo)} of them")
     if workers == 1:
         for c in todo:
             say(f"{c.name}: {run_cell(c.config, str(root / 'cells' / c.name))}")

@@ -32,6 +32,12 @@ from fedgl.data.partition import Partition
 
 ANALYSIS_LABEL = ("analysis outside the federation (full graph + partition); "
                   "not a protocol message")
+#: a connected block of the received-rows system is solved densely only up to this many entries
+#: (rows x remote nodes) and this many on its smaller side; a larger block's nodes are counted
+#: as ``remote_nodes_unresolved`` (``remote_nodes_recoverable`` is then a lower bound). An
+#: arxiv-sized graph has blocks of ~10^5 x 10^5 (99 GiB dense).
+MAX_BLOCK_ENTRIES = 4_000_000
+MAX_BLOCK_SIDE = 2_000
 
 
 def remote_counts(graph: GraphData, part: Partition, hops: int) -> list[torch.Tensor]:
@@ -72,7 +78,8 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     out = []
     for k in range(k_total):
         if hops == 0:
-            out.append({"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0})
+            out.append({"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
+                        "remote_nodes_unresolved": 0})
             continue
         own = owner == k
         received = own.copy() if hops == 1 else np.zeros(n, dtype=bool)
@@ -91,18 +98,14 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     return out
 
 
-#: largest dense Gram matrix (entries) of one connected block in the exact solve; larger blocks
-#: (arxiv-sized graphs) are left unsolved and reported as ``remote_nodes_not_solved``
-MAX_GRAM_ENTRIES = 4096 ** 2
-
-
 def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[str, int]:
     """Nodes j with ``e_j`` in the row space of A: exactly the columns of leverage 1, i.e.
     ``P_jj = 1`` for the projection ``P = A^+ A`` onto the row space. Per connected block,
     from the eigenvectors of the smaller Gram matrix: ``P_jj = Σ_{λ>0} V_jl²`` (``A^T A = VΛV^T``)
     or ``Σ_{λ>0} (A^T u_l)_j² / λ_l`` (``A A^T = UΛU^T``)."""
     if not r.size:
-        return {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0}
+        return {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
+                "remote_nodes_unresolved": 0}
     row_ids, r_idx = np.unique(r, return_inverse=True)
     col_ids, c_idx = np.unique(c, return_inverse=True)
     nr, nc = len(row_ids), len(col_ids)
@@ -126,13 +129,12 @@ def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[st
     _, label = connected_components(bip, directed=False)
     row_label, col_label = label[:nr], label[nr:]
     leverage = np.zeros(nc_rest)
-    unsolved = 0
+    unresolved = 0
     for comp in np.unique(col_label):
         cs = np.flatnonzero(col_label == comp)
         rs = np.flatnonzero(row_label == comp)
-        if (min(len(cs), len(rs)) ** 2 > MAX_GRAM_ENTRIES
-                or len(cs) * len(rs) > 4 * MAX_GRAM_ENTRIES):  # dense matrices would not fit
-            unsolved += len(cs)  # counted as not recovered: the report is then a lower bound
+        if len(rs) * len(cs) > MAX_BLOCK_ENTRIES or min(len(rs), len(cs)) > MAX_BLOCK_SIDE:
+            unresolved += len(cs)  # too large to decide densely; counted, not guessed
             continue
         block = torch.from_numpy(a[rs][:, cs].toarray())  # torch: honours the run's threads
         if len(cs) <= len(rs):
@@ -145,11 +147,9 @@ def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[st
             leverage[cs] = ((block.T @ vec[:, keep]) ** 2 / lam[keep]).sum(dim=1).numpy()
     found = known.copy()
     found[rest] = leverage > 1.0 - 1e-6
-    out = {"remote_nodes_recoverable": int(found.sum()),
-           "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum())}
-    if unsolved:
-        out["remote_nodes_not_solved"] = unsolved
-    return out
+    return {"remote_nodes_recoverable": int(found.sum()),
+            "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum()),
+            "remote_nodes_unresolved": unresolved}
 
 
 def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
@@ -170,12 +170,14 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, 
             "exact_disclosure_rows": 0 if m > 1 else single,
             **solved[k],
         })
-    keys = dict.fromkeys(key for c in per_client for key in c if key != "client")
-    total = {key: sum(c.get(key, 0) for c in per_client) for key in keys}
+    total = {key: sum(c[key] for c in per_client) for key in per_client[0] if key != "client"} \
+        if per_client else {}
     return {"label": ANALYSIS_LABEL, "hops": cfg.hops, "min_contributors": m,
             "note": "exact_disclosure_rows counts delivered rows made of one remote node; "
                     "remote_nodes_recoverable counts remote nodes whose (degree-scaled) features "
-                    "the client solves for exactly from all its rows (without DP noise)",
+                    "the client solves for exactly from all its rows (without DP noise); "
+                    "remote_nodes_unresolved counts nodes in blocks too large to decide, for "
+                    "which remote_nodes_recoverable is a lower bound",
             "dp_noised": cfg.dp_epsilon is not None,
             "per_client": per_client, "total": total}
 
