@@ -214,9 +214,15 @@ def plot_accuracy_vs_rounds(groups: list[dict[str, Any]], path: Path) -> Path | 
                     by_round.setdefault(int(h["round"]), []).append(h["test_acc"])
         rounds = sorted(by_round)
         ax.plot(rounds, [np.mean(by_round[r]) for r in rounds], label=g["display"])
-    ax.set_xlabel("round")
-    ax.set_ylabel("test accuracy (mean over repeats)")
-    ax.set_title("Test accuracy vs rounds" + _common_split(groups))
+    return _finish(fig, ax, path, "round", "test accuracy (mean over repeats)",
+                   "Test accuracy vs rounds" + _common_split(groups))
+
+
+def _finish(fig, ax, path: Path, xlabel: str, ylabel: str, title: str) -> Path:
+    """Label, grid and legend one single-panel plot, then save it."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
     ax.grid(True, alpha=0.3)
     _legend_outside(ax)
     fig.tight_layout()
@@ -256,13 +262,8 @@ def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path | N
         ax.errorbar([max(nb["mean"], 1.0)], [acc["mean"]], yerr=[acc["std"]], fmt="o", ms=7,
                     capsize=3, label=g["display"])
     ax.set_xscale("log")
-    ax.set_xlabel("bytes communicated until convergence (log scale)")
-    ax.set_ylabel("test accuracy")
-    ax.set_title("Accuracy vs communication" + _common_split(groups))
-    ax.grid(True, alpha=0.3)
-    _legend_outside(ax)
-    fig.tight_layout()
-    return _save(fig, path)
+    return _finish(fig, ax, path, "bytes communicated until convergence (log scale)",
+                   "test accuracy", "Accuracy vs communication" + _common_split(groups))
 
 
 def write_report(path: str | Path | list[str | Path], out: str | Path | None = None, *,
