@@ -14,27 +14,19 @@ are cached in OUT/fedgcn_one_hop_ablation.cells.json (``--resume`` continues fro
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import sys
 import time
-from pathlib import Path
+from functools import partial
+
+from fedgcn_tables import CellCache, machine, paper_value, parser, run_config, run_table2, write_outputs
 
 METHODS = ("1-hop eq33", "1-hop paper-code", "2-hop")
-# Paper Table 2, FedGCN (1-hop) mean test accuracy for β = 1 / 100 / 10000.
-PAPER_ONE_HOP = {"cora": {1.0: 0.8100, 100.0: 0.8009, 10000.0: 0.8009},
-                 "citeseer": {1.0: 0.7006, 100.0: 0.6891, 10000.0: 0.6930}}
 
 
 def run_cell(dataset: str, method: str, beta: float, args: argparse.Namespace) -> dict:
-    import fedgl
-
     hops = int(method[0])
     extra = {"one_hop_variant": method.split()[1]} if hops == 1 else {}
-    r = fedgl.run(algorithm="fedgcn", dataset=dataset, clients=10, rounds=args.rounds,
-                  local_steps=3, lr=0.5, beta=beta, repeats=args.seeds, seed=0, hops=hops,
-                  progress=False, oracle_eval=False, threads=args.threads, **extra)
+    r = run_table2(dataset, beta, args, algorithm="fedgcn", hops=hops, **extra)
     acc = r.summary["test_acc"]
     return {"mean": acc["mean"], "std": acc["std"], "values": acc["values"],
             "pretrain_bytes": r.summary["pretrain_bytes"]["values"][0],
@@ -43,27 +35,17 @@ def run_cell(dataset: str, method: str, beta: float, args: argparse.Namespace) -
 
 
 def ablation(args: argparse.Namespace) -> dict:
-    cache_path = args.out / "fedgcn_one_hop_ablation.cells.json"
-    cache = json.loads(cache_path.read_text()) if args.resume and cache_path.is_file() else {}
+    cache = CellCache(args.out / "fedgcn_one_hop_ablation.cells.json", args.resume)
     cells = []
     for dataset in args.datasets:
         for beta in args.betas:
             for method in METHODS:
                 key = f"{dataset}/{method}/beta={beta:g}/seeds={args.seeds}/rounds={args.rounds}"
-                if key not in cache:
-                    cache[key] = run_cell(dataset, method, beta, args)
-                    cache_path.write_text(json.dumps(cache, indent=1) + "\n")
-                    print(f"{key}: {cache[key]['mean']:.4f} ± {cache[key]['std']:.4f} "
-                          f"({cache[key]['seconds']:.0f} s)", file=sys.stderr, flush=True)
-                cells.append({"dataset": dataset, "beta": beta, "method": method, **cache[key],
-                              "paper_one_hop": PAPER_ONE_HOP[dataset].get(beta)})
-    import torch
-
-    return {"config": {"seeds": args.seeds, "rounds": args.rounds, "clients": 10,
-                       "local_steps": 3, "lr": 0.5, "datasets": args.datasets,
-                       "betas": args.betas},
-            "machine": {"cpu_count": os.cpu_count(), "torch_threads": args.threads,
-                        "platform": platform.platform(), "torch": torch.__version__},
+                res = cache.get(key, partial(run_cell, dataset, method, beta, args))
+                # the paper's FedGCN (1-hop) value, beside every method
+                cells.append({"dataset": dataset, "beta": beta, "method": method, **res,
+                              "paper_one_hop": paper_value(dataset, "1-hop", beta)})
+    return {"config": run_config(args, betas=args.betas), "machine": machine(args.threads),
             "cells": cells}
 
 
@@ -80,25 +62,12 @@ def markdown(result: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, default=3, help="repeats per cell (paper: 10)")
-    parser.add_argument("--datasets", nargs="+", default=["cora", "citeseer"],
-                        choices=sorted(PAPER_ONE_HOP))
-    parser.add_argument("--betas", nargs="+", type=float, default=[1.0, 10000.0])
-    parser.add_argument("--rounds", type=int, default=300, help="communication rounds T")
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/out"), help="output folder")
-    parser.add_argument("--resume", action="store_true", help="reuse cached cells")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads per run")
-    args = parser.parse_args(argv)
+    ap = parser(__doc__, ["cora", "citeseer"])
+    ap.add_argument("--betas", nargs="+", type=float, default=[1.0, 10000.0])
+    args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
-    result = ablation(args)
-    result["seconds"] = time.perf_counter() - t0
-    text = json.dumps(result, indent=2)
-    (args.out / "fedgcn_one_hop_ablation.json").write_text(text + "\n")
-    (args.out / "fedgcn_one_hop_ablation.md").write_text(markdown(result))
-    print(text)
-    return 0
+    return write_outputs(ablation(args), args.out, "fedgcn_one_hop_ablation", markdown, t0)
 
 
 if __name__ == "__main__":
