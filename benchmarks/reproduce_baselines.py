@@ -17,7 +17,10 @@ docs/reproduction-baselines.md.
 
     python benchmarks/reproduce_baselines.py --from-sweep runs/table2-beta100 --betas 100 --out OUT
 
-(the second tables a ``fedgl sweep`` of benchmarks/sweeps/table2_beta100.yaml beside the paper).
+(the second tables a ``fedgl sweep`` of benchmarks/sweeps/table2_beta100.yaml beside the paper;
+with ``--merge OLD`` the sweep's cells are pooled seed by seed with the cells of an earlier
+``--out OLD`` run, e.g. seeds 0–2 from that run and 3–9 from the sweep, and a seed both ran must
+agree).
 Prints one JSON line per finished cell; OUT/baselines.cells.json holds them (``--resume``
 continues an interrupted run), OUT/baselines_table2.md the table, OUT/figure4_cora.png the plot.
 """
@@ -144,11 +147,31 @@ def cells_from_sweep(folder: str) -> dict:
         cells[f"{cfg['dataset']}|{method}|{cfg['beta']:g}"] = {
             "dataset": cfg["dataset"], "method": method, "beta": cfg["beta"],
             "mean": acc["mean"], "std": acc["std"], "values": acc["values"],
-            "seeds": len(acc["values"]),
+            "seeds": len(acc["values"]), "seed_ids": [rep["seed"] for rep in g["repeats"]],
             "convergence_round": m["convergence_round"]["mean"],
             "bytes_to_convergence": m["bytes_to_convergence"]["mean"],
             "total_bytes": m["total_bytes"]["mean"]}
     return cells
+
+
+def pool_seeds(old: dict, new: dict) -> dict:
+    """One cell from two runs of the same setting, seed by seed: ``new`` (a sweep cell, which
+    names its seeds) plus the seeds of ``old`` it lacks (a cell of :func:`run_cell` holds seeds
+    0 … n−1). Test accuracy mean ± (population) std over the union; a seed in both must give the
+    same accuracy, else it is listed under ``seed_mismatch`` (``new``'s value kept). The bytes
+    and rounds stay ``new``'s (its seeds only)."""
+    ours = dict(zip(new["seed_ids"], new["values"], strict=True))
+    theirs = dict(zip(old.get("seed_ids") or range(len(old["values"])), old["values"],
+                      strict=True))
+    mismatch = {str(s): [theirs[s], v] for s, v in ours.items()
+                if s in theirs and abs(theirs[s] - v) > 1e-9}
+    merged = {**theirs, **ours}
+    seeds = sorted(merged)
+    vals = [merged[s] for s in seeds]
+    return {**new, "mean": statistics.fmean(vals),
+            "std": statistics.pstdev(vals) if len(vals) > 1 else 0.0, "values": vals,
+            "seeds": len(vals), "seed_ids": seeds,
+            "seeds_from_sweep": sorted(ours), "seed_mismatch": mismatch}
 
 
 def main() -> None:
@@ -167,7 +190,8 @@ def main() -> None:
     ap.add_argument("--collect-only", action="store_true",
                     help="run nothing; write the table and figure from the stored cells")
     ap.add_argument("--from-sweep", default="", help="run nothing; table the cells of these "
-                                                     "fedgl sweep folders (comma-separated)")
+                                                     "fedgl sweep folders (comma-separated), "
+                                                     "pooled seed by seed with --merge's cells")
     ap.add_argument("--out", default="runs/reproduce-baselines")
     ap.add_argument("--resume", action="store_true")
     args = ap.parse_args()
@@ -179,7 +203,10 @@ def main() -> None:
         cells.update(json.loads((Path(other) / "baselines.cells.json").read_text()))
     if args.from_sweep:
         for folder in args.from_sweep.split(","):
-            cells.update(cells_from_sweep(folder))
+            for key, cell in cells_from_sweep(folder).items():
+                cells[key] = pool_seeds(cells[key], cell) if key in cells else cell
+                if cells[key].get("seed_mismatch"):
+                    print(json.dumps({"seed_mismatch": key, **cells[key]["seed_mismatch"]}))
         args.collect_only = True
     datasets = args.datasets.split(",")
     betas = [float(b) for b in args.betas.split(",")]
