@@ -31,6 +31,10 @@ class FedSagePlusOptions:
                                  "cross-client)")
     cls_weight: float = _f(1.0, "loss weight c: classifier on the mended impaired graph")
     cross_clients: int = _f(0, "other clients scoring each generator per step (0: all)")
+    cross_candidates: int = _f(5, "cross-client feature matching: candidate features the "
+                                  "scoring client draws per generated node, as the reference "
+                                  "(num_pred local neighbours of one random own node); 0: all "
+                                  "its nodes (exact all-pairs, O(n_i·n_j) time)")
 
     def validate(self, cfg: Any = None) -> None:
         if self.num_pred < 1:
@@ -41,7 +45,7 @@ class FedSagePlusOptions:
         for name in ("gen_epochs", "latent_dim", "gen_encoder_hidden", "gen_hidden"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        for name in ("gen_batch_size", "cross_clients"):
+        for name in ("gen_batch_size", "cross_clients", "cross_candidates"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (got {getattr(self, name)}); 0 means all")
         for name in ("gen_lr", "gen_weight_decay", "count_weight", "feat_weight", "cls_weight"):
