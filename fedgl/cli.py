@@ -115,6 +115,7 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
     _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
+                             "metis_max_degree",
                              "min_client_size", "seed", "sbm_nodes", "sbm_classes", "sbm_alpha",
                              "sbm_mu", "sbm_features", "sbm_noise"))
     part.add_argument("--plot", metavar="PNG", help="write a per-client label histogram here")
@@ -125,6 +126,7 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
                                       "and measured pre-training bytes of FedGCN 0/1/2-hop on "
                                       "one graph and partition (see fedgl.comm_analysis).")
     _add_config_flags(comm, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
+                             "metis_max_degree",
                              "min_client_size", "seed", "sbm_nodes", "sbm_classes", "sbm_alpha",
                              "sbm_mu", "sbm_features", "sbm_noise"))
     comm.add_argument("--out", metavar="JSON", default=None, help="also write the analysis here")

@@ -68,3 +68,12 @@ def assert_same_run(a, b, tol: float = 1e-5) -> None:
         assert ra.keys() == rb.keys()
         for key, value in rb.items():
             assert ra[key] == pytest.approx(value, abs=tol), (ra["round"], key)
+
+
+def interrupt_at(round_: int, repeat: int | None = None):
+    """An ``on_round`` hook that stops a run like Ctrl-C after ``round_`` (of ``repeat``, or of
+    any repeat): the stop half of every stop-and-resume test."""
+    def hook(r: int, t: int, server: object) -> None:
+        if t == round_ and (repeat is None or r == repeat):
+            raise KeyboardInterrupt
+    return hook

@@ -7,19 +7,13 @@ import pytest
 import fedgl
 from fedgl.checkpoint import CHECKPOINT_FILE
 from fedgl.cli import main
+from tests.helpers import interrupt_at
 
 BASE = dict(dataset="sbm", sbm_nodes=300, clients=3, rounds=6, progress=False)
 
 
 class Interrupt(Exception):
     pass
-
-
-def _interrupt_at(repeat: int, round_: int):
-    def hook(r, t, server):
-        if (r, t) == (repeat, round_):
-            raise KeyboardInterrupt
-    return hook
 
 
 def _comparable(result):
@@ -33,7 +27,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, repeats, stop):
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         fedgl.run(**BASE, repeats=repeats, checkpoint_every=2, out=str(out),
-                  on_round=_interrupt_at(*stop))
+                  on_round=interrupt_at(stop[1], repeat=stop[0]))
     assert (out / CHECKPOINT_FILE).is_file()
     assert not (out / "result.json").exists()  # never a half-written result
     resumed = fedgl.run(resume=out, progress=False)
@@ -46,7 +40,7 @@ def test_resume_matches_uninterrupted_run(tmp_path, repeats, stop):
 def test_cli_resume_and_bad_resume_dir(tmp_path, capsys):
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        fedgl.run(**BASE, checkpoint_every=1, out=str(out), on_round=_interrupt_at(0, 3))
+        fedgl.run(**BASE, checkpoint_every=1, out=str(out), on_round=interrupt_at(3, repeat=0))
     assert main(["run", "--resume", str(out), "--no-progress"]) == 0
     assert (out / "result.json").is_file()
     capsys.readouterr()
@@ -69,7 +63,7 @@ def test_gat_algorithms_resume_exactly(tmp_path, algorithm):
     reference = fedgl.run(**gat)
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        fedgl.run(**gat, checkpoint_every=1, out=str(out), on_round=_interrupt_at(0, 4))
+        fedgl.run(**gat, checkpoint_every=1, out=str(out), on_round=interrupt_at(4, repeat=0))
     resumed = fedgl.run(resume=out, progress=False)
     for a, b in zip(resumed.repeats[0].history, reference.repeats[0].history, strict=True):
         assert a.keys() == b.keys()  # oracle scores too, before and after the resume

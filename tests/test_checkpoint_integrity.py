@@ -15,6 +15,7 @@ import fedgl
 from fedgl.checkpoint import CHECKPOINT_FILE, FORMAT, VERSION, config_digest, load_checkpoint
 from fedgl.cli import main
 from fedgl.errors import DataError
+from tests.helpers import interrupt_at
 
 BASE = dict(dataset="sbm", sbm_nodes=300, clients=3, rounds=6, progress=False)
 
@@ -24,9 +25,7 @@ def interrupted(tmp_path_factory):
     """A run stopped at round 3 with a checkpoint every round."""
     out = tmp_path_factory.mktemp("ckpt") / "run"
 
-    def stop(r, t, server):
-        if t == 3:
-            raise KeyboardInterrupt
+    stop = interrupt_at(3)
 
     with pytest.raises(KeyboardInterrupt):
         fedgl.run(**BASE, checkpoint_every=1, out=str(out), on_round=stop)

@@ -15,7 +15,7 @@ from fedgl.data.partition import powerlaw_partition
 from fedgl.data.synthetic import load_synthetic
 from fedgl.federation.client_sampling import ClientSampler
 from fedgl.progress import RoundProgress
-from tests.helpers import random_graph, random_partition
+from tests.helpers import interrupt_at, random_graph, random_partition
 
 
 def _cfg(**values) -> Config:
@@ -69,9 +69,7 @@ def test_sampled_run_resumes_exactly(tmp_path):
                min_client_size=1, partition="iid", checkpoint_every=1, out=str(tmp_path))
     reference = _run(graph, cfg)
 
-    def stop(r, t, server):
-        if t == 3:
-            raise KeyboardInterrupt
+    stop = interrupt_at(3)
 
     with pytest.raises(KeyboardInterrupt):
         _run(graph, cfg, checkpointer=Checkpointer(tmp_path, cfg.to_dict(), 1), on_round=stop)

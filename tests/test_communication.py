@@ -51,8 +51,9 @@ def test_two_hop_bytes_by_hand():
     assert led.bytes("pretrain", "up") == 7 * d * F32 + 7 * I64 + 2 * I64 + 5 * I64
     # down: Σ_k |N(V_k)| d values, plus the degree of each remote neighbour
     assert led.bytes("pretrain", "down") == (4 + 3) * d * F32 + 2 * I64
-    # two calls per client (send sums, receive sums), each a request and a reply
-    assert led.messages("pretrain") == 8
+    # three calls per client (announce rows, upload the one block, receive it), each a request
+    # and a reply
+    assert led.messages("pretrain") == 12
 
 
 def _formula_counts(graph, part):

@@ -7,16 +7,10 @@ import pytest
 
 import fedgl
 from fedgl.checkpoint import CHECKPOINT_FILE
+from tests.helpers import interrupt_at
 
 BASE = dict(dataset="sbm", sbm_nodes=200, clients=3, layers=2, hidden=8, rounds=6, eval_every=2,
             dropout=0.5, glasu_optimizer="adam", lr=0.01, batch_size=16, progress=False)
-
-
-def _stop_at(round_: int):
-    def hook(r, t, server):
-        if t == round_:
-            raise KeyboardInterrupt
-    return hook
 
 
 def _scores(final: dict) -> dict:
@@ -31,7 +25,7 @@ def test_glasu_resume_equals_the_uninterrupted_run(tmp_path, algorithm, extra):
     reference = fedgl.run(**cfg).repeats[0]
     out = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
-        fedgl.run(**cfg, checkpoint_every=2, out=str(out), on_round=_stop_at(3))
+        fedgl.run(**cfg, checkpoint_every=2, out=str(out), on_round=interrupt_at(3))
     assert (out / CHECKPOINT_FILE).is_file()
     resumed = fedgl.run(resume=out, progress=False).repeats[0]
     assert resumed.history == reference.history  # losses and accuracies, every round

@@ -20,7 +20,7 @@ from fedgl.errors import ConfigError
 from fedgl.models import gcn_edge_weights
 from fedgl.progress import RoundProgress
 from tests import _cli_helpers
-from tests.helpers import fedgcn_federation, random_graph, random_partition
+from tests.helpers import fedgcn_federation, interrupt_at, random_graph, random_partition
 
 cli_fixture = _cli_helpers.cli_fixture  # the `cli` fixture
 
@@ -104,9 +104,7 @@ def test_sampling_is_seeded_and_resumes_exactly(tmp_path, hops):
     assert losses == [h["train_loss"] for h in again.history]
     assert losses != [h["train_loss"] for h in other.history]
 
-    def stop(r, t, server):
-        if t == 3:
-            raise KeyboardInterrupt
+    stop = interrupt_at(3)
 
     with pytest.raises(KeyboardInterrupt):
         _run(graph, cfg, checkpointer=Checkpointer(tmp_path, cfg.to_dict(), 1), on_round=stop)

@@ -109,3 +109,23 @@ def test_degree_capped_metis_keeps_a_symmetric_sample_and_partitions_well(sbm):
     rand = random_partition(sbm.num_nodes, 6, seed=0)
     ei = torch.as_tensor(sbm.edge_index)
     assert part.cross_client_edges(ei) < 0.6 * rand.cross_client_edges(ei)
+
+
+def test_metis_max_degree_config_key_reaches_the_partition():
+    """``--metis-max-degree k`` partitions the degree-capped graph (the products-sized runs' METIS)
+    and is refused with a partition that does not read it."""
+    import pytest
+
+    from fedgl.config import Config
+    from fedgl.data.shards import make_partition
+    from fedgl.errors import ConfigError
+
+    sbm = stochastic_block_model(nodes=300, classes=4, alpha=0.1, seed=1)
+    cfg = Config(clients=5, partition="metis", metis_max_degree=3, min_client_size=1)
+    got = make_partition(sbm, cfg, seed=0)
+    want = metis_partition(sbm.edge_index, sbm.num_nodes, 5, seed=0, min_size=1, max_degree=3)
+    whole = metis_partition(sbm.edge_index, sbm.num_nodes, 5, seed=0, min_size=1)
+    assert np.array_equal(got.owner, want.owner)
+    assert not np.array_equal(want.owner, whole.owner)  # the key changes the input METIS sees
+    with pytest.raises(ConfigError, match="applies to the metis partitions"):
+        Config(partition="dirichlet", metis_max_degree=3)

@@ -7,6 +7,7 @@ import pytest
 
 import fedgl
 from fedgl.privacy.dp import GaussianMechanism, compose, gaussian_epsilon
+from tests.helpers import interrupt_at
 
 BASE = dict(dataset="sbm", sbm_nodes=200, clients=3, rounds=4, dp_epsilon=2.0, progress=False)
 
@@ -34,9 +35,7 @@ def test_repeats_compose():
 def test_a_resumed_run_counts_the_release_before_and_after(tmp_path):
     out = tmp_path / "run"
 
-    def stop(r, t, server):
-        if t == 2:
-            raise KeyboardInterrupt
+    stop = interrupt_at(2)
 
     with pytest.raises(KeyboardInterrupt):
         fedgl.run(**BASE, checkpoint_every=1, out=str(out), on_round=stop)

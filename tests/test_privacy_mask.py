@@ -171,7 +171,7 @@ def test_robust_mode_sums_the_survivors_exactly(method):
     of a federation where client 2 sent nothing, in one session."""
     graph = random_graph(nodes=100, seed=8)
     part = random_partition(graph.num_nodes, 4, seed=8)
-    plain = _dropout_federation(graph, part, "partial_sums")
+    plain = _dropout_federation(graph, part, "announce_rows")
     robust = fedgcn_federation(graph, part, hops=2, secure_sum="mask")
     robust.secure_mode = "robust"
     robust.secagg = SecureSumServer("robust", 3)
@@ -191,7 +191,7 @@ def test_robust_mode_sums_the_survivors_exactly(method):
 def test_he_dropout_restarts_without_the_client():
     graph = random_graph(nodes=100, seed=8)
     part = random_partition(graph.num_nodes, 4, seed=8)
-    plain = _dropout_federation(graph, part, "partial_sums")
+    plain = _dropout_federation(graph, part, "announce_rows")
     secure = _dropout_federation(graph, part, "secure_upload", secure_sum="he")
     assert secure.privacy_stats["restarts"] == 1
     want, got = _received(plain), _received(secure)

@@ -17,6 +17,7 @@ from fedgl.data.planetoid import read_planetoid
 from fedgl.errors import DataError
 from tests import _cli_helpers
 from tests._cli_helpers import assert_user_error
+from tests.helpers import interrupt_at
 
 cli_fixture = _cli_helpers.cli_fixture  # the `cli` fixture
 
@@ -66,9 +67,7 @@ def test_checkpoint_roundtrip_is_weights_only(tmp_path):
     the resumed run continues (the full resume-equality tests live in test_checkpoint.py)."""
     out = tmp_path / "run"
 
-    def stop(r, t, server):
-        if t == 2:
-            raise KeyboardInterrupt
+    stop = interrupt_at(2)
 
     with pytest.raises(KeyboardInterrupt):
         fedgl.run(dataset="sbm", sbm_nodes=120, clients=2, rounds=4, progress=False,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 import fedgl
+from tests.helpers import interrupt_at
 
 ray = pytest.importorskip("ray")
 
@@ -36,9 +37,7 @@ def test_ray_run_resumed_from_a_checkpoint_equals_the_uninterrupted_local_run(lo
     reference = fedgl.run(**pns).repeats[0]
     out = tmp_path / "run"
 
-    def stop(r, t, server):
-        if t == 3:
-            raise KeyboardInterrupt
+    stop = interrupt_at(3)
     with pytest.raises(KeyboardInterrupt):
         fedgl.run(runtime="ray", checkpoint_every=1, out=str(out), on_round=stop, **pns)
     resumed = fedgl.run(resume=out, progress=False).repeats[0]

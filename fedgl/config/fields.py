@@ -76,7 +76,7 @@ def choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 def at_least(name: str, value: float, low: float) -> None:
     if value < low:
-        raise ConfigError(f"{name} must be >= {low} (got {value})")
+        raise ConfigError(f"{name} must be >= {low} (got {value}); use {low} or more")
 
 
 def at_most(name: str, value: float, high: float, why: str = "") -> None:

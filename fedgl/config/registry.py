@@ -55,7 +55,7 @@ BUILTIN: dict[str, str] = {
 }
 
 #: common keys only one setting reads
-HORIZONTAL_KEYS = ("partition", "beta", "mcmahan_p", "min_client_size")
+HORIZONTAL_KEYS = ("partition", "beta", "mcmahan_p", "metis_max_degree", "min_client_size")
 VERTICAL_KEYS = ("feature_split", "edge_share")
 
 #: privacy features an algorithm may support (see ``PrivacyConfig`` field metadata)

@@ -118,6 +118,9 @@ class FederationConfig(Section):
     beta: float = option(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
     mcmahan_p: float = option(0.5, "p-split partition: McMahan's p (1 = i.i.d., 0 = one class "
                                    "per client)")
+    metis_max_degree: int = option(0, "metis partitions: partition a seeded, symmetric sparsification "
+                                      "keeping at most this many edges per node (0: the whole "
+                                      "graph; e.g. 10 lets METIS fit in memory at products size)")
     min_client_size: int = option(10, "redraw the split until every client has at least this "
                                       "many nodes")
     feature_split: str = option("random", "vertical: feature columns split in seeded random or "
@@ -135,6 +138,7 @@ class FederationConfig(Section):
         at_most("beta", self.beta, 1e12, "use e.g. 10000 for an i.i.d.-like split")
         at_least("min_client_size", self.min_client_size, 1)
         at_least("clients_per_round", self.clients_per_round, 0)
+        at_least("metis_max_degree", self.metis_max_degree, 0)
         choice("partition", self.partition, PARTITIONS)
         choice("aggregation", self.aggregation, AGGREGATIONS)
         choice("feature_split", self.feature_split, FEATURE_SPLITS)
@@ -148,6 +152,9 @@ class FederationConfig(Section):
                               "or 10000 (i.i.d.)")
         if not 0 < self.edge_share <= 1:
             raise ConfigError(f"edge_share must be in (0, 1] (got {self.edge_share}); use e.g. 0.8")
+        if self.metis_max_degree and self.partition not in ("metis", "metis-train"):
+            raise ConfigError(f"metis_max_degree applies to the metis partitions (got --partition "
+                              f"{self.partition}); drop it or use --partition metis")
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients "
                               f"({self.clients}); use at most {self.clients}, or 0 for all")

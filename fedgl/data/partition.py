@@ -266,11 +266,13 @@ PARTITION_METHODS = ("dirichlet", "iid", "metis", "metis-train", "random", "powe
 
 
 def partition(graph: GraphData, num_clients: int, *, method: str = "dirichlet",
-              beta: float = 1.0, seed: int = 0, min_size: int = 10, p: float = 0.5) -> Partition:
+              beta: float = 1.0, seed: int = 0, min_size: int = 10, p: float = 0.5,
+              metis_max_degree: int = 0) -> Partition:
     """Split ``graph``'s nodes across ``num_clients`` clients: ``dirichlet``, ``iid``,
     ``random``, ``metis`` (balanced node counts, few cut edges), ``metis-train`` (METIS, then
     the training nodes evened out across clients), ``powerlaw`` (power-law client sizes),
-    ``louvain`` or ``p-split`` (McMahan's ``p``)."""
+    ``louvain`` or ``p-split`` (McMahan's ``p``). ``metis_max_degree`` > 0: METIS runs on a
+    degree-capped sparsification (:func:`metis_partition`'s ``max_degree``)."""
     _check_arguments(graph, num_clients, min_size)
     if method == "louvain":
         return louvain_partition(graph.edge_index, graph.num_nodes, num_clients, seed=seed,
@@ -288,7 +290,8 @@ def partition(graph: GraphData, num_clients: int, *, method: str = "dirichlet",
     if method in ("metis", "metis-train"):
         train = graph.train_mask if method == "metis-train" else None
         return metis_partition(graph.edge_index, graph.num_nodes, num_clients, seed=seed,
-                               min_size=min_size, train_mask=train)
+                               min_size=min_size, train_mask=train,
+                               max_degree=metis_max_degree)
     raise DataError(f"unknown partition method '{method}'; use one of "
                     f"{', '.join(PARTITION_METHODS)}")
 

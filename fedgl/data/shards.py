@@ -60,6 +60,8 @@ def owner_sha256(owner: np.ndarray) -> str:
 
 def make_partition(graph: GraphData, cfg: Config, seed: int) -> Partition:
     extra = {"p": cfg.mcmahan_p} if cfg.partition == "p-split" else {}
+    if cfg.partition in ("metis", "metis-train"):
+        extra["metis_max_degree"] = cfg.metis_max_degree
     return partition(graph, cfg.clients, method=cfg.partition, beta=cfg.beta, seed=seed,
                      min_size=cfg.min_client_size, **extra)
 
@@ -69,6 +71,8 @@ def write_partition_file(part: Partition, graph: GraphData, cfg: Config, seed: i
     """Cache ``part.owner`` as ``.npy`` (written atomically); return the path and checksum."""
     digest = owner_sha256(part.owner)
     p = f":{cfg.mcmahan_p}" if cfg.partition == "p-split" else ""
+    if cfg.partition in ("metis", "metis-train") and cfg.metis_max_degree:
+        p = f":k{cfg.metis_max_degree}"
     key = hashlib.sha256(f"{graph_fingerprint(graph)}:{cfg.partition}:{cfg.beta}{p}:{cfg.clients}:"
                          f"{cfg.min_client_size}:{seed}".encode()).hexdigest()[:24]
     folder = (cache_dir or default_cache_dir()) / "partitions"

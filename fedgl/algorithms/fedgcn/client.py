@@ -31,7 +31,9 @@ from fedgl.algorithms.fedgcn.sparse_sums import (
     DEFAULT_CHUNK_ROWS,
     client_partial_sums,
     incidence,
+    scaled_features,
 )
+from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ClientStream
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.federation.aggregate import State
@@ -55,6 +57,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self.hops = config.hops
         self.neighbour_rows = exchanges_neighbour_rows(config)  # rows of V_k ∪ N(V_k) come back
         self.chunk_rows = int(getattr(config, "pretrain_chunk_rows", DEFAULT_CHUNK_ROWS))
+        self.block_rows = int(getattr(config, "pretrain_block_rows", DEFAULT_BLOCK_ROWS))
+        self._stream: ClientStream | None = None  # the streamed exchange in progress
         self.deg_tilde = data.degrees() + 1  # true degrees + self-loop, of own nodes
         self.received_sums: Tensor | None = None
         self.remote_deg_tilde: Tensor | None = None
@@ -91,6 +95,56 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if counts is not None:
             msg["counts"] = counts
         return msg
+
+    # ------------------------------------------------------------------ streamed exchange
+    def announce_rows(self) -> dict:
+        """Step 1 of the streamed plaintext round (:mod:`~fedgl.algorithms.fedgcn.stream`): the
+        touched ids (own first), how many leading ones it wants back and, when neighbour rows
+        come back, its own nodes' degrees. No feature values. Starts a new stream."""
+        d = self.data
+        touched = self._touched()
+        order = torch.argsort(touched)
+        n_req = self._num_requested()
+        if self._sparse_path():
+            j, i = d.edge_index
+            b = incidence(self._row_of(j, touched), d.global_to_local(i), len(touched),
+                          d.num_nodes)
+            source, features = b[order.numpy()], scaled_features(d.x, self.deg_tilde)
+        else:
+            source, features = self._release()[2][order], None  # DP: one release, sliced
+        wanted = touched[:n_req]
+        want_order = torch.argsort(wanted)
+        self._stream = ClientStream(
+            sorted_ids=touched[order].numpy(), source=source, features=features,
+            chunk_rows=self.chunk_rows, want_ids=wanted[want_order].numpy(),
+            want_pos=want_order.numpy(), num_own=d.num_nodes,
+            incoming=torch.zeros((n_req, d.num_features), dtype=d.x.dtype),
+            remote_degrees=(torch.zeros(n_req - d.num_nodes, dtype=torch.long)
+                            if self.neighbour_rows else None))
+        msg = {"ids": touched, "num_requested": n_req}
+        if self._dp_release is not None:
+            msg["dp_release"] = self._dp_release
+        if self.neighbour_rows:
+            msg["degrees"] = self.deg_tilde.clone()
+        return msg
+
+    def block_sums(self) -> dict:
+        """Step 2: the next block's partial sums, ascending ids (``stale`` after a restart)."""
+        if self._stream is None:
+            return {"stale": True}
+        return {"sums": self._stream.upload(self.block_rows)}
+
+    def receive_block(self, sums: Tensor | SparseRows, degrees: Tensor | None = None) -> dict:
+        """Step 3: the block's summed rows this client asked for (and remote degrees). Once
+        every requested row has arrived they become the client's received sums."""
+        stream = self._stream
+        if stream is None or stream.block is None:
+            return {"stale": True}
+        was_done = stream.done
+        if stream.download(self.block_rows, sums, degrees) and not was_done:
+            self.receive_sums(stream.incoming, stream.remote_degrees)
+            stream.release()
+        return {}
 
     def _sparse_path(self) -> bool:
         """The exact plaintext release (no DP noise, no per-row counts) is computed in row chunks

@@ -25,6 +25,10 @@ class FedGCNOptions:
     pretrain_chunk_rows: int = option(65536, "pre-training sums computed this many rows at a "
                                              "time by clients and server (bounds memory; same "
                                              "result for any value)")
+    pretrain_block_rows: int = option(262144, "the pre-training exchange streams blocks of this "
+                                              "many consecutive global ids (upload, sum, reply "
+                                              "per block; bounds every party's memory; same "
+                                              "sums for any value)")
 
     def validate(self, cfg: Any) -> None:
         from fedgl.algorithms.sampled import check_minibatch
@@ -33,6 +37,9 @@ class FedGCNOptions:
         if self.pretrain_chunk_rows < 1:
             raise ConfigError(f"pretrain_chunk_rows must be >= 1 (got {self.pretrain_chunk_rows}); "
                               "use e.g. 65536")
+        if self.pretrain_block_rows < 1:
+            raise ConfigError(f"pretrain_block_rows must be >= 1 (got {self.pretrain_block_rows}); "
+                              "use e.g. 262144")
         if self.hops < 0:
             raise ConfigError(f"hops must be 0, 1, 2, ... (got {self.hops})")
         if self.hops > 2:

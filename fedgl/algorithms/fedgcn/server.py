@@ -20,7 +20,8 @@ import torch
 
 from fedgl.algorithms.base import FedAvgServer
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows
-from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS, server_replies
+from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS
+from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ServerBlocks
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
 from fedgl.federation.messages import SparseRows, payload_dense_nbytes, payload_nbytes
@@ -44,6 +45,7 @@ class FedGCNServer(FedAvgServer):
         self.he_context: HEServerContext | None = None  # public CKKS context (no key)
         self.pretrain_stats: dict = {}  # plaintext round: real and dense-equivalent bytes
         self.chunk_rows = int(getattr(self.config, "pretrain_chunk_rows", DEFAULT_CHUNK_ROWS))
+        self.block_rows = int(getattr(self.config, "pretrain_block_rows", DEFAULT_BLOCK_ROWS))
         # the secure-sum mode: the config's secure_sum, or "robust" set by the driver
         self.secure_mode: str = self.config.secure_sum
         self.secagg = SecureSumServer(self.secure_mode if self.secure_mode in ("mask", "robust")
@@ -91,12 +93,12 @@ class FedGCNServer(FedAvgServer):
         super().restore_client(client_id)
 
     def _plain_round(self) -> None:
+        if self._chunked_path():
+            self._streamed_round()
+            return
         cfg = self.config
         msgs = self.runtime.call("partial_sums", None, phase="pretrain")
         self._count_releases(msgs)
-        if self._chunked_path():
-            self._plain_replies(msgs)
-            return
         clients = sorted(msgs)
         ids = torch.cat([msgs[k]["ids"] for k in clients])
         uniq, inverse = torch.unique(ids, return_inverse=True)
@@ -128,45 +130,64 @@ class FedGCNServer(FedAvgServer):
         self.runtime.call("receive_sums", replies, phase="pretrain")
 
     def _chunked_path(self) -> bool:
-        """Without ``min_contributors`` the replies are computed chunked and sparse."""
+        """Without ``min_contributors`` the exchange is streamed in blocks, sparse where smaller
+        (:mod:`~fedgl.algorithms.fedgcn.stream`)."""
         return self.config.min_contributors == 1
 
-    def _plain_replies(self, msgs: dict) -> None:
-        """The server's sums, chunked and sparse where smaller
-        (:func:`~fedgl.algorithms.fedgcn.sparse_sums.server_replies`); records the bytes sent
-        and their dense-equivalent count in :attr:`pretrain_stats`."""
-        clients = sorted(msgs)
-        ids = torch.cat([msgs[k]["ids"] for k in clients])
-        uniq, inverse = torch.unique(ids, return_inverse=True)
-        rows_of, offset = {}, 0
-        for k in clients:
-            rows_of[k] = inverse[offset:offset + len(msgs[k]["ids"])]
-            offset += len(msgs[k]["ids"])
-        want = {k: rows_of[k][:msgs[k]["num_requested"]].numpy() for k in clients}
-        first = msgs[clients[0]]["sums"]
-        dtype = first.dtype if isinstance(first, torch.Tensor) else \
-            torch.from_numpy(first.values[:0]).dtype
-        chunk = self.chunk_rows
-        sums = server_replies({k: msgs[k]["sums"] for k in clients},
-                              {k: rows_of[k].numpy() for k in clients}, want, len(uniq),
-                              first.shape[1], dtype, chunk)
-        degree = self._degrees(msgs, rows_of, len(uniq))
-        replies = {}
-        for k in clients:
-            replies[k] = {"sums": sums[k]}
-            if degree is not None:
-                replies[k]["degrees"] = degree[rows_of[k][len(msgs[k]["degrees"]):
-                                                          msgs[k]["num_requested"]]]
+    def _streamed_round(self) -> None:
+        """The streamed exchange; restarted from the announcement when a client restarts (its
+        cursor is gone) or the set of answering clients changes mid-stream (a dropped client's
+        earlier blocks are already in the sums)."""
+        self._in_pretrain = True
+        try:
+            for _ in range(len(self.runtime.client_ids) + 1):
+                self._restart_pending = False
+                if self._stream_once():
+                    return
+            raise RunAborted("the pre-training exchange kept losing clients; giving up")
+        finally:
+            self._in_pretrain = False
+
+    def _stream_once(self) -> bool:
+        announced = self.runtime.call("announce_rows", None, phase="pretrain")
+        if self._restart_pending or not announced:
+            return False
+        self._count_releases(announced)
+        clients = sorted(announced)
+        blocks = ServerBlocks(announced, self.block_rows)
+        up_bytes = sum(payload_nbytes(m) for m in announced.values())
+        up_dense = sum(payload_dense_nbytes(m) for m in announced.values())
+        down_bytes = down_dense = sparse = 0
+        for i in range(blocks.num_blocks):
+            up = self.runtime.call("block_sums", None, phase="pretrain", clients=clients)
+            if self._interrupted(up, clients):
+                return False
+            for k in clients:
+                up_bytes += payload_nbytes(up[k])
+                up_dense += payload_dense_nbytes(up[k])
+                sparse += isinstance(up[k]["sums"], SparseRows)
+            replies = blocks.replies(i, {k: up[k]["sums"] for k in clients})
+            del up
+            for k in clients:
+                down_bytes += payload_nbytes(replies[k])
+                down_dense += payload_dense_nbytes(replies[k])
+                sparse += isinstance(replies[k]["sums"], SparseRows)
+            done = self.runtime.call("receive_block", replies, phase="pretrain", clients=clients)
+            del replies
+            if self._interrupted(done, clients):
+                return False
         self.pretrain_stats = {
-            "chunk_rows": chunk,
-            "bytes_up": sum(payload_nbytes(m) for m in msgs.values()),
-            "bytes_up_dense_equivalent": sum(payload_dense_nbytes(m) for m in msgs.values()),
-            "bytes_down": sum(payload_nbytes(r) for r in replies.values()),
-            "bytes_down_dense_equivalent": sum(payload_dense_nbytes(r) for r in replies.values()),
-            "sparse_messages": sum(isinstance(m["sums"], SparseRows)
-                                   for m in [*msgs.values(), *replies.values()]),
+            "chunk_rows": self.chunk_rows, "block_rows": self.block_rows,
+            "blocks": blocks.num_blocks,
+            "bytes_up": up_bytes, "bytes_up_dense_equivalent": up_dense,
+            "bytes_down": down_bytes, "bytes_down_dense_equivalent": down_dense,
+            "sparse_messages": sparse,
         }
-        self.runtime.call("receive_sums", replies, phase="pretrain")
+        return True
+
+    def _interrupted(self, out: dict, clients: list[int]) -> bool:
+        return (self._restart_pending or sorted(out) != clients
+                or any(isinstance(r, dict) and r.get("stale") for r in out.values()))
 
     def result_extra(self) -> dict:
         """What the result records about this server's pre-training exchange."""
