@@ -179,3 +179,12 @@ def test_sampled_cross_candidates_by_hand_and_drawn_as_the_reference():
     assert set(drawn.flatten().tolist()) == {0, 1, 2, 4, 5}
     none = sample_candidates(6, 3, torch.zeros(5, dtype=torch.long), col[:0], g)
     assert none.shape == (6, 3) and int(none.max()) < 4  # no local edge: uniform own rows
+
+
+def test_negative_cross_candidates_is_refused_naming_the_key():
+    from fedgl.algorithms.fedsage_plus.options import FedSagePlusOptions
+    from fedgl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cross_candidates must be >= 0"):
+        FedSagePlusOptions(cross_candidates=-1).validate()
+    FedSagePlusOptions(cross_candidates=0).validate()  # 0: all of the scorer's nodes
