@@ -219,6 +219,11 @@ class FedSagePlusClient(GNNClient):
             gen = ng.fgen(z + torch.randn(z.shape, generator=g), g)
         self._mend = mended_inputs(d.x, self.local_ei, gen, n_gen, torch.arange(d.num_nodes))
         self._inputs = self._train_cache = None
+        # generator training is over: free what only it used (Adam's moments, gradients, the
+        # scratch fGen that scored the others' generators); NeighGen itself is kept
+        self.gen_opt.state.clear()
+        self.gen_opt.zero_grad(set_to_none=True)
+        self._scratch = self._cache = None
         return {"generated": int(n_gen.sum())}
 
     def model_inputs(self) -> ModelInputs:
