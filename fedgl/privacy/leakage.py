@@ -40,29 +40,55 @@ MAX_BLOCK_ENTRIES = 4_000_000
 MAX_BLOCK_SIDE = 2_000
 
 
-def remote_counts(graph: GraphData, part: Partition, hops: int) -> list[torch.Tensor]:
+class _ClosedNeighbourhoods:
+    """The pairs (i, j ∈ Ñ(i)) of the whole graph, shared by both counts: ``rows`` and ``cols``
+    (int32 where they fit) and the owner of each ``j`` in the smallest integer type, so the
+    per-client passes below cost a boolean mask each, not a sort (products-sized graph: 126M
+    pairs)."""
+
+    def __init__(self, graph: GraphData, part: Partition) -> None:
+        import numpy as np
+
+        n = graph.num_nodes
+        index = np.int32 if n < 2**31 else np.int64
+        src, dst = graph.edge_index.numpy()
+        self.n = n
+        self.rows = np.concatenate([np.arange(n, dtype=index), dst.astype(index)])
+        self.cols = np.concatenate([np.arange(n, dtype=index), src.astype(index)])
+        self.owner = np.asarray(part.owner)
+        small = np.int16 if part.num_clients < 2**15 else np.int32
+        self.col_owner = self.owner.astype(small)[self.cols]
+        self.closed = np.bincount(dst, minlength=n) + 1  # |Ñ(i)| = degree + self-loop
+
+    def own_counts(self, k: int):
+        """(mask of pairs whose j client k owns, per row i the number of such j)."""
+        import numpy as np
+
+        mine = self.col_owner == k
+        return mine, np.bincount(self.rows[mine], minlength=self.n)
+
+
+def remote_counts(graph: GraphData, part: Partition, hops: int,
+                  pairs: _ClosedNeighbourhoods | None = None) -> list[torch.Tensor]:
     """Per client: for each row it receives, the number of remote nodes in the row's sum.
 
     Row i's sum runs over the closed neighbourhood Ñ(i); client k receives rows V_k (1-hop) or
-    V_k ∪ N(V_k) (2-hop); a node is remote to k if another client owns it."""
-    k_total = part.num_clients
+    V_k ∪ N(V_k) (2-hop), in ascending order of i; a node is remote to k if another client owns
+    it."""
     if hops == 0:
-        return [torch.zeros(0, dtype=torch.long) for _ in range(k_total)]
-    owner = torch.from_numpy(part.owner).long()
-    n = graph.num_nodes
-    src, dst = graph.edge_index
-    rows = torch.cat([torch.arange(n), dst])
-    owners = torch.cat([owner, owner[src]])
-    keys, counts = torch.unique(rows * k_total + owners, return_counts=True)
-    row, client = keys // k_total, keys % k_total
-    closed = torch.bincount(dst, minlength=n) + 1  # |Ñ(i)| = degree + self-loop
-    remote = closed[row] - counts
-    keep = torch.ones_like(row, dtype=torch.bool) if hops >= 2 else owner[row] == client
-    return [remote[keep & (client == k)] for k in range(k_total)]
+        return [torch.zeros(0, dtype=torch.long) for _ in range(part.num_clients)]
+    pairs = pairs or _ClosedNeighbourhoods(graph, part)
+    out = []
+    for k in range(part.num_clients):
+        _, counts = pairs.own_counts(k)
+        received = pairs.owner == k if hops == 1 else counts > 0
+        out.append(torch.from_numpy(pairs.closed[received] - counts[received]).long())
+    return out
 
 
 def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
-                      min_contributors: int = 1) -> list[dict[str, int]]:
+                      min_contributors: int = 1,
+                      pairs: _ClosedNeighbourhoods | None = None) -> list[dict[str, int]]:
     """Per client: remote nodes whose scaled features ``z_j`` are determined exactly by the
     rows it receives (see the module docstring), and how many of those it also knows the
     degree of (so ``x_j`` itself)."""
@@ -71,22 +97,19 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     from scipy.sparse.csgraph import connected_components
 
     n, k_total = graph.num_nodes, part.num_clients
-    owner = np.asarray(part.owner)
-    src, dst = graph.edge_index.numpy()
-    rows = np.concatenate([np.arange(n), dst])  # row i's closed neighbourhood holds ...
-    cols = np.concatenate([np.arange(n), src])  # ... node j
+    if hops == 0:
+        return [{"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
+                 "remote_nodes_unresolved": 0} for _ in range(k_total)]
+    pairs = pairs or _ClosedNeighbourhoods(graph, part)
     out = []
     for k in range(k_total):
-        if hops == 0:
-            out.append({"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
-                        "remote_nodes_unresolved": 0})
-            continue
-        own = owner == k
-        received = own.copy() if hops == 1 else np.zeros(n, dtype=bool)
-        if hops >= 2:
-            received[rows[own[cols]]] = True
-        keep = received[rows] & ~own[cols]
-        r, c = rows[keep], cols[keep]
+        own = pairs.owner == k
+        mine, counts = pairs.own_counts(k)
+        received = own if hops == 1 else counts > 0
+        keep = received[pairs.rows] & ~mine
+        del mine
+        r, c = pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
+        del keep
         counts = np.bincount(r, minlength=n)
         if min_contributors > 1:
             ok = ~((counts >= 1) & (counts < min_contributors))
@@ -157,8 +180,9 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, 
     remote nodes whose features the client can reconstruct exactly by linear algebra."""
     m = cfg.min_contributors
     per_client = []
-    solved = recoverable_nodes(graph, part, cfg.hops, m)
-    for k, remote in enumerate(remote_counts(graph, part, cfg.hops)):
+    pairs = _ClosedNeighbourhoods(graph, part) if cfg.hops > 0 else None
+    solved = recoverable_nodes(graph, part, cfg.hops, m, pairs)
+    for k, remote in enumerate(remote_counts(graph, part, cfg.hops, pairs)):
         single = int((remote == 1).sum())
         suppressed = int(((remote >= 1) & (remote < m)).sum()) if m > 1 else 0
         per_client.append({
