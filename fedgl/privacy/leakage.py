@@ -252,8 +252,12 @@ def privacy_settings(cfg: Config, server: Any = None) -> dict[str, Any]:
 
 
 def privacy_extra(graph: GraphData, part: Partition, cfg: Config,
-                  server: Any = None) -> dict[str, Any]:
-    """What a FedGCN repeat records in ``RepeatResult.extra``: ``leakage`` and ``privacy``."""
+                  server: Any = None, *, leakage: bool = True) -> dict[str, Any]:
+    """What a FedGCN repeat records in ``RepeatResult.extra``: ``leakage`` (unless
+    ``leakage=False``: the caller runs :func:`leakage_report` itself) and ``privacy``."""
     if cfg.algorithm != "fedgcn":
         return {}
-    return {"leakage": leakage_report(graph, part, cfg), "privacy": privacy_settings(cfg, server)}
+    out = {"privacy": privacy_settings(cfg, server)}
+    if leakage:
+        out["leakage"] = leakage_report(graph, part, cfg)
+    return out
