@@ -267,6 +267,8 @@ def products(args: argparse.Namespace) -> dict:
     base = dict(dataset=args.dataset, rounds=args.rounds, lr=args.lr, eval_every=args.eval_every,
                 local_steps=args.local_steps, batch_size=args.batch_size, fanouts=args.fanouts,
                 oracle_eval=False, **COMMON)
+    fedgcn_only = {"pretrain_block_rows": args.pretrain_block_rows} if args.pretrain_block_rows \
+        else {}
     runs: dict[str, dict] = {}
     for spec in args.runs:
         t0 = time.perf_counter()
@@ -275,7 +277,7 @@ def products(args: argparse.Namespace) -> dict:
         else:
             method, hops = spec.split(":")
             kwargs = {**base, "algorithm": "fedgcn", "hops": int(hops), "clients": args.clients,
-                      "partition": method, "beta": args.beta}
+                      "partition": method, "beta": args.beta, **fedgcn_only}
             cached = os.path.join(args.partition_dir, f"{method}.npy")
             if os.path.exists(cached):
                 kwargs["_partition_file"] = cached
@@ -337,6 +339,8 @@ def main() -> None:
     ap.add_argument("--local-steps", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=1024)
     ap.add_argument("--fanouts", default="10,5")
+    ap.add_argument("--pretrain-block-rows", type=int, default=0,
+                    help="products: FedGCN's streamed exchange block (0: the default)")
     args = ap.parse_args()
     if args.what == "ray-arxiv":
         print(json.dumps(ray_arxiv(args), indent=1))

@@ -17,7 +17,7 @@ from fedgl.data.validate import validate_graph
 from fedgl.errors import ConfigError
 from fedgl.output import OutputFolder
 from fedgl.progress import round_progress
-from fedgl.resources import check_memory, check_resources
+from fedgl.resources import check_memory, check_resources, release_freed_memory
 from fedgl.results import RunResult, environment
 
 
@@ -125,6 +125,7 @@ def _run_repeats(cfg: Config, graph: GraphData | None, ckpt: Any,
             reps.append(rep)
             if checkpointer is not None:
                 checkpointer.repeat_done(rep)
+            release_freed_memory()
     if cfg.dp_epsilon is not None:  # every repeat re-releases the same features: ε composes
         from fedgl.privacy.dp import account_run
 

@@ -96,3 +96,20 @@ def check_memory(cfg: Any, graph: GraphData) -> None:
     _refuse_if_too_big(need, f"training on {graph.name} ({graph.num_nodes} nodes) with hidden "
                        f"{hidden} x {cfg.layers} layers", "lower --hidden or use a smaller graph")
 
+
+def release_freed_memory() -> None:
+    """Hand memory freed by a finished repeat back to the operating system (glibc's
+    ``malloc_trim``; a no-op elsewhere). Without it a process running many cells keeps the
+    high-water mark of every run it made: five CiteSeer FedSage+ cells held 6.5 GB resident
+    with no tensor alive, 376 MB after the trim."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name) if name else None
+        if libc is not None and hasattr(libc, "malloc_trim"):
+            libc.malloc_trim(0)
+    except OSError:
+        pass
+

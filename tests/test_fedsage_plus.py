@@ -130,3 +130,61 @@ def test_feature_matching_is_the_references_mse_by_hand():
     pairs = torch.tensor([[0, 0], [0, 1]])
     assert local_match_loss(gen, x, pairs, torch.tensor([2])).item() == 1.0
     assert cross_match_loss(gen, x).item() == pytest.approx(1.0, rel=1e-6)  # cdist rounding
+
+
+def test_chunked_cross_matching_equals_the_all_pairs_minimum():
+    """Exact reference: the chunked arg-min loss has the value and the gradient of the autograd
+    all-pairs ``cdist`` minimum it replaces (the previous formula), for any chunk size."""
+    from fedgl.algorithms.fedsage_plus.neighgen import cross_match_loss
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(37, 6, generator=g)
+    base = torch.randn(9, 3, 6, generator=g)
+    ref_gen = base.clone().requires_grad_(True)
+    flat = ref_gen.reshape(-1, 6)
+    ref = torch.cdist(flat, x).pow(2).min(dim=1).values.mean() / 6
+    ref.backward()
+    for budget in (1, 37, 100, 1 << 22):  # one row per chunk ... everything at once
+        gen = base.clone().requires_grad_(True)
+        loss = cross_match_loss(gen, x, None, budget=budget)
+        loss.backward()
+        assert loss.item() == pytest.approx(ref.item(), rel=1e-5)
+        assert torch.allclose(gen.grad, ref_gen.grad, atol=1e-6)
+
+
+def test_sampled_cross_candidates_by_hand_and_drawn_as_the_reference():
+    """With candidates U_v: mean over (v, p) of min over U_v of the per-feature mean squared
+    difference (a Python loop); candidates are the local neighbours of one node."""
+    from fedgl.algorithms.fedsage_plus.neighgen import cross_match_loss, sample_candidates
+
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(8, 4, generator=g)
+    gen = torch.randn(5, 2, 4, generator=g)
+    cand = torch.randint(8, (5, 3), generator=g)
+    want = sum(min(((gen[v, p] - x[u]) ** 2).mean().item() for u in cand[v])
+               for v in range(5) for p in range(2)) / 10
+    assert cross_match_loss(gen, x, cand, budget=4).item() == pytest.approx(want, rel=1e-6)
+    # local graph: 0-1, 1-2, 4-5 (both directions); 3, 6, 7 isolated
+    src = torch.tensor([0, 1, 1, 2, 4, 5])
+    dst = torch.tensor([1, 0, 2, 1, 5, 4])
+    order = torch.argsort(src, stable=True)
+    col = dst[order]
+    ptr = torch.zeros(9, dtype=torch.long)
+    ptr[1:] = torch.bincount(src, minlength=8).cumsum(0)
+    nbrs = [set(col[ptr[r]:ptr[r + 1]].tolist()) for r in range(8)]
+    drawn = sample_candidates(400, 5, ptr, col, g)
+    assert drawn.shape == (400, 5)
+    for row in drawn.tolist():
+        assert any(set(row) <= nb for nb in nbrs if nb)  # all from one node's neighbours
+    assert set(drawn.flatten().tolist()) == {0, 1, 2, 4, 5}
+    none = sample_candidates(6, 3, torch.zeros(5, dtype=torch.long), col[:0], g)
+    assert none.shape == (6, 3) and int(none.max()) < 4  # no local edge: uniform own rows
+
+
+def test_negative_cross_candidates_is_refused_naming_the_key():
+    from fedgl.algorithms.fedsage_plus.options import FedSagePlusOptions
+    from fedgl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="cross_candidates must be >= 0"):
+        FedSagePlusOptions(cross_candidates=-1).validate()
+    FedSagePlusOptions(cross_candidates=0).validate()  # 0: all of the scorer's nodes

@@ -201,3 +201,25 @@ def test_inference_chunks_do_not_change_predictions(hops, model):
     tiny = full_inference(client.model, model, si, chunk_values=7 * si.x.size(1))
     assert whole.shape[0] == client.data.num_nodes
     assert torch.allclose(whole, tiny, atol=1e-5)
+
+
+@pytest.mark.parametrize("hops", [1, 2])
+def test_minibatch_scales_the_received_rows_in_place_once(hops):
+    """Mini-batch clients turn the received sums into layer 1's aggregates in place (one copy
+    of the rows, not two); a new exchange (a restarted client's re-run) rebuilds them, and
+    the step is the same as before."""
+    graph = random_graph(nodes=150, seed=4)
+    part = random_partition(graph.num_nodes, 3, seed=4)
+    server = fedgcn_federation(graph, part, hops=hops, batch_size=8, fanouts="3,3", dropout=0.0)
+    server.pretrain()
+    client = server.runtime.local_client(0)
+    raw = client.received_sums.clone()
+    first = client.fit(server.weights, local_steps=1, round=1)["weights"]
+    assert client.received_sums is None  # consumed into the sampled inputs, not copied
+    assert client._sampled.x.data_ptr() != raw.data_ptr()
+    with pytest.raises(RuntimeError, match="consumed by the mini-batch inputs"):
+        client.model_inputs()
+    server.pretrain()  # the exchange again: fresh rows, fresh inputs
+    assert torch.equal(client.received_sums, raw)
+    again = client.fit(server.weights, local_steps=1, round=1)["weights"]
+    assert all(torch.equal(first[k], again[k]) for k in first)

@@ -119,7 +119,8 @@ def test_sampled_cross_client_equals_single_process_on_the_same_sample(monkeypat
 
 
 def _cfg(**kw):
-    base = dict(clients=4, partition="iid", beta=1.0, min_client_size=1, model="sage", hidden=8,
+    base = dict(clients=4, partition="iid", beta=1.0, min_client_size=1, metis_max_degree=0,
+                model="sage", hidden=8,
                 layers=2, dropout=0.0, batch_size=8, fanouts="3,2", lr=0.01, weight_decay=5e-4,
                 device="cpu", rounds=6, eval_every=3, runtime="local", bandwidth="", latency="",
                 oracle_eval=True, repeats=1, server_optimizer="adam", eval_mode="cross",

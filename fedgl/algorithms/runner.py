@@ -30,7 +30,7 @@ from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
-from fedgl.privacy.leakage import privacy_extra
+from fedgl.privacy.leakage import leakage_report, privacy_extra
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
 
@@ -193,7 +193,6 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
             result.final["diverged_round"] = diverged["round"]
         result.extra["runtime"] = cfg.runtime
         result.extra["failures"] = events
-        result.extra.update(privacy_extra(graph, part, cfg, server))
         if hasattr(server, "result_extra"):
             result.extra.update(server.result_extra())
         if hasattr(runtime, "placement"):
@@ -201,6 +200,14 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         if hasattr(runtime, "peak_rss_mb"):
             result.extra["client_peak_rss_mb"] = {str(k): v
                                                    for k, v in runtime.peak_rss_mb().items()}
+        privacy = privacy_extra(graph, part, cfg, server, leakage=False)
+        # The leakage analysis is the experimenter's, over the whole graph: run it after the
+        # parties are gone, so its memory does not add to theirs (products-sized 2-hop).
+        runtime.close()
+        server = None
+        result.extra.update(privacy)
+        if privacy:
+            result.extra["leakage"] = leakage_report(graph, part, cfg)
         return result
     finally:
         runtime.close()

@@ -50,7 +50,9 @@ class LocalRuntime:
         self.on_client_restart: Any = None
 
     def close(self) -> None:
-        """Nothing to release for in-process clients."""
+        """Let the in-process clients go (their data, received rows and models)."""
+        self._clients.clear()
+        self._batch_cache.clear()
 
     @property
     def client_ids(self) -> list[int]:

@@ -37,6 +37,10 @@ ANALYSIS_LABEL = ("analysis outside the federation (full graph + partition); "
 #: as ``remote_nodes_unresolved`` (``remote_nodes_recoverable`` is then a lower bound). An
 #: arxiv-sized graph has blocks of ~10^5 x 10^5 (99 GiB dense).
 MAX_BLOCK_ENTRIES = 4_000_000
+#: a client whose received-rows system has more non-zeros than this (remote entries of its
+#: rows) is not solved at all: its remote nodes are all ``remote_nodes_unresolved``. A 2-hop
+#: client of the products-sized graph has ~10^8 (the solver's sparse copies alone: ~5 GB).
+MAX_SYSTEM_ENTRIES = 20_000_000
 MAX_BLOCK_SIDE = 2_000
 
 
@@ -108,6 +112,12 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
         received = own if hops == 1 else counts > 0
         keep = received[pairs.rows] & ~mine
         del mine
+        if int(keep.sum()) > MAX_SYSTEM_ENTRIES:  # too large to decide: counted, not guessed
+            seen = np.zeros(n, dtype=bool)
+            seen[pairs.cols[keep]] = True
+            out.append({"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
+                        "remote_nodes_unresolved": int(seen.sum())})
+            continue
         r, c = pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
         del keep
         counts = np.bincount(r, minlength=n)
@@ -242,8 +252,12 @@ def privacy_settings(cfg: Config, server: Any = None) -> dict[str, Any]:
 
 
 def privacy_extra(graph: GraphData, part: Partition, cfg: Config,
-                  server: Any = None) -> dict[str, Any]:
-    """What a FedGCN repeat records in ``RepeatResult.extra``: ``leakage`` and ``privacy``."""
+                  server: Any = None, *, leakage: bool = True) -> dict[str, Any]:
+    """What a FedGCN repeat records in ``RepeatResult.extra``: ``leakage`` (unless
+    ``leakage=False``: the caller runs :func:`leakage_report` itself) and ``privacy``."""
     if cfg.algorithm != "fedgcn":
         return {}
-    return {"leakage": leakage_report(graph, part, cfg), "privacy": privacy_settings(cfg, server)}
+    out = {"privacy": privacy_settings(cfg, server)}
+    if leakage:
+        out["leakage"] = leakage_report(graph, part, cfg)
+    return out

@@ -61,6 +61,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._stream: ClientStream | None = None  # the streamed exchange in progress
         self.deg_tilde = data.degrees() + 1  # true degrees + self-loop, of own nodes
         self.received_sums: Tensor | None = None
+        self._consumed = False  # received_sums scaled in place into the mini-batch inputs
         self.remote_deg_tilde: Tensor | None = None
         self._dp_seed: int | None = None  # secret: the DP noise is derived from it
         self._dp_release: str | None = None  # public random name of this release (accounting)
@@ -221,6 +222,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
                 full[~use_own] = sums.to(full.dtype)
             sums = full
         self.received_sums = as_dense(sums)
+        self._consumed = False
         self.remote_deg_tilde = degrees
         self._inputs = self._train_cache = self._sampled = None
 
@@ -367,17 +369,15 @@ class FedGCNClient(GNNClient, SecureModelParty):
         n_own = d.num_nodes
         if self.hops == 0:
             return self._local_subgraph_inputs(d.x, pre_aggregated=False)
-        if self.received_sums is None:
-            raise RuntimeError("FedGCN client with hops >= 1 used before the pre-training round")
         if not self.neighbour_rows:
             # Eq. (33): layer 1 on the received (ÂX) rows, later layers on the local graph A_k.
-            agg = self.received_sums * self.deg_tilde.to(d.x.dtype).pow(-0.5).unsqueeze(1)
+            agg = self._aggregates(self.deg_tilde)
             return self._local_subgraph_inputs(agg, pre_aggregated=True)
         # Eq. (34): rows V_k ∪ N(V_k); later layers on the known edges with the true degrees
         # (1-hop paper-code: with the degrees of the held subgraph, fedgcn/one_hop.py).
         row_ids = self._touched()
         deg = torch.cat([self.deg_tilde, self.remote_deg_tilde])
-        agg = self.received_sums * deg.to(self.received_sums.dtype).pow(-0.5).unsqueeze(1)
+        agg = self._aggregates(deg)
         # Known edges among the rows (both directions), without duplicates.
         j, i = d.edge_index
         src = torch.cat([j, i])
@@ -391,6 +391,24 @@ class FedGCNClient(GNNClient, SecureModelParty):
         ei, w = gcn_edge_weights(ei, len(row_ids), deg)
         return ModelInputs(agg, ei, w, torch.arange(n_own), pre_aggregated=True,
                            node_norm=deg.to(torch.float32).pow(-0.5))
+
+    def _aggregates(self, deg: Tensor) -> Tensor:
+        """Layer 1's exact aggregates ``(ÂX)_i = d̃_i^{-1/2} S[i]`` of the received rows.
+
+        Mini-batch training builds its sampled inputs once per received exchange and never
+        reads the raw sums again, so there the rows are scaled in place and the raw sums given
+        up: a 2-hop client on a products-sized graph would otherwise hold its
+        ``|V_k ∪ N(V_k)| × d`` rows twice."""
+        if self.received_sums is None:
+            why = ("its received sums were consumed by the mini-batch inputs" if self._consumed
+                   else "before the pre-training round")
+            raise RuntimeError(f"FedGCN client with hops >= 1 used {why}")
+        scale = deg.to(self.received_sums.dtype).pow(-0.5).unsqueeze(1)
+        if not self.minibatch:
+            return self.received_sums * scale
+        agg = self.received_sums.mul_(scale)
+        self.received_sums, self._consumed = None, True
+        return agg
 
     def _lean_sampled_inputs(self):
         """Mini-batch inputs of 0/1-hop (own nodes, own-own edges) built straight into a CSR,
@@ -409,10 +427,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if self.hops == 0:
             x = d.x
         else:
-            if self.received_sums is None:
-                raise RuntimeError("FedGCN client with hops >= 1 used before the pre-training "
-                                   "round")
-            x = self.received_sums * self.deg_tilde.to(d.x.dtype).pow(-0.5).unsqueeze(1)
+            x = self._aggregates(self.deg_tilde)
         train = self._masks["train"].nonzero().flatten()
         own = torch.arange(n)
         return SampledInputs(x.to(self.device), csr,

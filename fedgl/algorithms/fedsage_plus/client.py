@@ -7,8 +7,9 @@ Generator training (phase ``pretrain``; one step per call triple, driven by the 
   the fGen noise for a batch and send ``fGen``'s parameters and the batch's noisy latents
   ``z_v + ε`` (never features) to the server, which forwards them to other clients;
 - ``gen_cross``: for every other client i's generator, generate ``H = fGen_i(z + ε)`` and score it
-  against *its own* features, ``L_ij = mean_{v,p} min_u ||H_vp - x_u||²``; return only
-  ``∂L_ij/∂θ_fGen_i`` and ``L_ij`` (own features never leave);
+  against *its own* features, ``L_ij = mean_{v,p} min_{u ∈ U_v} ||H_vp - x_u||² / d`` with
+  ``U_v`` ``cross_candidates`` own nodes drawn per generated node (the reference's sampling; 0:
+  all own nodes); return only ``∂L_ij/∂θ_fGen_i`` and ``L_ij`` (own features never leave);
 - ``gen_step``: local loss ``a·L_count + b·L_feat + c·L_cls`` on the impaired graph, plus
   ``b · mean_j ∂L_ij/∂θ`` on fGen's parameters, one Adam step.
 
@@ -32,6 +33,7 @@ from fedgl.algorithms.fedsage_plus.neighgen import (
     count_loss,
     cross_match_loss,
     local_match_loss,
+    sample_candidates,
 )
 from fedgl.algorithms.fedsage_plus.options import options_of
 from fedgl.config import Config
@@ -79,6 +81,11 @@ class FedSagePlusClient(GNNClient):
         self.gen_opt = torch.optim.Adam([*self.neighgen.parameters(), *self.aux.parameters()],
                                         lr=o.gen_lr, weight_decay=o.gen_weight_decay)
         self.local_ei = local_edges(data)
+        order = torch.argsort(self.local_ei[0], stable=True)
+        self.local_col = self.local_ei[1, order]  # local CSR: neighbours of row r at
+        self.local_ptr = torch.zeros(data.num_nodes + 1, dtype=torch.long)  # ptr[r]:ptr[r+1]
+        self.local_ptr[1:] = torch.bincount(self.local_ei[0], minlength=data.num_nodes).cumsum(0)
+        self._cross_calls = 0
         self._impair()
         self._mend: tuple[Tensor, Tensor, Tensor] | None = None
         self._cache: dict | None = None
@@ -99,6 +106,7 @@ class FedSagePlusClient(GNNClient):
         src, dst = self.local_ei
         both = ~hidden[src] & ~hidden[dst]
         self.kept = kept
+        self.x_imp = self.data.x[kept]
         self.imp_ei = new_id[self.local_ei[:, both]]
         into = hidden[src] & ~hidden[dst]  # hidden neighbour u=src of kept node v=dst
         self.missing = torch.bincount(new_id[dst[into]], minlength=len(kept))
@@ -130,8 +138,7 @@ class FedSagePlusClient(GNNClient):
         self.aux.train()
         g = torch.Generator().manual_seed(client_seed(self.seed, self.data.client_id)
                                           + 1_000 * epoch + batch + 1)
-        x_imp = self.data.x[self.kept]
-        z = ng.encode(x_imp, self.imp_ei, g)
+        z = ng.encode(self.x_imp, self.imp_ei, g)
         noise = torch.randn(z.shape, generator=g)
         rows = self._batch(epoch, batch)
         self._cache = {"z": z, "noise": noise, "rows": rows, "g": g}
@@ -139,19 +146,29 @@ class FedSagePlusClient(GNNClient):
                 "z": (z[rows] + noise[rows]).detach()}
 
     def gen_cross(self, others: dict[int, dict]) -> dict:
-        """Score other clients' generators against own features; return parameter gradients."""
+        """Score other clients' generators against own features; return parameter gradients.
+
+        For each generated node the candidates are ``cross_candidates`` own nodes drawn as the
+        reference draws them (:func:`sample_candidates`; 0: all own nodes)."""
         o, d = self.opts, self.data
         grads, losses = {}, {}
         if others and self._scratch is None:
             self._scratch = FeatureGenerator(o.latent_dim, o.gen_hidden, o.num_pred,
                                              d.num_features, self.neighgen.drop)
+        step = self._cross_calls
+        self._cross_calls += 1
         for i, msg in sorted(others.items()):
             gen = self._scratch
             assert gen is not None
             gen.load_state_dict(msg["fgen"])
             gen.train()
-            g = torch.Generator().manual_seed(client_seed(self.seed, d.client_id) + 7 * i + 3)
-            loss = cross_match_loss(gen(msg["z"], g), d.x)
+            g = torch.Generator().manual_seed(client_seed(self.seed, d.client_id) + 7 * i + 3
+                                              + 1_000_003 * step)
+            cand = None
+            if o.cross_candidates > 0:
+                cand = sample_candidates(msg["z"].size(0), o.cross_candidates, self.local_ptr,
+                                         self.local_col, g)
+            loss = cross_match_loss(gen(msg["z"], g), d.x, cand)
             params = dict(gen.named_parameters())
             grad = torch.autograd.grad(loss, list(params.values()))
             grads[i] = {k: v.detach() for k, v in zip(params, grad, strict=True)}
@@ -163,7 +180,7 @@ class FedSagePlusClient(GNNClient):
         assert self._cache is not None
         o, ng, c = self.opts, self.neighgen, self._cache
         z, noise, rows, g = c["z"], c["noise"], c["rows"], c["g"]
-        x_imp = self.data.x[self.kept]
+        x_imp = self.x_imp
         gen = ng.fgen(z + noise, g)  # [kept, P, d]
         pred = ng.counts(z)
         loss = o.count_weight * count_loss(pred[rows], self.missing[rows], o.num_pred)
@@ -202,6 +219,11 @@ class FedSagePlusClient(GNNClient):
             gen = ng.fgen(z + torch.randn(z.shape, generator=g), g)
         self._mend = mended_inputs(d.x, self.local_ei, gen, n_gen, torch.arange(d.num_nodes))
         self._inputs = self._train_cache = None
+        # generator training is over: free what only it used (Adam's moments, gradients, the
+        # scratch fGen that scored the others' generators); NeighGen itself is kept
+        self.gen_opt.state.clear()
+        self.gen_opt.zero_grad(set_to_none=True)
+        self._scratch = self._cache = None
         return {"generated": int(n_gen.sum())}
 
     def model_inputs(self) -> ModelInputs:

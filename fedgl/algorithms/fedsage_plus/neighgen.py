@@ -11,8 +11,9 @@ The feature-matching loss of a generated feature ``H_vp`` against a candidate se
 greedy ``min_{u ∈ U} ||H_vp - x_u||² / d`` (the reference's ``F.mse_loss``: a mean over the d
 feature dimensions, so the loss weight b means what it means there); locally U is v's hidden
 neighbours and only the first ``min(n_v, num_pred)`` generated rows count; at another client j,
-U is all of j's nodes and every generated row counts (computed by j, which returns only
-parameter gradients).
+U is ``cross_candidates`` of j's nodes drawn per generated node as the reference draws them (the
+local neighbours of one random node of j; 0: all of j's nodes) and every generated row counts
+(computed by j, which returns only parameter gradients).
 """
 
 from __future__ import annotations
@@ -78,10 +79,64 @@ def local_match_loss(gen: Tensor, x: Tensor, pairs: Tensor, missing: Tensor) -> 
     return best[valid].mean()
 
 
-def cross_match_loss(gen: Tensor, x: Tensor) -> Tensor:
-    """Mean over every generated row of ``min_{u} ||gen[v, p] - x[u]||² / d`` (all rows of ``x``)."""
-    flat = gen.reshape(-1, gen.size(-1))
-    return torch.cdist(flat, x).pow(2).min(dim=1).values.mean() / gen.size(-1)
+def nearest_rows(rows: Tensor, x: Tensor, cand: Tensor | None = None,
+                 budget: int = 1 << 22) -> Tensor:
+    """Row of ``x`` nearest (squared Euclidean) to every row of ``rows`` (no gradient).
+
+    ``cand`` None: over all rows of ``x``; else ``cand`` [R, C]: over the C candidate rows listed
+    for each row. Computed in row chunks whose temporaries hold about ``budget`` floats at most
+    (chunk x len(x) distances, or chunk x C x d gathered candidates), so memory stays
+    O(budget + R) whatever ``len(x)`` is (an all-pairs ``cdist`` would hold R x len(x))."""
+    out = torch.empty(rows.size(0), dtype=torch.long)
+    if rows.size(0) == 0:
+        return out
+    width = x.size(0) if cand is None else cand.size(1) * x.size(1)
+    step = max(1, budget // max(width, 1))
+    with torch.no_grad():
+        for a in range(0, rows.size(0), step):
+            r = rows[a:a + step]
+            if cand is None:
+                out[a:a + step] = torch.cdist(r, x).argmin(dim=1)
+            else:
+                c = cand[a:a + step]
+                dist = ((r.unsqueeze(1) - x[c]) ** 2).sum(-1)  # [chunk, C]
+                out[a:a + step] = c.gather(1, dist.argmin(dim=1, keepdim=True)).squeeze(1)
+    return out
+
+
+def cross_match_loss(gen: Tensor, x: Tensor, cand: Tensor | None = None,
+                     budget: int = 1 << 22) -> Tensor:
+    """Mean over every generated row of ``min_{u ∈ U_v} ||gen[v, p] - x[u]||² / d``.
+
+    ``cand`` None: ``U_v`` is every row of ``x`` (all pairs); else ``cand`` [n, C] lists the
+    candidate rows ``U_v`` of batch node v (shared by its ``P`` generated rows). The minimum is
+    found without gradient in bounded chunks (:func:`nearest_rows`), then the loss is formed on
+    the chosen rows only: the same value and the same gradient as the autograd minimum (whose
+    gradient flows through the arg-min alone), in O(n·P·d) memory."""
+    n, p, d = gen.shape
+    flat = gen.reshape(-1, d)
+    if flat.size(0) == 0 or x.size(0) == 0:
+        return gen.sum() * 0.0
+    c = None if cand is None else cand.repeat_interleave(p, dim=0)
+    best = nearest_rows(flat.detach(), x, c, budget)
+    return ((flat - x[best]) ** 2).mean(-1).mean()
+
+
+def sample_candidates(n: int, count: int, rowptr: Tensor, col: Tensor,
+                      generator: torch.Generator | None) -> Tensor:
+    """``count`` candidate rows for each of ``n`` generated nodes, drawn as the reference's
+    cross-client term draws them: a uniformly random own node c with at least one local
+    neighbour, then ``count`` of c's local neighbours uniformly with replacement (local CSR
+    ``rowptr``/``col``). Without any local edge: ``count`` uniformly random own nodes. [n, count]."""
+    num = rowptr.numel() - 1
+    deg = rowptr[1:] - rowptr[:-1]
+    has = (deg > 0).nonzero().flatten()
+    if has.numel() == 0:
+        return torch.randint(num, (n, count), generator=generator)
+    c = has[torch.randint(has.numel(), (n,), generator=generator)]
+    off = (torch.rand(n, count, generator=generator) * deg[c].unsqueeze(1)).long()
+    off = torch.minimum(off, deg[c].unsqueeze(1) - 1)
+    return col[rowptr[c].unsqueeze(1) + off]
 
 
 def count_loss(pred: Tensor, missing: Tensor, num_pred: int) -> Tensor:

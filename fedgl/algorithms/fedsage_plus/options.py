@@ -1,6 +1,8 @@
 """FedSage+'s own configuration keys, with the reference implementation's defaults where it has
-one (Zhang et al. 2021: num_pred 5, hidden_portion 0.5, gen_epochs 20, batch 32, latent 128,
-encoder hidden 32, Adam lr 1e-3 and weight decay 1e-4, loss weights a = b = c = 1)."""
+one (Zhang et al. 2021, released code: num_pred 5, hidden_portion 0.5, gen_epochs 20 full-batch
+steps (its ``batch_size`` 32 is the classifier's), latent 128, encoder hidden 32, Adam lr 1e-3
+and weight decay 1e-4, loss weights a = b = c = 1, cross-client candidates: num_pred = 5
+neighbours of one random node of the other client)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,9 @@ class FedSagePlusOptions:
     hidden_portion: float = _f(0.5, "NeighGen training: share of own nodes hidden to make the "
                                     "impaired graph")
     gen_epochs: int = _f(20, "NeighGen training epochs (each: every batch of impaired-graph nodes)")
-    gen_batch_size: int = _f(32, "NeighGen nodes per step (0: all in one step)")
+    gen_batch_size: int = _f(0, "NeighGen nodes whose local losses count per step (0: all, one "
+                                "full-batch step per epoch, as the reference); every step still "
+                                "encodes and mends the whole impaired graph")
     latent_dim: int = _f(128, "NeighGen encoder output size")
     gen_encoder_hidden: int = _f(32, "NeighGen encoder hidden units")
     gen_hidden: int = _f(256, "feature generator's last hidden layer (the reference uses 2048; "
@@ -31,6 +35,10 @@ class FedSagePlusOptions:
                                  "cross-client)")
     cls_weight: float = _f(1.0, "loss weight c: classifier on the mended impaired graph")
     cross_clients: int = _f(0, "other clients scoring each generator per step (0: all)")
+    cross_candidates: int = _f(5, "cross-client feature matching: candidate features the "
+                                  "scoring client draws per generated node, as the reference "
+                                  "(num_pred local neighbours of one random own node); 0: all "
+                                  "its nodes (exact all-pairs, O(n_i·n_j) time)")
 
     def validate(self, cfg: Any = None) -> None:
         if self.num_pred < 1:
@@ -41,7 +49,7 @@ class FedSagePlusOptions:
         for name in ("gen_epochs", "latent_dim", "gen_encoder_hidden", "gen_hidden"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be >= 1 (got {getattr(self, name)})")
-        for name in ("gen_batch_size", "cross_clients"):
+        for name in ("gen_batch_size", "cross_clients", "cross_candidates"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (got {getattr(self, name)}); 0 means all")
         for name in ("gen_lr", "gen_weight_decay", "count_weight", "feat_weight", "cls_weight"):

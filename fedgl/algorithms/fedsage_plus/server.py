@@ -9,6 +9,8 @@ server sends client i the gradients computed for it. After ``gen_epochs`` epochs
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from fedgl.algorithms.base import FedAvgServer
@@ -24,26 +26,30 @@ class FedSagePlusServer(FedAvgServer):
         with rt.ledger.timer("pretrain"):
             setup = rt.call("gen_setup", phase="pretrain")
             batches = max(r["batches"] for r in setup.values())
-            ids = rt.client_ids
             rng = np.random.default_rng(self.config.seed + 17)
             for epoch in range(opts.gen_epochs):
                 for batch in range(batches):
-                    shared = rt.call("gen_share", {"epoch": epoch, "batch": batch},
-                                     phase="pretrain")
-                    scorers = {i: self._scorers(i, ids, opts.cross_clients, rng) for i in ids}
-                    asked = {j: {"others": {i: shared[i] for i in ids if j in scorers[i]}}
-                             for j in ids}
-                    cross = rt.call("gen_cross", asked, phase="pretrain")
-                    steps = rt.call("gen_step", {i: {"grads": [cross[j]["grads"][i]
-                                                               for j in scorers[i]]}
-                                                 for i in ids}, phase="pretrain")
-                    self.generator_log.append({
-                        "epoch": epoch, "batch": batch,
-                        "loss": float(np.mean([steps[i]["loss"] for i in ids])),
-                        "cross_loss": float(np.mean([v for j in ids
-                                                     for v in cross[j]["loss"].values()] or [0]))})
+                    self.generator_step(epoch, batch, rng)
             mended = rt.call("mend", phase="pretrain")
         self.generated = {k: v["generated"] for k, v in mended.items()}
+
+    def generator_step(self, epoch: int, batch: int, rng: np.random.Generator) -> None:
+        """One federated NeighGen step: share, cross-client scoring, local step (three calls)."""
+        opts, rt = options_of(self.config), self.runtime
+        ids = rt.client_ids
+        t0 = time.perf_counter()
+        shared = rt.call("gen_share", {"epoch": epoch, "batch": batch}, phase="pretrain")
+        scorers = {i: self._scorers(i, ids, opts.cross_clients, rng) for i in ids}
+        asked = {j: {"others": {i: shared[i] for i in ids if j in scorers[i]}} for j in ids}
+        cross = rt.call("gen_cross", asked, phase="pretrain")
+        steps = rt.call("gen_step", {i: {"grads": [cross[j]["grads"][i] for j in scorers[i]]}
+                                     for i in ids}, phase="pretrain")
+        self.generator_log.append({
+            "epoch": epoch, "batch": batch,
+            "loss": float(np.mean([steps[i]["loss"] for i in ids])),
+            "cross_loss": float(np.mean([v for j in ids for v in cross[j]["loss"].values()]
+                                        or [0])),
+            "seconds": time.perf_counter() - t0})
 
     @staticmethod
     def _scorers(i: int, ids: list[int], k: int, rng: np.random.Generator) -> list[int]:
