@@ -31,7 +31,8 @@ from fedgl.algorithms.fedgcn.sparse_sums import (
     DEFAULT_CHUNK_ROWS,
     client_partial_sums,
     incidence,
-    scaled_features,
+    scaled_incidence,
+    unscaled_features,
 )
 from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ClientStream
 from fedgl.config import Config
@@ -110,7 +111,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
             j, i = d.edge_index
             b = incidence(self._row_of(j, touched), d.global_to_local(i), len(touched),
                           d.num_nodes)
-            source, features = b[order.numpy()], scaled_features(d.x, self.deg_tilde)
+            source = scaled_incidence(b[order.numpy()], self.deg_tilde, d.x.dtype)
+            features = unscaled_features(d.x)  # a view: no scaled copy of the own features
         else:
             source, features = self._release()[2][order], None  # DP: one release, sliced
         wanted = touched[:n_req]

@@ -58,6 +58,23 @@ def scaled_features(x: Tensor, deg_tilde: Tensor) -> np.ndarray | sp.csr_matrix:
     return sp.csr_matrix(scaled) if density < SPARSE_FEATURES else scaled
 
 
+def unscaled_features(x: Tensor) -> np.ndarray | sp.csr_matrix:
+    """The own features as the streamed exchange multiplies them: a view of ``x`` (no copy),
+    or a sparse matrix when the features are sparse. The ``d̃_j^{-1/2}`` scale then rides on the
+    incidence's values (:func:`scaled_incidence`): ``s_j · x_j`` is the same float as
+    ``1 · (x_j · s_j)``, so the sums are bitwise those of ``B_k X̃_k``."""
+    arr = x.numpy()
+    density = float(np.count_nonzero(arr)) / max(arr.size, 1)
+    return sp.csr_matrix(arr) if density < SPARSE_FEATURES else arr
+
+
+def scaled_incidence(b: sp.csr_matrix, deg_tilde: Tensor, dtype: torch.dtype) -> sp.csr_matrix:
+    """``B_k diag(d̃^{-1/2})``: each stored 1 of column j becomes ``d̃_j^{-1/2}``."""
+    scale = deg_tilde.to(dtype).pow(-0.5).numpy()
+    b.data = scale[b.indices]
+    return b
+
+
 def partial_sum_rows(scaled: np.ndarray | sp.csr_matrix, b: sp.csr_matrix,
                      chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor | SparseRows:
     """``B X̃`` for the rows of ``b``, ``chunk_rows`` at a time, in its smaller wire form (sparse
