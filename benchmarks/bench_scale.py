@@ -342,17 +342,10 @@ def main() -> None:
     ap.add_argument("--pretrain-block-rows", type=int, default=0,
                     help="products: FedGCN's streamed exchange block (0: the default)")
     args = ap.parse_args()
-    if args.what == "ray-arxiv":
-        print(json.dumps(ray_arxiv(args), indent=1))
-        return
-    if args.what == "products":
-        print(json.dumps(products(args), indent=1))
-        return
-    if args.what == "formula":
-        print(json.dumps(formula(args), indent=1))
-        return
-    if args.what == "pretrain-bytes":
-        print(json.dumps(pretrain_bytes(args), indent=1))
+    single = {"ray-arxiv": ray_arxiv, "products": products, "formula": formula,
+              "pretrain-bytes": pretrain_bytes}
+    if args.what in single:
+        print(json.dumps(single[args.what](args), indent=1))
         return
     base = dict(dataset=args.dataset, rounds=args.rounds, lr=args.lr, eval_every=args.eval_every,
                 beta=args.beta, **COMMON)

@@ -77,3 +77,17 @@ def interrupt_at(round_: int, repeat: int | None = None):
         if t == round_ and (repeat is None or r == repeat):
             raise KeyboardInterrupt
     return hook
+
+
+def interrupted_then_resumed(run, graph, cfg, out, at: int):
+    """``run(graph, cfg, **kw)`` checkpointing every round into ``out``, stopped after round
+    ``at`` (the checkpoint must say so), then resumed from that checkpoint: the resumed result."""
+    import pytest
+
+    from fedgl.checkpoint import Checkpointer, load_checkpoint
+
+    with pytest.raises(KeyboardInterrupt):
+        run(graph, cfg, checkpointer=Checkpointer(out, cfg.to_dict(), 1), on_round=interrupt_at(at))
+    progress = load_checkpoint(out).progress
+    assert progress.round == at
+    return run(graph, cfg, resume_from=progress)

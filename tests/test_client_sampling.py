@@ -4,18 +4,16 @@ idle clients, 10,000 clients in one process, power-law client sizes."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
 from fedgl.algorithms.runner import run_federated
-from fedgl.checkpoint import Checkpointer, load_checkpoint
 from fedgl.config import Config
 from fedgl.data.client_data import client_shard, split_graph
 from fedgl.data.partition import powerlaw_partition
 from fedgl.data.synthetic import load_synthetic
 from fedgl.federation.client_sampling import ClientSampler
 from fedgl.progress import RoundProgress
-from tests.helpers import interrupt_at, random_graph, random_partition
+from tests.helpers import interrupted_then_resumed, random_graph, random_partition
 
 
 def _cfg(**values) -> Config:
@@ -69,13 +67,7 @@ def test_sampled_run_resumes_exactly(tmp_path):
                min_client_size=1, partition="iid", checkpoint_every=1, out=str(tmp_path))
     reference = _run(graph, cfg)
 
-    stop = interrupt_at(3)
-
-    with pytest.raises(KeyboardInterrupt):
-        _run(graph, cfg, checkpointer=Checkpointer(tmp_path, cfg.to_dict(), 1), on_round=stop)
-    progress = load_checkpoint(tmp_path).progress
-    assert progress.round == 3
-    resumed = _run(graph, cfg, resume_from=progress)
+    resumed = interrupted_then_resumed(_run, graph, cfg, tmp_path, at=3)
     assert resumed.history == reference.history
     assert resumed.ledger["bytes"] == reference.ledger["bytes"]
 

@@ -12,7 +12,6 @@ import torch
 from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
 from fedgl.algorithms.runner import run_federated
 from fedgl.algorithms.sampled import SampledInputs, gcn_on_block, sampled_fanouts
-from fedgl.checkpoint import Checkpointer, load_checkpoint
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.sampling import sample_blocks
@@ -20,7 +19,12 @@ from fedgl.errors import ConfigError
 from fedgl.models import gcn_edge_weights
 from fedgl.progress import RoundProgress
 from tests import _cli_helpers
-from tests.helpers import fedgcn_federation, interrupt_at, random_graph, random_partition
+from tests.helpers import (
+    fedgcn_federation,
+    interrupted_then_resumed,
+    random_graph,
+    random_partition,
+)
 
 cli_fixture = _cli_helpers.cli_fixture  # the `cli` fixture
 
@@ -104,13 +108,7 @@ def test_sampling_is_seeded_and_resumes_exactly(tmp_path, hops):
     assert losses == [h["train_loss"] for h in again.history]
     assert losses != [h["train_loss"] for h in other.history]
 
-    stop = interrupt_at(3)
-
-    with pytest.raises(KeyboardInterrupt):
-        _run(graph, cfg, checkpointer=Checkpointer(tmp_path, cfg.to_dict(), 1), on_round=stop)
-    progress = load_checkpoint(tmp_path).progress
-    assert progress.round == 3
-    resumed = _run(graph, cfg, resume_from=progress)
+    resumed = interrupted_then_resumed(_run, graph, cfg, tmp_path, at=3)
     assert [h["train_loss"] for h in resumed.history] == losses
     assert resumed.final["test_acc"] == ref.final["test_acc"]
 
