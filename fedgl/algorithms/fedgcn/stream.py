@@ -50,12 +50,13 @@ def block_bounds(i: int, block_rows: int) -> tuple[int, int]:
 class ClientStream:
     """One client's side of a streamed exchange: its rows in ascending id order and a cursor.
 
-    ``source`` is either the incidence ``B_k`` with rows in ascending id order (exact sums,
-    computed per block) or the released rows themselves (DP: drawn once, sent in slices)."""
+    ``source`` is either the incidence ``B_k diag(d̃^{-1/2})`` with rows in ascending id order
+    (exact sums ``source · X_k``, computed per block) or the released rows themselves (DP:
+    drawn once, sent in slices)."""
 
     sorted_ids: np.ndarray  # touched ids, ascending
     source: sp.csr_matrix | Tensor
-    features: np.ndarray | sp.csr_matrix | None  # X̃_k when source is the incidence
+    features: np.ndarray | sp.csr_matrix | None  # X_k (own, unscaled) with the incidence
     chunk_rows: int
     want_ids: np.ndarray  # requested ids, ascending
     want_pos: np.ndarray  # their positions in the request order (own first, then remote)
@@ -111,8 +112,8 @@ class ClientStream:
         """Drop everything but the cursor once done (the received rows now belong to the
         client's model input)."""
         self.source = self.features = None
-        self.incoming = self.incoming[:0]
-        self.remote_degrees = None if self.remote_degrees is None else self.remote_degrees[:0]
+        self.incoming = torch.empty((0, self.incoming.shape[1]), dtype=self.incoming.dtype)
+        self.remote_degrees = None if self.remote_degrees is None else torch.empty(0, dtype=torch.long)
 
     def _expect(self, x: Tensor | SparseRows | None, n: int, what: str) -> None:
         rows = 0 if x is None else int(x.shape[0])
