@@ -29,7 +29,6 @@ from fedgl.algorithms.base import GNNClient, ModelInputs
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows, held_subgraph_degrees
 from fedgl.algorithms.fedgcn.sparse_sums import (
     DEFAULT_CHUNK_ROWS,
-    client_partial_sums,
     incidence,
     scaled_incidence,
     unscaled_features,
@@ -85,17 +84,21 @@ class FedGCNClient(GNNClient, SecureModelParty):
         rows for 2-hop) and, for 2-hop, ``degrees`` of its own nodes (aligned with the first ids).
         With ``min_contributors > 1`` also ``counts``: how many own nodes each row aggregates.
         """
-        if self._sparse_path():
-            touched, released, counts = self._touched(), self._sparse_partial_sums(), None
-        else:
-            touched, _, released, counts = self._release()
-        msg = {"ids": touched, "sums": released, "num_requested": self._num_requested()}
-        if self._dp_release is not None:
-            msg["dp_release"] = self._dp_release  # lets the run count releases (ε composes)
-        if self.neighbour_rows:
-            msg["degrees"] = self.deg_tilde.clone()
+        touched, _, released, counts = self._release()
+        msg = {**self._announcement(touched, self._num_requested()), "sums": released}
         if counts is not None:
             msg["counts"] = counts
+        return msg
+
+    def _announcement(self, touched: Tensor, num_requested: int) -> dict:
+        """What both pre-training paths announce about the rows: ``ids``, ``num_requested``,
+        the DP release's public name (lets the run count releases: ε composes) and, when
+        neighbour rows come back, the own nodes' degrees."""
+        msg = {"ids": touched, "num_requested": num_requested}
+        if self._dp_release is not None:
+            msg["dp_release"] = self._dp_release
+        if self.neighbour_rows:
+            msg["degrees"] = self.deg_tilde.clone()
         return msg
 
     # ------------------------------------------------------------------ streamed exchange
@@ -124,12 +127,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             incoming=torch.zeros((n_req, d.num_features), dtype=d.x.dtype),
             remote_degrees=(torch.zeros(n_req - d.num_nodes, dtype=torch.long)
                             if self.neighbour_rows else None))
-        msg = {"ids": touched, "num_requested": n_req}
-        if self._dp_release is not None:
-            msg["dp_release"] = self._dp_release
-        if self.neighbour_rows:
-            msg["degrees"] = self.deg_tilde.clone()
-        return msg
+        return self._announcement(touched, n_req)
 
     def block_sums(self) -> dict:
         """Step 2: the next block's partial sums, ascending ids (``stale`` after a restart)."""
@@ -150,17 +148,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return {}
 
     def _sparse_path(self) -> bool:
-        """The exact plaintext release (no DP noise, no per-row counts) is computed in row chunks
-        and sent sparse where smaller (:mod:`fedgl.algorithms.fedgcn.sparse_sums`)."""
+        """The exact plaintext release (no DP noise, no per-row counts) is streamed, computed in
+        row chunks and sent sparse where smaller (:mod:`fedgl.algorithms.fedgcn.sparse_sums`);
+        otherwise the release is drawn once (:meth:`_release`)."""
         return self.config.dp_epsilon is None and self.config.min_contributors == 1
-
-    def _sparse_partial_sums(self) -> Tensor | SparseRows:
-        """``S_k`` for every touched row, chunked, in its smaller wire form."""
-        d = self.data
-        touched = self._touched()
-        j, i = d.edge_index
-        b = incidence(self._row_of(j, touched), d.global_to_local(i), len(touched), d.num_nodes)
-        return client_partial_sums(d.x, self.deg_tilde, b, self.chunk_rows)
 
     def _num_requested(self) -> int:
         return len(self._touched()) if self.neighbour_rows else self.data.num_nodes

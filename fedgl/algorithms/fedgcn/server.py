@@ -65,14 +65,20 @@ class FedGCNServer(FedAvgServer):
                 self._plain_round()
 
     def _secure_rounds(self) -> None:
+        self.privacy_stats["restarts"] = self._with_restarts(self._secure_round,
+                                                             "the secure pre-training round")
+
+    def _with_restarts(self, attempt_once, what: str) -> int:
+        """Run a pre-training protocol until one attempt completes (``attempt_once`` returns
+        True); a client restarting meanwhile (:meth:`restore_client`) or answering ``stale``
+        makes the attempt return False. Returns the number of restarts."""
         self._in_pretrain = True
         try:
             for attempt in range(len(self.runtime.client_ids) + 1):
                 self._restart_pending = False
-                if self._secure_round():
-                    self.privacy_stats["restarts"] = attempt
-                    return
-            raise RunAborted("the secure pre-training round kept losing clients; giving up")
+                if attempt_once():
+                    return attempt
+            raise RunAborted(f"{what} kept losing clients; giving up")
         finally:
             self._in_pretrain = False
 
@@ -138,15 +144,7 @@ class FedGCNServer(FedAvgServer):
         """The streamed exchange; restarted from the announcement when a client restarts (its
         cursor is gone) or the set of answering clients changes mid-stream (a dropped client's
         earlier blocks are already in the sums)."""
-        self._in_pretrain = True
-        try:
-            for _ in range(len(self.runtime.client_ids) + 1):
-                self._restart_pending = False
-                if self._stream_once():
-                    return
-            raise RunAborted("the pre-training exchange kept losing clients; giving up")
-        finally:
-            self._in_pretrain = False
+        self._with_restarts(self._stream_once, "the pre-training exchange")
 
     def _stream_once(self) -> bool:
         announced = self.runtime.call("announce_rows", None, phase="pretrain")

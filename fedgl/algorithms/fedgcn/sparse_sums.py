@@ -1,8 +1,9 @@
 """FedGCN's plaintext pre-training sums at scale: sparse, in row chunks, never a dense N×d.
 
-Client side (:func:`client_partial_sums`): with ``B_k`` the touched-rows × own-nodes incidence
+Client side (:func:`partial_sum_rows`): with ``B_k`` the touched-rows × own-nodes incidence
 of the closed neighbourhoods (``B_k[r(i), j] = 1`` for ``j ∈ V_k ∩ Ñ(i)``) and ``X̃_k`` the own
-features scaled by ``d̃_j^{-1/2}``,
+features scaled by ``d̃_j^{-1/2}`` (the scale carried by the incidence's values,
+:func:`scaled_incidence`),
 
     S_k = B_k X̃_k,        S_k[i] = Σ_{j ∈ V_k ∩ Ñ(i)} d̃_j^{-1/2} x_j,
 
@@ -28,10 +29,6 @@ DEFAULT_CHUNK_ROWS = 1 << 16
 SPARSE_FEATURES = 0.25  # feature density below which the client multiplies sparse × sparse
 
 
-def _as_scipy(x: Tensor | SparseRows) -> sp.csr_matrix:
-    return x.to_scipy() if isinstance(x, SparseRows) else sp.csr_matrix(x.numpy())
-
-
 def _compact(mat: sp.csr_matrix | np.ndarray) -> Tensor | SparseRows:
     """The smaller wire form of a block of rows (sparse or dense)."""
     if isinstance(mat, np.ndarray):
@@ -49,13 +46,6 @@ def incidence(rows_of_neighbour: Tensor, own_of_edge: Tensor, num_rows: int,
     r = torch.cat([torch.arange(num_own), rows_of_neighbour]).numpy()
     c = torch.cat([torch.arange(num_own), own_of_edge]).numpy()
     return sp.csr_matrix((np.ones(len(r), dtype=np.float32), (r, c)), shape=(num_rows, num_own))
-
-
-def scaled_features(x: Tensor, deg_tilde: Tensor) -> np.ndarray | sp.csr_matrix:
-    """``X̃_k = diag(d̃^{-1/2}) X_k``, as a sparse matrix when the features are sparse."""
-    scaled = (x * deg_tilde.to(x.dtype).pow(-0.5).unsqueeze(1)).numpy()
-    density = float(np.count_nonzero(scaled)) / max(scaled.size, 1)
-    return sp.csr_matrix(scaled) if density < SPARSE_FEATURES else scaled
 
 
 def unscaled_features(x: Tensor) -> np.ndarray | sp.csr_matrix:
@@ -90,9 +80,3 @@ def partial_sum_rows(scaled: np.ndarray | sp.csr_matrix, b: sp.csr_matrix,
     for a in range(0, n_rows, step):
         out[a:a + step] = b[a:a + step] @ scaled
     return _compact(out)
-
-
-def client_partial_sums(x: Tensor, deg_tilde: Tensor, b: sp.csr_matrix,
-                        chunk_rows: int = DEFAULT_CHUNK_ROWS) -> Tensor | SparseRows:
-    """``S_k = B_k X̃_k`` in row chunks, in its smaller wire form (module docstring)."""
-    return partial_sum_rows(scaled_features(x, deg_tilde), b, chunk_rows)
