@@ -13,8 +13,11 @@ A sweep file::
       seed: [0, 1, 2]
       hops: [0, 1, 2]           # an algorithm's own key varies only that algorithm's cells
 
-A cell's config is ``base`` plus its grid values, minus options of *other* algorithms (so
-``hops`` multiplies only the FedGCN cells; cells that become identical run once). Cell ``c``
+A cell's config is ``base`` plus its grid values, minus the keys the cell does not read: options
+of *other* algorithms, common keys its algorithm ignores, and partition keys its partition ignores
+(so ``hops`` multiplies only the FedGCN cells and ``beta`` only the Dirichlet ones; cells that
+become identical run once). A key that no cell reads is an error, as is an ``--only`` filter
+that names a key no cell sets or matches no cell. Cell ``c``
 writes ``OUT/cells/<name>/result.json``; a cell whose ``result.json`` exists is finished and is
 skipped on the next invocation (so an interrupted sweep resumes where it stopped). A failed cell
 leaves ``error.txt`` and the sweep goes on. At the end ``OUT/sweep.csv`` has one row per cell:
@@ -24,6 +27,7 @@ its grid values, status, folder and the mean and std of every summary metric.
 from __future__ import annotations
 
 import csv
+import difflib
 import hashlib
 import io
 import itertools
@@ -75,24 +79,70 @@ def load_sweep(path: str | Path) -> dict[str, Any]:
 
 
 def expand(spec: dict[str, Any]) -> list[Cell]:
-    """Every cell of the grid, each config validated (a bad key fails before anything runs)."""
+    """Every cell of the grid, each config validated (a bad key fails before anything runs).
+
+    A cell drops the keys it does not read: another algorithm's options, common keys its
+    algorithm ignores (e.g. ``beta`` for a vertical algorithm) and partition keys its partition
+    ignores (``beta`` is read by ``dirichlet`` only). A ``base`` or ``grid`` key that no cell
+    reads is an error naming who would read it."""
     from fedgl.config import Config
-    from fedgl.config.registry import get_spec, load_all
 
     base, grid = dict(spec.get("base") or {}), dict(spec.get("grid") or {})
-    options = {name for s in load_all() for name in s.option_names()}
     cells: dict[str, Cell] = {}
+    read: set[str] = set()
     for combo in itertools.product(*grid.values()):
         values = dict(zip(grid, combo, strict=True))
-        algorithm = values.get("algorithm", base.get("algorithm", "fedgcn"))
-        own = set(get_spec(algorithm).option_names())
-        values = {k: v for k, v in values.items() if k not in options or k in own}
-        config = {k: v for k, v in {**base, **values}.items() if k not in options or k in own}
+        merged = {**base, **values}
+        unread = _unread_by(merged)
+        read |= set(merged) - unread
+        values = {k: v for k, v in values.items() if k not in unread}
+        config = {k: v for k, v in merged.items() if k not in unread}
         config.update(progress=False)
         Config.from_dict(config, source="sweep cell")
         name = cell_name(values)
         cells.setdefault(name, Cell(name, values, config))
+    for where, keys in (("grid", grid), ("base", base)):
+        for key in keys:
+            if key not in read:
+                raise ConfigError(_unread_message(key, where, grid, base))
     return list(cells.values())
+
+
+def _unread_by(config: dict[str, Any]) -> set[str]:
+    """The keys of one cell's ``config`` that its algorithm and partition do not read."""
+    from fedgl.config.registry import get_spec, load_all
+    from fedgl.config.sections import PARTITION_KEYS
+
+    spec = get_spec(str(config.get("algorithm", "fedgcn")))
+    own = set(spec.option_names())
+    options = {name for s in load_all() for name in s.option_names()}
+    unread = {k for k in config if k in options and k not in own}
+    unread |= set(config) & set(spec.unread_keys())
+    if spec.setting == "horizontal":
+        method = config.get("partition", "dirichlet")
+        unread |= {k for k, readers in PARTITION_KEYS.items()
+                   if k in config and method not in readers}
+    return unread
+
+
+def _unread_message(key: str, where: str, grid: dict[str, Any], base: dict[str, Any]) -> str:
+    """Why no cell reads ``key``, and the fix."""
+    from fedgl.config.registry import readers_of
+    from fedgl.config.sections import PARTITION_KEYS
+
+    algorithms = sorted({str(a) for a in grid.get("algorithm", [base.get("algorithm", "fedgcn")])})
+    readers = readers_of(key)
+    if readers:
+        who = (f"only {readers[0]} reads it; add {readers[0]} to the grid's algorithms"
+               if len(readers) == 1 else
+               f"only {', '.join(readers)} read it; add one of them to the grid's algorithms")
+    elif key in PARTITION_KEYS:
+        who = (f"it is read by the {' and '.join(PARTITION_KEYS[key])} partition only; add "
+               f"partition: {PARTITION_KEYS[key][0]}")
+    else:
+        who = "the grid's algorithms ignore it"
+    return (f"sweep {where} key '{key}' is read by no cell (algorithm "
+            f"{', '.join(algorithms)}): {who}, or drop '{key}'")
 
 
 def cell_name(values: dict[str, Any]) -> str:
@@ -142,6 +192,25 @@ def matches(cell: Cell, only: dict[str, str]) -> bool:
                for k, v in only.items())
 
 
+def select(cells: list[Cell], only: dict[str, str]) -> list[Cell]:
+    """The cells matching ``only``; a key that no cell sets (with a did-you-mean) or a filter
+    that matches no cell of the grid is a :class:`ConfigError`."""
+    keys = sorted({k for c in cells for k in c.config} - {"progress"})
+    for key in only:
+        if key not in keys:
+            close = difflib.get_close_matches(key, keys, n=1)
+            hint = f" (did you mean '{close[0]}'?)" if close else ""
+            raise ConfigError(f"--only key '{key}' is not set by any cell of the sweep{hint}; "
+                              f"use one of {', '.join(keys)}")
+    chosen = [c for c in cells if matches(c, only)]
+    if not chosen:
+        seen = {k: sorted({str(c.config[k]) for c in cells if k in c.config}) for k in only}
+        values = "; ".join(f"{k}: {', '.join(v)}" for k, v in seen.items())
+        raise ConfigError(f"--only {','.join(f'{k}={v}' for k, v in only.items())} matches no "
+                          f"cell of the sweep (the cells have {values}); fix the filter")
+    return chosen
+
+
 def sweep(spec: dict[str, Any], *, out: str | Path | None = None, parallel: int | None = None,
           log: Any = None, only: dict[str, str] | None = None) -> Path:
     """Run the unfinished cells of ``spec`` (those matching ``only``, if given: a part of the
@@ -152,15 +221,16 @@ def sweep(spec: dict[str, Any], *, out: str | Path | None = None, parallel: int 
     if workers < 1:
         raise ConfigError(f"parallel must be >= 1 (got {workers})")
     cells = expand(spec)
+    chosen = {c.name for c in select(cells, only)} if only else None
     root.mkdir(parents=True, exist_ok=True)
     _atomic_write(root / "sweep.yaml", yaml.safe_dump(spec, sort_keys=False))
     _atomic_write(root / "cells.json", json.dumps({c.name: c.values for c in cells}, indent=1))
     todo = [c for c in cells if not (root / "cells" / c.name / "result.json").is_file()]
     say = log or (lambda msg: None)
     say(f"{len(cells)} cells, {len(cells) - len(todo)} finished, {len(todo)} to run")
-    if only:
-        todo = [c for c in todo if matches(c, only)]
-        say(f"--only {only}: running {len(todo)} of them")
+    if chosen is not None:
+        todo = [c for c in todo if c.name in chosen]
+        say(f"--only {only}: {len(chosen)} cells match, {len(todo)} of them to run")
     if workers == 1:
         for c in todo:
             say(f"{c.name}: {run_cell(c.config, str(root / 'cells' / c.name))}")

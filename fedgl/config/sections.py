@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import difflib
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from fedgl.config.fields import at_least, at_most, check_fields, choice, option, parse_fanouts
 from fedgl.errors import ConfigError
@@ -19,6 +19,11 @@ NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-produ
                   "ogbn-papers100m", "reddit")
 DATASET_PREFIXES = ("npz:", "synthetic:")
 PARTITIONS = ("dirichlet", "iid", "metis", "metis-train", "random", "powerlaw", "louvain", "p-split")
+#: partition keys and the partitions that read them (off its default elsewhere: an error)
+PARTITION_KEYS = {"beta": ("dirichlet",), "mcmahan_p": ("p-split",),
+                  "metis_max_degree": ("metis", "metis-train")}
+_READERS = {"beta": "the dirichlet partition", "mcmahan_p": "the p-split partition",
+            "metis_max_degree": "the metis partitions"}
 AGGREGATIONS = ("uniform", "weighted")
 MODELS = ("gcn", "sage", "gin")
 SETTINGS = ("horizontal", "vertical")
@@ -152,12 +157,18 @@ class FederationConfig(Section):
                               "or 10000 (i.i.d.)")
         if not 0 < self.edge_share <= 1:
             raise ConfigError(f"edge_share must be in (0, 1] (got {self.edge_share}); use e.g. 0.8")
-        if self.metis_max_degree and self.partition not in ("metis", "metis-train"):
-            raise ConfigError(f"metis_max_degree applies to the metis partitions (got --partition "
-                              f"{self.partition}); drop it or use --partition metis")
+        for key, readers in PARTITION_KEYS.items():
+            if self.partition not in readers and getattr(self, key) != _default_of(key):
+                raise ConfigError(f"{key} applies to {_READERS[key]} (got --partition "
+                                  f"{self.partition}); drop --{key.replace('_', '-')} or use "
+                                  f"--partition {readers[0]}")
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients "
                               f"({self.clients}); use at most {self.clients}, or 0 for all")
+
+
+def _default_of(key: str) -> object:
+    return next(f.default for f in fields(FederationConfig) if f.name == key)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ cross-client edges (Karypis & Kumar 1998, through pymetis; seeded).
 
 from __future__ import annotations
 
+import math
 import numbers
 from dataclasses import dataclass
 
@@ -69,33 +70,70 @@ class Partition:
 
 def dirichlet_partition(labels: torch.Tensor | np.ndarray, num_clients: int, beta: float, *,
                         seed: int = 0, min_size: int = 10) -> Partition:
-    """Label-skewed split with FedGCN's balancing and minimum-size rule (see module docstring)."""
+    """Label-skewed split with FedGCN's balancing and minimum-size rule (see module docstring).
+
+    One draw is vectorised over clients (the classes stay sequential: the cap depends on what the
+    earlier classes gave). A request that cannot succeed ends in a :class:`DataError` at once
+    (fewer nodes than ``num_clients * min_size``) or after a few draws: when the draws so far
+    leave on average ``λ`` clients short of ``min_size``, the chance that one draw leaves none
+    short is about ``exp(-λ)`` (the number of short clients per draw is close to Poisson:
+    measured on the arxiv-sized labels with 10,000 clients, mean 11.1, variance 10.5), and the
+    redrawing stops once all remaining draws together would succeed with an estimated chance
+    below 1 % (see :func:`_hopeless`)."""
     y = np.asarray(labels)
     n = len(y)
     _check_feasible(n, num_clients, min_size)
     if beta <= 0:
         raise DataError(f"beta must be > 0 (got {beta})")
     rng = np.random.default_rng(seed)
-    classes = np.unique(y)
+    # the nodes of each class in increasing id order (what np.flatnonzero(y == c) gives), once
+    order = np.argsort(y, kind="stable")
+    classes, starts = np.unique(y[order], return_index=True)
+    members = np.split(order, starts[1:])
     cap = n / num_clients
-    for _ in range(MAX_REDRAWS):
+    alpha = np.full(num_clients, beta)
+    clients = np.arange(num_clients)
+    short_total = 0
+    for draw in range(1, MAX_REDRAWS + 1):
         owner = np.empty(n, dtype=np.int64)
         counts = np.zeros(num_clients, dtype=np.int64)
-        for c in classes:
-            idx = rng.permutation(np.flatnonzero(y == c))
-            p = rng.dirichlet(np.full(num_clients, beta))
+        for nodes in members:
+            idx = rng.permutation(nodes)
+            p = rng.dirichlet(alpha)
             p = p * (counts < cap)
             total = p.sum()
             p = p / total if total > 0 else np.full(num_clients, 1.0 / num_clients)
             cuts = (np.cumsum(p) * len(idx)).astype(np.int64)[:-1]
-            for client, part in enumerate(np.split(idx, cuts)):
-                owner[part] = client
-                counts[client] += len(part)
+            # np.split(idx, cuts) clamps every cut into [previous cut, len(idx)]
+            bounds = np.minimum(np.maximum.accumulate(np.concatenate(([0], cuts))), len(idx))
+            sizes = np.diff(np.concatenate((bounds, [len(idx)])))
+            owner[idx] = np.repeat(clients, sizes)
+            counts += sizes
         if counts.min() >= min_size:
             return Partition(owner, num_clients)
+        short_total += int((counts < min_size).sum())
+        if _hopeless(short_total, draw):
+            raise DataError(
+                f"a Dirichlet split of {n} nodes into {num_clients} clients with at least "
+                f"{min_size} nodes each (β={beta:g}) is practically infeasible: each draw left "
+                f"{short_total / draw:.1f} clients short on average ({draw} draws), so the "
+                f"remaining draws would succeed with a chance under 1%; use fewer --clients, a "
+                "larger --beta, a smaller --min-client-size, or --partition iid")
     raise DataError(f"could not split {n} nodes into {num_clients} clients with at least "
                     f"{min_size} nodes each after {MAX_REDRAWS} draws; use fewer --clients, a "
                     "larger --beta, or a smaller --min-client-size")
+
+
+def _hopeless(short_total: int, draws: int, *, min_draws: int = 10,
+              chance: float = 1e-2) -> bool:
+    """Whether to stop redrawing: after ``min_draws`` failed draws that left ``short_total``
+    clients short in all, the mean ``λ`` estimates the expected number of short clients per
+    draw; the remaining draws succeed with a chance of about ``(MAX_REDRAWS - draws) *
+    exp(-λ)``. Stop when that falls below ``chance``."""
+    if draws < min_draws:
+        return False
+    lam = short_total / draws
+    return (MAX_REDRAWS - draws) * math.exp(-lam) < chance
 
 
 def iid_partition(num_nodes: int, num_clients: int, *, seed: int = 0,
