@@ -265,6 +265,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.config_file or args.overwrite or set(overrides) - {"progress"}:
             raise ConfigError("--resume continues a run with its stored config; drop the config "
                               "file and the other flags")
+        _say_where_resumed(args.resume)
         result = run(resume=args.resume, **overrides)
         _print_summary(result, Path(args.resume))
         return 0
@@ -282,6 +283,25 @@ def _cmd_run(args: argparse.Namespace) -> int:
                           "choose a writable folder") from None
     _print_summary(result, out)
     return 0
+
+
+def _say_where_resumed(folder: str) -> None:
+    """One line on stderr: the round a resumed run continues from (a checkpoint that does not
+    load says nothing here: the run reports it)."""
+    from fedgl.checkpoint import load_checkpoint
+
+    try:
+        ckpt = load_checkpoint(folder)
+    except (FedglError, OSError):
+        return
+    repeats = ckpt.config.get("repeats", 1)
+    if ckpt.progress is not None:
+        p = ckpt.progress
+        where = (f"resumed at round {p.round} of repeat {p.repeat + 1}/{repeats}: continuing "
+                 f"with round {p.round + 1}")
+    else:
+        where = f"resumed after {len(ckpt.completed)} finished repeat(s) of {repeats}"
+    print(f"fedgl: {where}", file=sys.stderr)
 
 
 def _check_writable_folder(path: Path, flag: str) -> None:
@@ -343,8 +363,11 @@ def _print_summary(result: Any, out: Path) -> None:
     if split.get("setting") == "vertical":
         parties = _vertical_summary(cfg, split)
     else:
+        split_name = cfg.get("partition", "dirichlet")
+        knob = (f"β={cfg['beta']:g}" if split_name == "dirichlet"
+                else f"{split_name} split")
         parties = ("" if cfg["algorithm"].startswith("centralized")
-                   else f", {cfg['clients']} clients, β={cfg['beta']:g}")
+                   else f", {cfg['clients']} clients, {knob}")
     title = (f"{cfg['algorithm']}"
              + (f" {cfg['hops']}-hop" if cfg["algorithm"] == "fedgcn" else "")
              + f" on {cfg['dataset']}{parties}, "
@@ -372,6 +395,14 @@ def _print_summary(result: Any, out: Path) -> None:
             mean = sum(values) / len(values)
             std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
             table.add_row(f"time: {label}", fmt(mean, std, " s", 2))
+    for phase, label in (("pretrain", "pre-training"), ("train", "training"),
+                         ("eval", "evaluation")):
+        values = [r.ledger["simulated_seconds"][phase] for r in result.repeats
+                  if phase in r.ledger.get("simulated_seconds", {})]
+        if values:   # --bandwidth / --latency: the network model's time of each phase
+            mean = sum(values) / len(values)
+            std = (sum((v - mean) ** 2 for v in values) / len(values)) ** 0.5
+            table.add_row(f"simulated time: {label}", fmt(mean, std, " s", 2))
     if "diverged" in result.summary:
         table.add_row("[bold red]DIVERGED repeats[/]",
                       "[bold red]" + ", ".join(map(str, result.summary["diverged"]["values"])) + "[/]")
@@ -394,6 +425,12 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from fedgl.data.shards import make_partition
 
     cfg = as_config(**_overrides(args))
+    if args.plot and (args.plot.endswith(("/", os.sep)) or Path(args.plot).is_dir()):
+        name = args.plot.rstrip("/" + os.sep) or "labels"
+        hint = name if Path(name).suffix.lower() in (".png", ".pdf", ".svg") else (
+            str(Path(name) / "labels.png"))
+        raise ConfigError(f"--plot '{args.plot}' is a folder path; give a file name, e.g. "
+                          f"--plot {hint}")
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"--plot '{args.plot}' must end in .png, .pdf or .svg")
     if args.plot:

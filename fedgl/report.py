@@ -246,8 +246,16 @@ def _legend_outside(ax: Any) -> None:
 def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path | None:
     """Final test accuracy vs bytes communicated until convergence (FedGCN paper, Figure 4);
     None when there are more than twice :data:`MAX_ROUND_LINES` settings (an unreadable
-    legend)."""
+    legend) or no setting communicated at all.
+
+    A setting that sent no bytes (a centralised run) has no place on the log axis: it is drawn
+    as a dashed horizontal line at its accuracy, and its legend entry says so."""
     if len(groups) > 2 * MAX_ROUND_LINES:
+        return None
+    points = [(g, g["metrics"].get("test_acc"), g["metrics"].get("bytes_to_convergence"))
+              for g in groups]
+    points = [(g, acc, nb) for g, acc, nb in points if acc is not None and nb is not None]
+    if not any(nb["mean"] > 0 for _, _, nb in points):
         return None
     import matplotlib
 
@@ -255,15 +263,32 @@ def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path | N
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(9.5, 4.2))
-    for g in groups:
-        acc, nb = g["metrics"].get("test_acc"), g["metrics"].get("bytes_to_convergence")
-        if acc is None or nb is None:
-            continue
-        ax.errorbar([max(nb["mean"], 1.0)], [acc["mean"]], yerr=[acc["std"]], fmt="o", ms=7,
-                    capsize=3, label=g["display"])
+    for g, acc, nb in points:
+        if nb["mean"] > 0:
+            ax.errorbar([nb["mean"]], [acc["mean"]], yerr=[acc["std"]], fmt="o", ms=7,
+                        capsize=3, label=g["display"])
+        else:
+            ax.axhline(acc["mean"], ls="--", lw=1, color="grey",
+                       label=f"{g['display']} (0 bytes: not on the log axis; its accuracy)")
     ax.set_xscale("log")
     return _finish(fig, ax, path, "bytes communicated until convergence (log scale)",
                    "test accuracy", "Accuracy vs communication" + _common_split(groups))
+
+
+def label_plot_name(config: dict[str, Any], taken: set[str]) -> str:
+    """A file name that says what a label histogram shows, e.g.
+    ``labels_per_client_cora_dirichlet_beta1_10clients.png`` (``_2``, ... when taken)."""
+    method = str(config.get("partition", "dirichlet"))
+    knob = {"dirichlet": f"_beta{config.get('beta', 1):g}",
+            "p-split": f"_p{config.get('mcmahan_p', 0.5):g}"}.get(method, "")
+    text = (f"labels_per_client_{config.get('dataset', 'data')}_{method}{knob}_"
+            f"{config.get('clients', 0)}clients")
+    stem = "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in text)
+    name, k = f"{stem}.png", 2
+    while name in taken:
+        name, k = f"{stem}_{k}.png", k + 1
+    taken.add(name)
+    return name
 
 
 def write_report(path: str | Path | list[str | Path], out: str | Path | None = None, *,
@@ -295,12 +320,14 @@ def write_report(path: str | Path | list[str | Path], out: str | Path | None = N
              rf.plot_rounds_vs_control(figures["rounds_vs_control"],
                                        dest / "rounds_vs_control.png")]
     seen: set[str] = set()
-    for i, g in enumerate(groups):
+    names: set[str] = set()
+    for g in groups:
         labels = g["repeats"][0]["partition"].get("labels") if g["repeats"] else None
-        if labels and json.dumps(labels) not in seen and len(seen) < 6:
+        # one client (a centralised run) has no split to show
+        if labels and len(labels) > 1 and json.dumps(labels) not in seen and len(seen) < 6:
             seen.add(json.dumps(labels))
             split = ", ".join(f"{k}={v}" for k, v in g["values"].items() if k in PARTITION_KEYS)
-            plots.append(plot_label_histogram(labels, dest / f"labels_{i}.png",
+            plots.append(plot_label_histogram(labels, dest / label_plot_name(g["config"], names),
                                               title=f"labels per client\n{split}"))
     made = [p for p in plots if p is not None]
     md = ["# fedgl report", "", f"Source: `{path}` ({len(entries)} result files; repeats of "

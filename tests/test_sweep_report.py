@@ -96,7 +96,7 @@ def test_report_numbers_equal_the_result_files(tmp_path):
                 (statistics.fmean(accs), statistics.pstdev(accs), len(accs)))
         assert [p[0] for p in pts] == [2, 3]
     for png in ("accuracy_vs_rounds.png", "accuracy_vs_bytes.png", "accuracy_vs_clients.png",
-                "labels_0.png"):
+                "labels_per_client_sbm_dirichlet_beta1_2clients.png"):
         assert (dest / png).stat().st_size > 5_000
 
 

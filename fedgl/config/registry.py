@@ -134,7 +134,7 @@ def get_spec(name: str) -> AlgorithmSpec:
         importlib.import_module(BUILTIN[name])
     if name not in _SPECS:
         names = algorithm_names()
-        close = difflib.get_close_matches(name, names, n=1)
+        close = difflib.get_close_matches(name.lower(), names, n=1)  # names are lower case
         hint = f" (did you mean '{close[0]}'?)" if close else ""
         raise ConfigError(f"unknown algorithm '{name}'{hint}; choose one of {', '.join(names)}")
     return _SPECS[name]

@@ -114,8 +114,8 @@ def dirichlet_partition(labels: torch.Tensor | np.ndarray, num_clients: int, bet
         short_total += int((counts < min_size).sum())
         if _hopeless(short_total, draw):
             raise DataError(
-                f"a Dirichlet split of {n} nodes into {num_clients} clients with at least "
-                f"{min_size} nodes each (β={beta:g}) is practically infeasible: each draw left "
+                f"could not split {n} nodes into {num_clients} clients with at least "
+                f"{min_size} nodes each (Dirichlet, β={beta:g}): each draw left "
                 f"{short_total / draw:.1f} clients short on average ({draw} draws), so the "
                 f"remaining draws would succeed with a chance under 1%; use fewer --clients, a "
                 "larger --beta, a smaller --min-client-size, or --partition iid")
