@@ -423,6 +423,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
 
     from fedgl.api import as_config, load_graph
     from fedgl.data.shards import make_partition
+    from fedgl.progress import reporting
 
     cfg = as_config(**_overrides(args))
     if args.plot and (args.plot.endswith(("/", os.sep)) or Path(args.plot).is_dir()):
@@ -436,8 +437,9 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     if args.plot:
         _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
         _probe_writable(Path(args.plot))
-    graph = load_graph(cfg)
-    part = make_partition(graph, cfg, cfg.seed)
+    with reporting(True):   # synthetic generation, METIS, Louvain: progress on stderr
+        graph = load_graph(cfg)
+        part = make_partition(graph, cfg, cfg.seed)
     stats = part.stats(graph)
     knob = {"dirichlet": f" β={cfg.beta:g}", "p-split": f" p={cfg.mcmahan_p:g}"}.get(cfg.partition, "")
     table = Table(title=f"{graph.name}: {graph.num_nodes} nodes, {graph.num_edges} edges, "

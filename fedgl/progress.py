@@ -51,9 +51,8 @@ class Task:
         self._started = time.monotonic()
         self._last_line = self._started
         self._printed = False
+        self._printed_done = -1
         self._rich_id: Any = None
-        self._ticker: threading.Thread | None = None
-        self._stop = threading.Event()
 
     # ------------------------------------------------------------------ public
     def advance(self, n: int = 1, info: str = "") -> None:
@@ -87,39 +86,26 @@ class Task:
         assert self._reporter is not None
         self._last_line = time.monotonic()
         self._printed = True
+        self._printed_done = self.done
         self._reporter.write(self.line())
 
     def _open(self) -> None:
         r = self._reporter
         if r is None:
             return
-        r.tasks.append(self)
         if r.rich is not None:
             self._rich_id = r.rich.add_task(self.description, total=self.total, info="")
-        else:
-            # a blocking step (no advance calls) still prints while it runs
-            self._ticker = threading.Thread(target=self._tick, daemon=True,
-                                            name="fedgl-progress")
-            self._ticker.start()
-
-    def _tick(self) -> None:
-        assert self._reporter is not None
-        every = self._reporter.every
-        while not self._stop.wait(max(every, 0.05)):
-            if time.monotonic() - self._last_line >= every:
-                self._line()
+        r.open_task(self)
+        if r.rich is None and r.every == 0:   # every change printed: the start too
+            self._line()
 
     def _close(self) -> None:
         r = self._reporter
-        if r is None or self not in r.tasks:
+        if r is None or not r.close_task(self):
             return
-        r.tasks.remove(self)
-        self._stop.set()
-        if self._ticker is not None:
-            self._ticker.join()
         if r.rich is not None:
             r.rich.remove_task(self._rich_id)
-        elif self._printed:
+        elif self._printed and (self.total is None or self._printed_done != self.done):
             self._line()
 
 
@@ -140,6 +126,8 @@ class Reporter:
         self.rich: Any = None
         self.tasks: list[Task] = []
         self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: threading.Thread | None = None
         if tty:
             from rich.console import Console
             from rich.progress import (
@@ -153,7 +141,42 @@ class Reporter:
             self.rich = Progress(TextColumn("{task.description}"), BarColumn(),
                                  MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"),
                                  TimeRemainingColumn(), TextColumn("{task.fields[info]}"),
-                                 console=Console(file=self.stream), transient=True)
+                                 console=Console(file=self.stream, force_terminal=True),
+                                 transient=True)
+
+    def open_task(self, task: Task) -> None:
+        with self._lock:
+            self.tasks.append(task)
+            if self.rich is None and self._ticker is None:
+                # one thread prints the periodic lines, so a step that blocks for long (METIS,
+                # a slow block) still reports while it runs
+                self._ticker = threading.Thread(target=self._tick, daemon=True,
+                                                name="fedgl-progress")
+                self._ticker.start()
+
+    def close_task(self, task: Task) -> bool:
+        """Forget ``task``; False if it was closed already."""
+        with self._lock:
+            if task not in self.tasks:
+                return False
+            self.tasks.remove(task)
+            return True
+
+    def _tick(self) -> None:
+        while not self._stop.wait(min(max(self.every, 0.05), 1.0)):
+            with self._lock:
+                due = [t for t in self.tasks if time.monotonic() - t._last_line >= self.every]
+            for t in due:
+                t._line()
+
+    def stop(self) -> None:
+        """Close what is still open and stop the ticker."""
+        for task in list(self.tasks):
+            task._close()
+        self._stop.set()
+        if self._ticker is not None:
+            self._ticker.join()
+            self._ticker = None
 
     def write(self, text: str) -> None:
         with self._lock:
@@ -191,15 +214,15 @@ def reporting(enabled: bool, **kwargs: Any) -> Iterator[Reporter | None]:
         else:
             yield rep
     finally:
-        for task in list(rep.tasks):   # tasks an exception left open
-            task._close()
+        rep.stop()   # tasks an exception left open end here too
         _REPORTERS.pop()
 
 
 @contextmanager
-def phase(description: str, total: int | None = None) -> Iterator[Task]:
-    """A task for the enclosed work (a no-op task when no reporter is open)."""
-    task = Task(active(), description, total)
+def phase(description: str, total: int | None = None, *, show: bool = True) -> Iterator[Task]:
+    """A task for the enclosed work (a no-op task when no reporter is open or ``show`` is
+    False, e.g. for a phase that is long only at scale)."""
+    task = Task(active() if show else None, description, total)
     task._open()
     try:
         yield task

@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from fedgl import progress
 from fedgl.config import Config, parse_fanouts
 from fedgl.data.client_data import ClientData
 from fedgl.evaluation import SPLITS, pooled_accuracy
@@ -20,6 +21,9 @@ from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.runtime import Runtime
 from fedgl.models import build_model
+
+#: evaluating this many clients or more shows a progress line (fewer take a moment)
+MANY_CLIENTS = 100
 
 
 @dataclass
@@ -383,7 +387,9 @@ class FedAvgServer:
     def evaluate(self) -> dict:
         """Federated accuracy: every client scores the global model on its own nodes; the server
         pools the counts (the paper's metric: per-client accuracy weighted by node counts)."""
-        with self.runtime.ledger.timer("eval"):
+        n = len(self.runtime.client_ids)
+        with self.runtime.ledger.timer("eval"), progress.phase(f"evaluating {n} clients",
+                                                               show=n >= MANY_CLIENTS):
             res = self.runtime.call("evaluate", {"weights": self.weights}, phase="eval")
         return pooled_accuracy(res)
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedgl import progress
 from fedgl.data.graph import GraphData
 from fedgl.errors import DataError
 
@@ -219,8 +220,9 @@ def metis_partition(edge_index: torch.Tensor | np.ndarray, num_nodes: int, num_c
     np.cumsum(np.bincount(row, minlength=num_nodes), out=xadj[1:])
     del row
     opts = pymetis.Options(seed=int(seed) % (2**31 - 1), ufactor=max(1, round(imbalance * 1000)))
-    result = pymetis.part_graph(num_clients, pymetis.CSRAdjacency(xadj, adjacent), options=opts,
-                                recursive=False)
+    with progress.phase(f"METIS partition into {num_clients} parts"):
+        result = pymetis.part_graph(num_clients, pymetis.CSRAdjacency(xadj, adjacent),
+                                    options=opts, recursive=False)
     owner = np.asarray(result.vertex_part, dtype=np.int64)
     if train_mask is not None:
         owner = balance_marked_nodes(owner, ei, np.asarray(train_mask, dtype=bool), num_clients)
@@ -372,7 +374,8 @@ def louvain_partition(edge_index: torch.Tensor | np.ndarray, num_nodes: int, num
     g = nx.Graph()
     g.add_nodes_from(range(num_nodes))
     g.add_edges_from(zip(ei[0].tolist(), ei[1].tolist(), strict=True))
-    comms = [sorted(c) for c in nx.community.louvain_communities(g, seed=seed)]
+    with progress.phase("Louvain communities"):
+        comms = [sorted(c) for c in nx.community.louvain_communities(g, seed=seed)]
     while len(comms) < num_clients:
         comms.sort(key=len, reverse=True)
         big = comms.pop(0)

@@ -38,6 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from fedgl import progress
 from fedgl.data.cache import cache_root, cached_arrays
 from fedgl.data.graph import GraphData, csr_edge_index, symmetric_csr
 from fedgl.errors import DataError
@@ -182,7 +183,7 @@ def _edge_keys(spec: SyntheticSpec, y: np.ndarray, theta: np.ndarray, rng: np.ra
             break
         want = int(deficit * 1.1) + 16
         parts = [keys]
-        for start in range(0, want, chunk):
+        for start in progress.track(range(0, want, chunk), "synthetic graph: edges"):
             src, dst = sampler.draw(min(chunk, want - start), rng)
             lo, hi = np.minimum(src, dst), np.maximum(src, dst)
             ok = lo != hi
@@ -206,7 +207,7 @@ def _features(spec: SyntheticSpec, y: np.ndarray, rng: np.random.Generator,
     means = rng.normal(0.0, spec.signal / np.sqrt(2.0 * d), size=(spec.classes, d)).astype(np.float32)
     x = np.empty((spec.nodes, d), dtype=np.float32)
     rows = max(1, chunk // d)
-    for start in range(0, spec.nodes, rows):
+    for start in progress.track(range(0, spec.nodes, rows), "synthetic graph: features"):
         stop = min(spec.nodes, start + rows)
         x[start:stop] = rng.standard_normal((stop - start, d), dtype=np.float32)
         x[start:stop] += means[y[start:stop]]

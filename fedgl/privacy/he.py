@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedgl import progress
 from fedgl.privacy.secagg import refuse_non_finite
 
 # Largest total coefficient-modulus bits at the 128-bit classical security level (HE standard,
@@ -251,7 +252,7 @@ class HEClientContext:
     def _encrypt_slots(self, flat: np.ndarray, scale: float) -> list[Ciphertext]:
         ts, s = _ts(), self.params.slots
         return [Ciphertext(ts.ckks_vector(self._ctx, flat[i:i + s].tolist(), scale).serialize())
-                for i in range(0, flat.size, s)]
+                for i in progress.track(range(0, flat.size, s), "HE encryption")]
 
     def _decrypt_slots(self, chunks: Sequence[Ciphertext]) -> np.ndarray:
         ts = _ts()

@@ -18,6 +18,7 @@ import os
 import numpy as np
 import torch
 
+from fedgl import progress
 from fedgl.algorithms.base import FedAvgServer
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows
 from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS
@@ -156,7 +157,7 @@ class FedGCNServer(FedAvgServer):
         up_bytes = sum(payload_nbytes(m) for m in announced.values())
         up_dense = sum(payload_dense_nbytes(m) for m in announced.values())
         down_bytes = down_dense = sparse = 0
-        for i in range(blocks.num_blocks):
+        for i in progress.track(range(blocks.num_blocks), "FedGCN pre-training blocks"):
             up = self.runtime.call("block_sums", None, phase="pretrain", clients=clients)
             if self._interrupted(up, clients):
                 return False

@@ -9,10 +9,12 @@ server sends client i the gradients computed for it. After ``gen_epochs`` epochs
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
 
+from fedgl import progress
 from fedgl.algorithms.base import FedAvgServer
 from fedgl.algorithms.fedsage_plus.options import options_of
 
@@ -27,9 +29,9 @@ class FedSagePlusServer(FedAvgServer):
             setup = rt.call("gen_setup", phase="pretrain")
             batches = max(r["batches"] for r in setup.values())
             rng = np.random.default_rng(self.config.seed + 17)
-            for epoch in range(opts.gen_epochs):
-                for batch in range(batches):
-                    self.generator_step(epoch, batch, rng)
+            for epoch, batch in progress.track(itertools.product(range(opts.gen_epochs), range(
+                    batches)), "FedSage+ generator training", opts.gen_epochs * batches):
+                self.generator_step(epoch, batch, rng)
             mended = rt.call("mend", phase="pretrain")
         self.generated = {k: v["generated"] for k, v in mended.items()}
 
