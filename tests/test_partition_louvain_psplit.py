@@ -53,8 +53,9 @@ def test_p_split_shares_follow_p(sbm):
 def test_every_horizontal_algorithm_accepts_the_new_partitions(sbm):
     import fedgl
 
-    for method, algo in (("louvain", "fedgcn"), ("p-split", "bns-gcn")):
+    for method, algo, knob in (("louvain", "fedgcn", {}), ("p-split", "bns-gcn",
+                                                          {"mcmahan_p": 0.3})):
         r = fedgl.run(algorithm=algo, dataset="sbm", clients=3, partition=method, rounds=2,
-                      mcmahan_p=0.3, min_client_size=1, progress=False,
+                      **knob, min_client_size=1, progress=False,
                       sbm_nodes=300, sbm_alpha=0.05, oracle_eval=False)
         assert r.repeats[0].partition["num_clients"] == 3

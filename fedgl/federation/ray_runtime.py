@@ -25,6 +25,7 @@ from fedgl.data.shards import ShardSpec, load_shard
 from fedgl.errors import FedglError, RunAborted
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
+from fedgl.federation.ray_quiet import quiet_ray_notices
 from fedgl.federation.runtime import _per_client_args
 
 _DROPPED = object()
@@ -124,6 +125,7 @@ def start_ray(cfg: Config) -> bool:
     os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
+    quiet_ray_notices()
     if cfg.ray_address:
         check_reachable(cfg.ray_address)
     try:

@@ -163,7 +163,7 @@ class ServerBlocks:
         lo, hi = block_bounds(i, self.block_rows)
         first = uploads[self.clients[0]]
         dtype = (first.dtype if isinstance(first, Tensor)
-                 else torch.from_numpy(first.values[:0]).dtype)
+                 else torch.from_numpy(np.empty(0, dtype=first.values.dtype)).dtype)
         block = torch.zeros((max(min(hi, self.top + 1) - lo, 0), int(first.shape[1])),
                             dtype=dtype)
         for k in self.clients:
