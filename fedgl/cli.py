@@ -286,8 +286,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _say_where_resumed(folder: str) -> None:
-    """One line on stderr: the round a resumed run continues from (a checkpoint that does not
-    load says nothing here: the run reports it)."""
+    """One line on stdout, with the results: the round a resumed run continues from (a
+    checkpoint that does not load says nothing here: the run reports it, as the one line on
+    stderr)."""
     from fedgl.checkpoint import load_checkpoint
 
     try:
@@ -297,11 +298,11 @@ def _say_where_resumed(folder: str) -> None:
     repeats = ckpt.config.get("repeats", 1)
     if ckpt.progress is not None:
         p = ckpt.progress
-        where = (f"resumed at round {p.round} of repeat {p.repeat + 1}/{repeats}: continuing "
+        where = (f"resuming at round {p.round} of repeat {p.repeat + 1}/{repeats}: continuing "
                  f"with round {p.round + 1}")
     else:
-        where = f"resumed after {len(ckpt.completed)} finished repeat(s) of {repeats}"
-    print(f"fedgl: {where}", file=sys.stderr)
+        where = f"resuming after {len(ckpt.completed)} finished repeat(s) of {repeats}"
+    print(f"fedgl: {where}", flush=True)
 
 
 def _check_writable_folder(path: Path, flag: str) -> None:

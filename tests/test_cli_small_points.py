@@ -21,8 +21,8 @@ def test_resume_says_which_round_it_continues_from(cli, tmp_path):
     assert saved is not None and saved.round == 2   # the last checkpointed round
     res = cli("run", "--resume", out, "--no-progress")
     assert res.code == 0, res.err
-    assert ("fedgl: resumed at round 2 of repeat 1/1: continuing with round 3"
-            in res.err.splitlines())
+    assert ("fedgl: resuming at round 2 of repeat 1/1: continuing with round 3"
+            in res.out.splitlines())
 
 
 def test_summary_shows_simulated_seconds_under_bandwidth(cli, tmp_path):
