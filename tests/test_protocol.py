@@ -278,3 +278,62 @@ def test_a_client_refuses_an_unsafe_threshold_however_it_is_set():
         SecAggClient(0, idents[0], roster, "robust", threshold=5)
     assert SecAggClient(0, idents[0], roster, "robust", threshold=3).threshold == 3
     assert SecAggClient(0, Identity(), roster, "robust").threshold == 3
+
+
+def test_docs_list_every_message_type_of_every_role():
+    from pathlib import Path
+
+    from fedgl.algorithms.boundary.client import BoundaryClient
+    from fedgl.algorithms.fedgat.client import FedGATClient
+    from fedgl.algorithms.fedsage_plus.client import FedSagePlusClient
+    from fedgl.algorithms.glasu.client import GlasuClient
+    from fedgl.algorithms.minibatch.client import MiniBatchClient
+
+    docs = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
+    for cls in (FedGCNClient, FedGATClient, BoundaryClient, FedSagePlusClient, MiniBatchClient,
+                GlasuClient):
+        for msg_type in handler_table(cls):
+            assert f"| `{msg_type}` |" in docs, (cls.__name__, msg_type)
+
+
+# ---------------------------------------------------------------------- a deviating client
+@pytest.mark.parametrize("hops", [1, 2])
+@pytest.mark.parametrize("lie,match", [
+    ("unowned", "which no other client owns"),
+    ("own", "a node id more than once"),
+    ("stranger", "has no neighbour at client"),
+])
+def test_the_server_refuses_a_client_announcing_nodes_it_has_no_edge_to(hops, lie, match):
+    """Client 0 is modified to also ask for the sums of nodes it has no edge to: a node id no
+    client owns, one of its own nodes again as a 'neighbour', or a node of a client that has no
+    neighbour at client 0 (on a graph where clients 0 and 2 share no edge)."""
+    from fedgl.algorithms.fedgcn.checks import ClientMisbehaved
+    from fedgl.algorithms.fedgcn.server import FedGCNServer
+    from fedgl.algorithms.runner import build_federation
+    from fedgl.config import Config
+    from fedgl.data.partition import Partition
+    from tests.helpers import graph_from_edges
+
+    # 3 clients in a chain: nodes 0-3 at client 0, 4-7 at client 1, 8-11 at client 2
+    edges = [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5), (5, 6), (6, 7), (7, 8), (8, 9), (9, 10),
+             (10, 11), (0, 5), (6, 11)]
+    graph = graph_from_edges(edges + [(b, a) for a, b in edges], 12)
+    part = Partition(np.repeat(np.arange(3), 4), 3)
+    owned = {k: torch.from_numpy(part.nodes_of(k)) for k in range(3)}
+    extra = {"unowned": lambda c: torch.tensor([graph.num_nodes + 7]),
+             "own": lambda c: c.data.node_ids[:1] if c.data.client_id == 0 else owned[0][:0],
+             "stranger": lambda c: owned[2][:1] if c.data.client_id == 0 else owned[0][:0]}[lie]
+
+    class Liar(FedGCNClient):
+        def _touched(self):
+            mine = super()._touched()
+            add = extra(self) if self.data.client_id == 0 else mine[:0]
+            return torch.cat([mine, add])
+
+    cfg = Config.from_dict({"clients": 3, "hops": hops, "progress": False})
+    server = build_federation(graph, part, cfg, 0, Liar, FedGCNServer)
+    with pytest.raises(ClientMisbehaved, match=match) as err:
+        server.pretrain()
+    assert "\n" not in str(err.value)
+    honest = build_federation(graph, part, cfg, 0, FedGCNClient, FedGCNServer)
+    honest.pretrain()  # the same federation without the lie runs

@@ -297,6 +297,13 @@ def handles(msg_type: str, *, schema: Mapping[str, Spec] | None = None,
     return mark
 
 
+def not_a_message(fn: Callable) -> Callable:
+    """Method decorator: a subclass's override that withdraws the message type its base class
+    declared for this method (the role does not take part in that step)."""
+    fn.__fedgl_not_a_message__ = True
+    return fn
+
+
 def handler_table(cls: type) -> dict[str, Handler]:
     """Every message type ``cls`` (and its bases) declares, by type name. A subclass may
     re-declare a type (its handler wins); declaring one type on two methods is an error."""
@@ -306,7 +313,11 @@ def handler_table(cls: type) -> dict[str, Handler]:
     table: dict[str, Handler] = {}
     for klass in reversed(cls.__mro__):
         for name, fn in vars(klass).items():
-            spec = getattr(getattr(fn, "__func__", fn), "__fedgl_handler__", None)
+            fn = getattr(fn, "__func__", fn)
+            if getattr(fn, "__fedgl_not_a_message__", False):  # a subclass withdraws a type
+                table = {t: h for t, h in table.items() if h.method != name}
+                continue
+            spec = getattr(fn, "__fedgl_handler__", None)
             if spec is not None:  # a subclass re-declaring a type replaces its base's handler
                 table[spec["type"]] = Handler(method=name, **spec)
     # a method overridden without the decorator keeps its base's declaration (same name)

@@ -33,7 +33,7 @@ from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.errors import ConfigError
 from fedgl.federation.aggregate import State
-from fedgl.federation.protocol import Arr, Bool, Int, Opt, Weights, handles
+from fedgl.federation.protocol import Arr, Bool, Int, Opt, Weights, handles, not_a_message
 from fedgl.models.base import dropout
 
 #: node ids this client owns, each once (checked by the handler against its own nodes)
@@ -176,8 +176,10 @@ class BoundaryClient(GNNClient):
                 "loss": loss}
 
     # ------------------------------------------------------------------ not used by this protocol
+    @not_a_message
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         raise NotImplementedError("boundary clients train through begin/layer/finish")
 
+    @not_a_message
     def evaluate(self, weights: State) -> dict:
         raise NotImplementedError("boundary clients evaluate through begin/layer")

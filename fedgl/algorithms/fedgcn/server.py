@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from fedgl.algorithms.base import FedAvgServer
+from fedgl.algorithms.fedgcn.checks import check_announcements
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows
 from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS
 from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ServerBlocks
@@ -104,6 +105,7 @@ class FedGCNServer(FedAvgServer):
             return
         cfg = self.config
         msgs = self.runtime.call("fedgcn.partial_sums", None, phase="pretrain")
+        check_announcements(msgs, len(msgs) == self.config.clients)
         self._count_releases(msgs)
         clients = sorted(msgs)
         ids = torch.cat([msgs[k]["ids"] for k in clients])
@@ -150,6 +152,7 @@ class FedGCNServer(FedAvgServer):
         announced = self.runtime.call("fedgcn.announce_rows", None, phase="pretrain")
         if self._restart_pending or not announced:
             return False
+        check_announcements(announced, len(announced) == self.config.clients)
         self._count_releases(announced)
         clients = sorted(announced)
         blocks = ServerBlocks(announced, self.block_rows)
@@ -170,7 +173,8 @@ class FedGCNServer(FedAvgServer):
                 down_bytes += payload_nbytes(replies[k])
                 down_dense += payload_dense_nbytes(replies[k])
                 sparse += isinstance(replies[k]["sums"], SparseRows)
-            done = self.runtime.call("fedgcn.receive_block", replies, phase="pretrain", clients=clients)
+            done = self.runtime.call("fedgcn.receive_block", replies, phase="pretrain",
+                                     clients=clients)
             del replies
             if self._interrupted(done, clients):
                 return False
@@ -280,6 +284,7 @@ class FedGCNServer(FedAvgServer):
                      relayed: dict) -> bool:
         cfg = self.config
         mask = self.secure_mode in ("mask", "robust")
+        check_announcements({k: hello[k] for k in alive}, len(alive) == self.config.clients)
         counts = {k: hello[k]["counts"] for k in alive} if cfg.min_contributors > 1 else None
         plan = plan_rows({k: hello[k]["ids"] for k in alive},
                          {k: hello[k]["num_requested"] for k in alive}, counts,
