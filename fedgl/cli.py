@@ -469,8 +469,13 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
             raise DataError(f"{len(bad)} dataset(s) failed the check ({', '.join(bad)}); "
                             "replace their files")
         return 0
+    from fedgl.data.datasets import dataset_problems
+
+    damaged = dataset_problems(args.data_root)  # cheap checks: sizes and headers
     for name, ok in available_datasets(args.data_root).items():
-        if ok:
+        if name in damaged:
+            state = f"damaged: {damaged[name]} (replace the file; --check tells more)"
+        elif ok:
             state = ("generated on first use, then cached" if name.startswith("synthetic:")
                      else "available (files present; --check validates them)")
         elif name in ("cora", "citeseer", "pubmed"):
