@@ -262,10 +262,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--out is empty; give a folder, or leave --out out for "
                           "runs/<algorithm>-<dataset>-<time>")
     if args.resume:
-        if args.config_file or args.overwrite or set(overrides) - {"progress"}:
-            raise ConfigError("--resume continues a run with its stored config; drop the config "
-                              "file and the other flags")
-        result = run(resume=args.resume, **overrides)
+        if args.overwrite:
+            raise ConfigError("--resume continues a run in its folder; drop --overwrite")
+        result = run(args.config_file, resume=args.resume, **overrides)
         _print_summary(result, Path(args.resume))
         return 0
     cfg = as_config(args.config_file, **overrides) if args.config_file else as_config(**overrides)
