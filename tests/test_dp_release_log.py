@@ -107,3 +107,15 @@ def test_a_torn_log_line_still_counts(tmp_path):
     (folder / "client-0.jsonl").write_text(json.dumps(rec) + "\n" + '{"client": 0, "se')
     assert logged_releases(tmp_path, 0) == {"0": ["aa", "unreadable-line-1"]}
     assert logged_releases(tmp_path, 1) == {"0": ["unreadable-line-1"]}
+
+
+def test_a_resume_that_stops_checkpointing_still_logs(tmp_path):
+    """Resumed with --checkpoint-every 0 the old checkpoint stays; a crash there and a further
+    resume from it must still count the crashed attempt's release."""
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        fedgl.run(**BASE, checkpoint_every=2, out=str(out), on_round=interrupt_at(3))
+    with pytest.raises(KeyboardInterrupt):
+        fedgl.run(resume=out, progress=False, checkpoint_every=0, on_round=interrupt_at(4))
+    acc = fedgl.run(resume=out, progress=False).repeats[0].extra["privacy"]["dp"]["accounting"]
+    assert acc["releases_per_client"] == {"0": 3, "1": 3, "2": 3}

@@ -183,10 +183,12 @@ RELEASE_LOG_DIR = "dp-releases"
 
 def release_log_path(config: Any, client_id: int) -> Path | None:
     """Where client ``client_id`` records its releases: ``<out>/dp-releases/client-<k>.jsonl``
-    for a run that checkpoints (the only runs that can resume), else None (the server's count
-    then covers everything: no release can happen outside the one attempt)."""
+    for a run that checkpoints or whose folder holds a checkpoint (the runs that can be resumed,
+    a resumed one included even if it no longer checkpoints), else None (the server's count then
+    covers everything: no release can happen outside the one attempt)."""
     out = getattr(config, "out", None)
-    if not out or not getattr(config, "checkpoint_every", 0):
+    if not out or not (getattr(config, "checkpoint_every", 0)
+                       or (Path(out) / "checkpoint.pt").is_file()):
         return None
     return Path(out) / RELEASE_LOG_DIR / f"client-{int(client_id)}.jsonl"
 
