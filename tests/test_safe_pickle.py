@@ -150,3 +150,28 @@ def test_real_planetoid_files_equal_python_unpickler(data_root):
                 assert got.dtype == ref.dtype and np.array_equal(got, ref)
             else:
                 assert got == dict(ref)
+
+
+def test_mutated_real_files_load_or_fail_in_one_line(tmp_path, data_root):
+    """Random byte changes of real Cora files (seeded): every outcome is a value or a one-line
+    DataError, never another exception, and no class changes."""
+    import random
+
+    rng = random.Random(0)
+    path = tmp_path / "ind.cora.x"
+    outcomes = {"value": 0, "refused": 0}
+    for name in ("y", "x", "graph"):
+        data = (data_root / "Cora" / "raw" / f"ind.cora.{name}").read_bytes()
+        for _ in range(50):
+            blob = bytearray(data)
+            for _ in range(rng.randint(1, 4)):
+                blob[rng.randrange(len(blob))] = rng.randrange(256)
+            path.write_bytes(bytes(blob))
+            try:
+                restricted_load(path)
+                outcomes["value"] += 1
+            except DataError as exc:
+                assert "\n" not in str(exc)
+                outcomes["refused"] += 1
+    assert outcomes["refused"] > 0 and sum(outcomes.values()) == 150
+    assert sp.csr_matrix.toarray is ORIGINAL_TOARRAY
