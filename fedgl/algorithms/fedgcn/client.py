@@ -40,7 +40,7 @@ from fedgl.federation.aggregate import State
 from fedgl.federation.messages import SparseRows, as_dense
 from fedgl.federation.protocol import Arr, Bool, Bytes, Opt, Record, Seq, Wire, handles
 from fedgl.models import gcn_edge_weights
-from fedgl.privacy.dp import GaussianMechanism, clip_rows
+from fedgl.privacy.dp import GaussianMechanism, clip_rows, record_release
 from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
 from fedgl.privacy.secagg import RECEIVED, SESSION, AttackDetected
 from fedgl.privacy.secure_models import SecureModelParty
@@ -201,10 +201,12 @@ class FedGCNClient(GNNClient, SecureModelParty):
         exact = self._sums_of(d.x, touched)
         released = exact
         if cfg.dp_epsilon is not None:
+            mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
             if self._dp_seed is None:
                 self._dp_seed = secrets.randbits(128)
                 self._dp_release = secrets.token_hex(8)
-            mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
+                # counted (and persisted) before any message carrying it can leave
+                record_release(cfg, d.client_id, self.seed, self._dp_release, mech)
             released = mech.add_noise(self._sums_of(clip_rows(d.x, cfg.dp_clip), touched),
                                       np.random.default_rng(self._dp_seed))
         counts = None
