@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
+from fedgl.checkpoint import Checkpointer, load_checkpoint, resume_config, set_rng_state
 from fedgl.config import Config
 from fedgl.data.datasets import load_graph
 from fedgl.data.graph import GraphData
@@ -51,9 +51,12 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     validated like a loaded one). Nothing is written to disk unless ``config.out`` is set; then
     the folder is checked and locked before any work and the results appear in it complete or
     not at all (an existing results folder is replaced only with ``overwrite=True``).
-    ``resume`` continues the run whose ``--out`` folder holds a checkpoint (its stored config is
-    used; only ``progress`` may be overridden). ``on_round(repeat, round, server)`` is called
-    after every federated round. Every error caused by the input is a :class:`FedglError`.
+    ``resume`` continues the run whose ``--out`` folder holds a checkpoint: the checkpoint's
+    config decides the result (a ``config`` or keyword that would change it is refused, naming
+    the keys), the invocation decides where it runs (``runtime``, ``ray_address``,
+    ``data_root``, ... come from ``config``/keywords or the defaults, never from the
+    checkpoint). ``on_round(repeat, round, server)`` is called after every federated round.
+    Every error caused by the input is a :class:`FedglError`.
 
     >>> result = run(algorithm="fedgcn", dataset="sbm", hops=2, rounds=20, progress=False)
     >>> 0.0 <= result.mean("test_acc") <= 1.0
@@ -62,11 +65,11 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     if graph is not None and not isinstance(graph, GraphData):
         raise ConfigError(f"graph must be a fedgl.GraphData (got {type(graph).__name__}); pass "
                           "dataset='cora' for a named dataset, or fedgl.from_pyg(data)")
+    given: dict[str, Any] = {}
     if resume is not None:
-        extra = set(overrides) - {"progress"}
-        if config is not None or extra:
-            raise ConfigError("--resume continues a run with its stored config; drop the other "
-                              f"settings ({', '.join(sorted(extra)) or 'config file'})")
+        # the invocation's keys: its transport/addresses/paths are used, the rest is checked
+        # against the checkpoint's config (fedgl.checkpoint.resume_config)
+        given = as_config(config, **overrides).to_dict() if config is not None else overrides
         folder: OutputFolder | None = OutputFolder(resume, resume=True, flag="--resume")
         cfg = None
     else:
@@ -81,7 +84,7 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         ckpt = None
         if resume is not None:
             ckpt = load_checkpoint(resume)
-            cfg = Config.from_dict({**ckpt.config, "out": str(Path(resume)), **overrides})
+            cfg = Config.from_dict(resume_config(ckpt.config, given, Path(resume)))
             check_resources(cfg)
             set_rng_state(ckpt.rng)
         assert cfg is not None

@@ -40,6 +40,45 @@ FORMAT = "fedgl-checkpoint"
 VERSION = 2
 
 
+# Where and how a run executes, never what it computes: on resume these come from the current
+# invocation only (its flags, else the defaults). A checkpoint's transport, cluster address and
+# paths are never used, so a checkpoint cannot make a resumed run dial or read anything.
+INVOCATION_KEYS = frozenset({"runtime", "ray_address", "client_cpus", "client_gpus",
+                             "data_root", "out"})
+# Keys that change neither the result nor where it runs: the stored value unless the invocation
+# gives one.
+FREE_KEYS = frozenset({"progress", "threads", "batch_clients", "checkpoint_every",
+                       "on_client_failure", "max_client_restarts"})
+
+
+def resume_config(stored: dict[str, Any], given: dict[str, Any], folder: str | Path
+                  ) -> dict[str, Any]:
+    """The config a resumed run uses: the checkpoint's keys that change the result, checked
+    against those the invocation gives (a difference is refused in one line naming the keys),
+    plus the invocation's transport, addresses and paths (the checkpoint's are dropped unread)
+    and ``out`` = ``folder``."""
+    from fedgl.config import Config
+
+    if given.get("out") is not None and Path(str(given["out"])) != Path(folder):
+        raise ConfigError(f"--out '{given['out']}' is not the resumed folder '{folder}'; drop "
+                          "--out (a resumed run writes into the folder it resumes)")
+    kept = {k: v for k, v in stored.items() if k not in INVOCATION_KEYS}
+    chosen = {k: v for k, v in given.items() if k in INVOCATION_KEYS | FREE_KEYS}
+    result_keys = {k: v for k, v in given.items() if k not in INVOCATION_KEYS | FREE_KEYS}
+    if result_keys:
+        was = Config.from_dict(kept).to_dict()
+        now = Config.from_dict({**kept, **result_keys}).to_dict()
+        differ = sorted(k for k in set(was) | set(now)
+                        if k not in INVOCATION_KEYS | FREE_KEYS and was.get(k) != now.get(k))
+        if differ:
+            listed = ", ".join(f"{k} (checkpoint {was.get(k)!r}, given {now.get(k)!r})"
+                               for k in differ)
+            raise ConfigError(f"--resume continues the checkpointed run with its own config, "
+                              f"and these keys would change its result: {listed}; drop them, "
+                              "or start a new run in another --out folder")
+    return {**kept, **chosen, "out": str(folder)}
+
+
 def config_digest(config: dict[str, Any]) -> str:
     """SHA-256 of a config's canonical JSON (keys sorted): what the checkpoint was written for."""
     return hashlib.sha256(json.dumps(config, sort_keys=True, default=str).encode()).hexdigest()

@@ -262,11 +262,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--out is empty; give a folder, or leave --out out for "
                           "runs/<algorithm>-<dataset>-<time>")
     if args.resume:
-        if args.config_file or args.overwrite or set(overrides) - {"progress"}:
-            raise ConfigError("--resume continues a run with its stored config; drop the config "
-                              "file and the other flags")
+        if args.overwrite:
+            raise ConfigError("--resume continues a run in its folder; drop --overwrite")
         _say_where_resumed(args.resume)
-        result = run(resume=args.resume, **overrides)
+        result = run(args.config_file, resume=args.resume, **overrides)
         _print_summary(result, Path(args.resume))
         return 0
     cfg = as_config(args.config_file, **overrides) if args.config_file else as_config(**overrides)
@@ -509,8 +508,13 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
             raise DataError(f"{len(bad)} dataset(s) failed the check ({', '.join(bad)}); "
                             "replace their files")
         return 0
+    from fedgl.data.datasets import dataset_problems
+
+    damaged = dataset_problems(args.data_root)  # cheap checks: sizes and headers
     for name, ok in available_datasets(args.data_root).items():
-        if ok:
+        if name in damaged:
+            state = f"damaged: {damaged[name]} (replace the file; --check tells more)"
+        elif ok:
             state = ("generated on first use, then cached" if name.startswith("synthetic:")
                      else "available (files present; --check validates them)")
         elif name in ("cora", "citeseer", "pubmed"):

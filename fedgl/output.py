@@ -38,6 +38,7 @@ from fedgl.errors import OutputError
 
 RESULT_FILES = ("result.json", "history.csv")
 CHECKPOINT_NAME = "checkpoint.pt"
+DP_RELEASE_LOG = "dp-releases"  # fedgl.privacy.dp.RELEASE_LOG_DIR
 _RENAME_EXCHANGE = 2
 _AT_FDCWD = -100
 
@@ -163,7 +164,9 @@ class OutputFolder:
         out = self.out
         if not out.is_dir():
             return
-        names = {p.name for p in out.iterdir()}
+        # a DP release log left by an attempt that crashed before its first checkpoint is part
+        # of this run's account (fedgl.privacy.dp), not someone else's files
+        names = {p.name for p in out.iterdir()} - {DP_RELEASE_LOG}
         has_results = bool(names & set(RESULT_FILES))
         if self.resume:
             if has_results:

@@ -141,7 +141,7 @@ CLI_CASES: list[tuple[str, list[str], list[str]]] = [
     ("out-in-proc", [*RUN, "--out", "/proc/fedgl-x"], ["/proc/fedgl-x"]),
     ("out-empty", [*RUN, "--out", ""], ["--out", "empty"]),
     ("resume-missing", ["run", "--resume", "nowhere"], ["no checkpoint"]),
-    ("resume-with-flags", ["run", "--resume", "half", "--rounds", "3"], ["--resume", "drop"]),
+    ("resume-with-flags", ["run", "--resume", "half", "--rounds", "3"], ["checkpoint"]),
     ("resume-finished", ["run", "--resume", "done"], ["checkpoint"]),
     ("overwrite-with-resume", ["run", "--resume", "half", "--overwrite"], ["--resume"]),
     # 2. divergence and non-finite inputs
@@ -216,7 +216,7 @@ else:
     CLI_CASES.append(("device-cuda-on-cpu-torch", [*RUN, "--device", "cuda"], ["cuda", "cpu"]))
 
 PLANETOID_CASES = [
-    ("cora-with-citeseer-labels", "mixed", ["per class"]),
+    ("cora-with-citeseer-labels", "mixed", ["label columns", "different datasets"]),
     ("cora-empty-test-index", "notest", ["Cora"]),
     ("cora-truncated-allx", "trunc", ["Cora"]),
 ]
@@ -260,7 +260,7 @@ def test_cli_corrupt_planetoid(sandbox, capsys, root, keywords):
 def test_datasets_check_names_the_corrupt_files(sandbox, capsys):
     code, out, err = _cli(capsys, ["datasets", "--check", "--data-root", "mixed"])
     assert_one_line_error(code, out, err, ["cora"])
-    assert "per class" in out
+    assert "different datasets" in out
     code, out, _ = _cli(capsys, ["datasets", "--check", "--data-root", str(DATA)])
     assert code == 0 and "cora      ok" in out
 

@@ -37,7 +37,7 @@ def test_bytes_per_round_equal_a_hand_count():
     assert server.runtime.ledger.bytes("pretrain", "up") == 6 * 8  # the directory: own ids
     server.runtime.ledger = type(server.runtime.ledger)()
     server.exchange(server.weights, 1, train=True, phase="train")
-    server.runtime.call("finish", phase="train")
+    server.runtime.call("boundary.finish", phase="train")
     led = server.runtime.ledger
     d, h, steps, layers = 3, 4, 2, 2
     model = payload_nbytes(server.weights)

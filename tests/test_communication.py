@@ -9,6 +9,7 @@ import torch
 from fedgl.data.partition import Partition
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import copy_payload, payload_nbytes
+from fedgl.federation.protocol import Arr, handles
 from fedgl.federation.runtime import LocalRuntime
 from tests.helpers import fedgcn_federation, graph_from_edges, random_graph, random_partition
 
@@ -107,6 +108,7 @@ class _Echo:
     def __init__(self):
         self.kept = None
 
+    @handles("test.keep", schema={"t": Arr(("float32",))})
     def keep(self, t):
         self.kept = t
         t.add_(1)  # mutate what it received
@@ -117,7 +119,7 @@ def test_runtime_copies_payloads_and_counts_both_directions():
     client = _Echo()
     rt = LocalRuntime({0: client})
     sent = torch.zeros(4, dtype=torch.float32)
-    out = rt.call("keep", {"t": sent}, phase="train")
+    out = rt.call("test.keep", {"t": sent}, phase="train")
     assert torch.equal(sent, torch.zeros(4))  # the server's tensor is untouched
     out[0]["t"].add_(5)
     assert torch.equal(client.kept, torch.ones(4))  # the client's copy is its own

@@ -7,6 +7,7 @@ import pytest
 from fedgl.errors import ConfigError
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel, parse_bandwidth, parse_latency
+from fedgl.federation.protocol import Arr, handles
 from fedgl.federation.runtime import LocalRuntime
 
 
@@ -29,6 +30,7 @@ def test_call_time_is_the_slowest_client_round_trip():
 
 
 class _Echo:
+    @handles("test.work", schema={"payload": Arr(("float32",))})
     def work(self, payload):
         return {"back": payload[:10]}
 
@@ -40,7 +42,7 @@ def test_runtime_calls_feed_the_simulated_clock():
     led.network = NetworkModel(1e6, 0.0)  # 1 Mbit/s
     rt = LocalRuntime({0: _Echo(), 1: _Echo()}, led)
     with led.timer("train"):
-        rt.call("work", {"payload": torch.zeros(25_000)}, phase="train")  # 100 kB down each
+        rt.call("test.work", {"payload": torch.zeros(25_000)}, phase="train")  # 100 kB down each
     sim = led.simulated_seconds("train")
     # 100 kB = 0.8 s down + 40 B up; compute and server time are small but counted
     assert 0.8 < sim < 0.8 + led.seconds("train") + 1e-3

@@ -41,9 +41,9 @@ class _Recorder(LocalRuntime):
 
     def call(self, method, args=None, *, phase, clients=None):
         out = super().call(method, args, phase=phase, clients=clients)
-        if method == "block_sums":
+        if method == "fedgcn.block_sums":
             self.rows += [(method, int(r["sums"].shape[0])) for r in out.values()]
-        if method == "receive_block":
+        if method == "fedgcn.receive_block":
             self.rows += [(method, int(a["sums"].shape[0])) for a in args.values()]
         return out
 
@@ -81,7 +81,7 @@ def test_no_message_holds_more_than_one_block():
     rows = server.runtime.rows
     assert server.pretrain_stats["blocks"] == 15
     assert len(rows) == 2 * 15 * 4 and max(r for _, r in rows) <= 16
-    assert sum(r for m, r in rows if m == "block_sums") > 16 * 4  # the exchange is not trivial
+    assert sum(r for m, r in rows if m == "fedgcn.block_sums") > 16 * 4  # the exchange is not trivial
 
 
 class _RestartOnce(LocalRuntime):
@@ -92,12 +92,12 @@ class _RestartOnce(LocalRuntime):
         self.server, self.uploads, self.restarted = server, 0, False
 
     def call(self, method, args=None, *, phase, clients=None):
-        if method == "block_sums":
+        if method == "fedgcn.block_sums":
             self.uploads += 1
             if self.uploads == 3 and not self.restarted:
                 self.restarted = True
-                old = self._clients[1]
-                self._clients[1] = FedGCNClient(old.data, old.config, seed=0)
+                old = self.local_client(1)
+                self.replace_client(1, FedGCNClient(old.data, old.config, seed=0))
                 self.server.restore_client(1)
         return super().call(method, args, phase=phase, clients=clients)
 
@@ -157,8 +157,8 @@ def test_a_client_dropped_mid_stream_restarts_it_without_that_client():
         server.pretrain()
         return server
 
-    at_announce = dropped("announce_rows", 10**9)
-    mid_stream = dropped("block_sums", 30)
+    at_announce = dropped("fedgcn.announce_rows", 10**9)
+    mid_stream = dropped("fedgcn.block_sums", 30)
     assert mid_stream.runtime.client_ids == [0, 1, 3]
     for k in (0, 1, 3):
         assert torch.equal(_sums(at_announce)[k][0], _sums(mid_stream)[k][0])

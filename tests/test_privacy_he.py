@@ -144,7 +144,7 @@ def test_ledger_counts_serialized_ciphertext_bytes(small):
     server.runtime = rt
     server.pretrain()
     uploads, charged = [(out, up) for method, out, up in rt.replies
-                        if method == "secure_upload"][0]
+                        if method == "fedgcn.secure_upload"][0]
     # The upload replies hold only ciphertexts: the ledger charged exactly their serialized
     # length (TenSEAL's serialize(), what a real transport would carry).
     serialized = sum(len(ct.data) for r in uploads.values() for blk in r["blocks"] for ct in blk)

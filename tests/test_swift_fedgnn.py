@@ -56,10 +56,10 @@ def _one_cross_iteration(srv, rt, weights, chosen, monkeypatch=None):
 
         monkeypatch.setattr(server_mod, "build_plan", spy)
     step = srv.schedule.step(0, len(rt.client_ids), srv.generator)
-    begun = rt.call("begin", {k: {"weights": weights, "iteration": 0, "cross": k in chosen}
+    begun = rt.call("minibatch.begin", {k: {"weights": weights, "iteration": 0, "cross": k in chosen}
                               for k in rt.client_ids}, phase="train")
     srv._cross(0, step, begun)
-    res = rt.call("finish", {k: {"local": k not in chosen} for k in rt.client_ids}, phase="train")
+    res = rt.call("minibatch.finish", {k: {"local": k not in chosen} for k in rt.client_ids}, phase="train")
     return begun, res, captured.get("blocks")
 
 
@@ -166,8 +166,8 @@ def test_local_training_ignores_other_clients_data():
     a, _, _, w = _federation(g, part, s, PeriodicSchedule(1, 0, [3, 3]))
     noisy = g.with_features(g.x + 5.0 * (torch.from_numpy(part.owner) != 0).float()[:, None])
     b, _, _, _ = _federation(noisy, part, s, PeriodicSchedule(1, 0, [3, 3]))
-    ra = a.runtime.call("step", {"weights": w, "iteration": 0}, phase="train")
-    rb = b.runtime.call("step", {"weights": w, "iteration": 0}, phase="train")
+    ra = a.runtime.call("minibatch.step", {"weights": w, "iteration": 0}, phase="train")
+    rb = b.runtime.call("minibatch.step", {"weights": w, "iteration": 0}, phase="train")
     for name in ra[0]["grad"]:
         assert torch.equal(ra[0]["grad"][name], rb[0]["grad"][name])
         assert not torch.equal(ra[1]["grad"][name], rb[1]["grad"][name])

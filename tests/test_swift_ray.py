@@ -40,7 +40,8 @@ def test_ray_run_resumed_from_a_checkpoint_equals_the_uninterrupted_local_run(lo
     stop = interrupt_at(3)
     with pytest.raises(KeyboardInterrupt):
         fedgl.run(runtime="ray", checkpoint_every=1, out=str(out), on_round=stop, **pns)
-    resumed = fedgl.run(resume=out, progress=False).repeats[0]
+    # the transport is the invocation's (a checkpoint's runtime and address are never used)
+    resumed = fedgl.run(resume=out, progress=False, runtime="ray").repeats[0]
     assert resumed.extra["runtime"] == "ray"
     assert resumed.ledger["bytes"] == reference.ledger["bytes"]
     for ra, rb in zip(reference.history, resumed.history, strict=True):

@@ -19,12 +19,15 @@ from fedgl.data.client_data import ClientData
 from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
+from fedgl.federation.protocol import Int, OneOf, Weights, Wire, handles
 from fedgl.federation.runtime import Runtime
 from fedgl.models import build_model
 
 #: evaluating this many clients or more shows a progress line (fewer take a moment)
 MANY_CLIENTS = 100
-
+#: a global model as the server sends it: a state dict, or CKKS ciphertexts (``encrypt_models``)
+MODEL = OneOf((Weights(), Wire("ckks.model")))
+MAX_LOCAL_STEPS = 1_000_000
 
 @dataclass
 class ModelInputs:
@@ -75,6 +78,10 @@ class GNNClient(ABC):
         self._sampled = None  # SampledInputs of mini-batch training, built on first use
         self._y = data.y.to(self.device)
         self._masks = {s: getattr(data, f"{s}_mask").to(self.device) for s in SPLITS}
+
+    def protocol_limits(self) -> dict[str, int]:
+        """Shape bounds of the messages this client accepts (named in handler schemas)."""
+        return {"features": self.data.num_features, "own": self.data.num_nodes}
 
     # ----------------------------------------------------------------- the local model
     @property
@@ -219,6 +226,8 @@ class GNNClient(ABC):
         return lambda: self._forward(inp)
 
     # ----------------------------------------------------------------- protocol methods
+    @handles("fedavg.fit", phases=("train",), optional=("round",), schema={
+        "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0)})
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """Load the global model, take ``local_steps`` optimiser steps on own training nodes,
         and return the new weights, the number of training nodes and the mean training loss.
@@ -277,6 +286,7 @@ class GNNClient(ABC):
             return full_inference(self.model, self.config.model, self._sampled_inputs())
         return self._forward(self._cached_inputs())
 
+    @handles("fedavg.evaluate", phases=("train", "eval"), schema={"weights": MODEL})
     def evaluate(self, weights: State) -> dict:
         """Correct predictions and node counts of the given model on own train/val/test nodes."""
         out = self._counts(self.predict(weights))
@@ -377,7 +387,7 @@ class FedAvgServer:
                 chosen = (None if self.client_sampler is None
                           else self.client_sampler.sample(t, self.runtime.client_ids))
                 results = self.runtime.call(
-                    "fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
+                    "fedavg.fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
                     phase="train", clients=chosen)
                 metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
@@ -390,6 +400,7 @@ class FedAvgServer:
         n = len(self.runtime.client_ids)
         with self.runtime.ledger.timer("eval"), progress.phase(f"evaluating {n} clients",
                                                                show=n >= MANY_CLIENTS):
-            res = self.runtime.call("evaluate", {"weights": self.weights}, phase="eval")
+            res = self.runtime.call("fedavg.evaluate", {"weights": self.weights},
+                                    phase="eval")
         return pooled_accuracy(res)
 

@@ -200,6 +200,8 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         if hasattr(runtime, "peak_rss_mb"):
             result.extra["client_peak_rss_mb"] = {str(k): v
                                                    for k, v in runtime.peak_rss_mb().items()}
+        if cfg.dp_epsilon is not None:
+            _count_logged_releases(server, cfg, seed)
         privacy = privacy_extra(graph, part, cfg, server, leakage=False)
         # The leakage analysis is the experimenter's, over the whole graph: run it after the
         # parties are gone, so its memory does not add to theirs (products-sized 2-hop).
@@ -255,9 +257,9 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
     server.pretrain()  # DP: every client releases again (fresh noise); the count keeps both
     stats = getattr(server, "privacy_stats", None)
     if stats is not None and state.dp_releases:
-        now = stats.get("dp_releases", {})
-        stats["dp_releases"] = {k: list(state.dp_releases.get(k, [])) + now.get(k, [])
-                                for k in sorted(set(state.dp_releases) | set(now))}
+        from fedgl.privacy.dp import merge_releases
+
+        stats["dp_releases"] = merge_releases(state.dp_releases, stats.get("dp_releases", {}))
     runtime.ledger = Ledger.from_state_dict(state.ledger)
     runtime.ledger.network = network  # the simulated clock continues from the checkpoint
     check_weights(state.weights, server.weights)
@@ -268,6 +270,20 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
                 "added to the ledger totals",
         "pretrain_bytes_rerun": scratch.bytes("pretrain")}]
     return state.round + 1, list(state.history), events
+
+
+def _count_logged_releases(server: FedAvgServer, cfg: Config, seed: int) -> None:
+    """DP accounting over every release of this repeat: what the server received (this attempt
+    and, via the checkpoint, earlier ones) united with what the clients logged before sending
+    (:func:`fedgl.privacy.dp.record_release`), which also holds releases of attempts that
+    crashed before their next checkpoint."""
+    from fedgl.privacy.dp import logged_releases, merge_releases
+
+    stats = getattr(server, "privacy_stats", None)
+    if stats is None:
+        return
+    stats["dp_releases"] = merge_releases(stats.get("dp_releases", {}),
+                                          logged_releases(cfg.out, seed))
 
 
 def finish_repeat(repeat: int, seed: int, part_stats: dict, history: list[dict],

@@ -4,8 +4,9 @@ the large synthetic graphs (``synthetic:arxiv|products|N,E,d,C``, :mod:`fedgl.da
 The data root is ``data_root`` if given, else ``$FEDGL_DATA``, else ``~/.cache/fedgl``. Planetoid
 raw files are read in place by :mod:`fedgl.data.planetoid` through a restricted unpickler (nothing
 is written next to them, so a read-only root works, and a crafted file cannot run code). When
-files are missing, a Planetoid dataset is downloaded into the user cache, but only if the
-machine is online and ``FEDGL_OFFLINE`` is not set.
+files are missing, a Planetoid dataset is read from fedgl's own cache, every file checked against
+its pinned SHA-256, or downloaded into it (checked before it is kept) if the machine is online
+and ``FEDGL_OFFLINE`` is not set (:mod:`fedgl.data.planetoid_cache`).
 """
 
 from __future__ import annotations
@@ -95,6 +96,21 @@ def available_datasets(data_root: str | None = None) -> dict[str, bool]:
     return out
 
 
+def dataset_problems(data_root: str | None = None) -> dict[str, str]:
+    """Cheap checks (sizes, file headers; nothing parsed) of the Planetoid datasets present
+    under the data root: name -> the first problem found, for the damaged ones only."""
+    from fedgl.data.planetoid_cache import quick_problem
+
+    root = resolve_data_root(data_root)
+    out = {}
+    for key in PLANETOID:
+        raw = _planetoid_raw_dir(root, key)
+        problem = quick_problem(raw, key) if raw is not None else None
+        if problem is not None:
+            out[key] = problem
+    return out
+
+
 def check_datasets(data_root: str | None = None) -> dict[str, str]:
     """Load every named dataset whose files are present and validate it: name -> "ok", the
     one-line problem, or "missing"."""
@@ -151,23 +167,20 @@ def load_planetoid(key: str, data_root: str | None = None) -> GraphData:
 
 
 def _download_planetoid(key: str, root: Path) -> Path:
+    """The dataset from fedgl's own cache (every file verified), else downloaded into it (checked
+    before it is kept) when online; see :mod:`fedgl.data.planetoid_cache`."""
+    from fedgl.data import planetoid_cache as pc
+    from fedgl.data.planetoid import read_planetoid
+
     folder = PLANETOID[key]
+    cached = pc.verified_cache(key, folder)  # DataError for a file fedgl cannot vouch for
+    if cached is not None:
+        return cached
     if not _online():
         raise DataError(f"{folder} files (ind.{key}.*) not found under '{root}' and the machine is "
                         f"offline; put them in '{root / folder / 'raw'}' or set FEDGL_DATA / "
                         "--data-root")
-    from torch_geometric.datasets import Planetoid
-
-    cache = default_cache_dir() / "planetoid"
-    try:
-        Planetoid(str(cache), folder)
-    except Exception as exc:  # noqa: BLE001
-        raise DataError(f"downloading {folder} failed ({exc}); put the raw files in "
-                        f"'{root / folder / 'raw'}' or set FEDGL_DATA") from None
-    raw = _planetoid_raw_dir(cache, key)
-    if raw is None:
-        raise DataError(f"download of {folder} left no raw files in '{cache}'; set FEDGL_DATA")
-    return raw
+    return pc.download(key, folder, lambda raw: read_planetoid(raw, key))
 
 
 # ---------------------------------------------------------------------- gnn-benchmark npz

@@ -36,6 +36,15 @@ def _dense(obj: object, path: Path) -> np.ndarray:
                     "intact Planetoid file")
 
 
+def _same_width(files: dict[str, Path], widths: dict[str, int], what: str, raw: Path) -> None:
+    """Files that must have as many columns (e.g. ``tx`` from another dataset does not)."""
+    if len(set(widths.values())) > 1:
+        listed = ", ".join(f"{files[s].name} {w}" for s, w in widths.items())
+        raise DataError(f"Planetoid files in '{raw}' disagree on the number of {what} ({listed}): "
+                        "they come from different datasets; replace them with one dataset's "
+                        "intact files")
+
+
 def read_planetoid(raw: str | Path, key: str) -> dict[str, Tensor]:
     """x (float32), y (long), edge_index (as listed: may be one-directional or hold duplicates and
     self-loops) and the public
@@ -56,6 +65,13 @@ def read_planetoid(raw: str | Path, key: str) -> dict[str, Tensor]:
     if not isinstance(graph, dict) or not test_index.size or len(tx) != len(test_index) \
             or len(ty) != len(tx) or len(ally) != len(allx):
         raise DataError(f"Planetoid files in '{raw}' do not fit together; {fix}")
+    x_width = _dense(loaded["x"], files["x"]).shape[1]
+    _same_width(files, {"x": x_width, "tx": tx.shape[1], "allx": allx.shape[1]}, "features", raw)
+    _same_width(files, {"y": y.shape[1], "ty": ty.shape[1], "ally": ally.shape[1]},
+                "label columns", raw)
+    if len(y) > len(allx):
+        raise DataError(f"'{files['y']}' labels {len(y)} training nodes but '{files['allx']}' "
+                        f"holds only {len(allx)}; the files come from different datasets, {fix}")
     ordered = np.sort(test_index)
     lo, hi = int(ordered[0]), int(ordered[-1])
     if key == "citeseer":  # isolated test nodes are missing from tx/ty: zero rows in their place

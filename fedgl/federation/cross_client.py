@@ -54,7 +54,7 @@ def gather_structure(runtime: Any, num_nodes: int | None = None, phase: str = "p
     global CSR and the owner table. This upload is the paper's assumption that the server knows
     the cross-client structure (see docs/threat-model.md). ``index_dtype`` None: int32 when the
     node and edge counts fit (half the memory), else int64."""
-    res = runtime.call("xc_structure", phase=phase)
+    res = runtime.call("crossclient.structure", phase=phase)
     n = num_nodes or 1 + max(int(r["node_ids"].max()) for r in res.values() if r["node_ids"].numel())
     owner = torch.full((n,), -1, dtype=torch.int64)
     for k, r in res.items():
@@ -176,11 +176,11 @@ def run_cross_client(runtime: Any, plan: Plan, kind: str, *, train: bool, phase:
         tally[what] = tally.get(what, 0) + sum(payload_nbytes(o) for o in out.values())
         return out
 
-    partials = _call("xc_begin", {c: {"control": plan.control[c], "kind": kind, "train": train}
+    partials = _call("crossclient.begin", {c: {"control": plan.control[c], "kind": kind, "train": train}
                                   for c in parties}, "control_and_forward")
     for layer in range(1, num_layers + 1):
         recv = combine_partials(plan.routes[layer - 1], partials, with_count)
-        partials = _call("xc_forward", {c: {"layer": layer, "recv": recv[c]} for c in parties},
+        partials = _call("crossclient.forward", {c: {"layer": layer, "recv": recv[c]} for c in parties},
                          "forward")
     if not train:
         return partials
@@ -188,7 +188,7 @@ def run_cross_client(runtime: Any, plan: Plan, kind: str, *, train: bool, phase:
     grads = {c: last[c]["grad"] for c in parties}
     for layer in range(num_layers - 1, 0, -1):
         down = _route_grads(plan.routes[layer], grads)
-        res = _call("xc_backward", {c: {"layer": layer, "grad": down[c]} for c in parties},
+        res = _call("crossclient.backward", {c: {"layer": layer, "grad": down[c]} for c in parties},
                     "backward")
         grads = {c: res[c]["grad"] for c in parties}
     return last

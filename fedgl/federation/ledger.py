@@ -17,19 +17,25 @@ class Ledger:
     def __init__(self) -> None:
         self._bytes: dict[tuple[str, str, int], int] = defaultdict(int)
         self._messages: dict[tuple[str, str, int], int] = defaultdict(int)
+        # encoded message sizes (fedgl.federation.codec): values plus header and framing
+        self._wire: dict[tuple[str, str, int], int] = defaultdict(int)
         self._seconds: dict[str, float] = defaultdict(float)
         # simulated network (fedgl.federation.network): off unless a model is attached
         self.network = None
         self._sim: dict[str, float] = defaultdict(float)
         self._in_calls: dict[str, float] = defaultdict(float)
 
-    def record(self, phase: str, direction: str, client: int, nbytes: int) -> None:
+    def record(self, phase: str, direction: str, client: int, nbytes: int,
+               wire: int | None = None) -> None:
+        """One message: ``nbytes`` of values (what the papers' formulas count) and ``wire``
+        bytes as encoded (values, header and framing; the values when not given)."""
         if phase not in PHASES:
             raise ValueError(f"unknown phase {phase!r}")
         if direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {direction!r}")
         self._bytes[(phase, direction, client)] += int(nbytes)
         self._messages[(phase, direction, client)] += 1
+        self._wire[(phase, direction, client)] += int(nbytes if wire is None else wire)
 
     def record_call(self, phase: str, down: dict[int, int], up: dict[int, int],
                     compute: dict[int, float], wall: float) -> None:
@@ -62,6 +68,11 @@ class Ledger:
                    if (phase is None or p == phase) and (direction is None or d == direction)
                    and (client is None or c == client))
 
+    def wire_bytes(self, phase: str | None = None, direction: str | None = None) -> int:
+        """Encoded bytes (what a network carries: values plus each message's header)."""
+        return sum(b for (p, d, _), b in self._wire.items()
+                   if (phase is None or p == phase) and (direction is None or d == direction))
+
     def messages(self, phase: str | None = None, direction: str | None = None) -> int:
         return sum(m for (p, d, _), m in self._messages.items()
                    if (phase is None or p == phase) and (direction is None or d == direction))
@@ -76,6 +87,7 @@ class Ledger:
         """Everything recorded so far, for checkpoints."""
         return {"bytes": [[*k, v] for k, v in self._bytes.items()],
                 "messages": [[*k, v] for k, v in self._messages.items()],
+                "wire": [[*k, v] for k, v in self._wire.items()],
                 "seconds": dict(self._seconds), "simulated": dict(self._sim),
                 "in_calls": dict(self._in_calls)}
 
@@ -86,6 +98,8 @@ class Ledger:
             led._bytes[(p, d, int(c))] = int(v)
         for p, d, c, v in state["messages"]:
             led._messages[(p, d, int(c))] = int(v)
+        for p, d, c, v in state.get("wire", []):
+            led._wire[(p, d, int(c))] = int(v)
         led._seconds.update(state["seconds"])
         led._sim.update(state.get("simulated", {}))
         led._in_calls.update(state.get("in_calls", {}))
@@ -100,6 +114,8 @@ class Ledger:
             "bytes_per_client": {p: {d: {str(c): b for c, b in self.per_client(p, d).items()}
                                      for d in DIRECTIONS} for p in PHASES},
             "total_bytes": self.bytes(),
+            "wire_bytes": {p: {d: self.wire_bytes(p, d) for d in DIRECTIONS} for p in PHASES},
+            "total_wire_bytes": self.wire_bytes(),
             **({"simulated_seconds": {p: round(self.simulated_seconds(p), 6) for p in PHASES}}
                if self.network is not None else {}),
         }

@@ -23,8 +23,10 @@ from typing import Any
 from fedgl.config import Config
 from fedgl.data.shards import ShardSpec, load_shard
 from fedgl.errors import FedglError, RunAborted
+from fedgl.federation.codec import Encoded, decode, encode
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
+from fedgl.federation.protocol import Endpoint
 from fedgl.federation.ray_quiet import quiet_ray_notices
 from fedgl.federation.runtime import _per_client_args
 
@@ -51,12 +53,14 @@ class ClientActor:
                        if spec.client_params is not None else cls(shard, cfg, spec.seed))
         if spec.identity is not None:  # provisioned by the experimenter, not by the server
             self.client.provision(spec.identity)
+        self.endpoint = Endpoint(self.client, f"client {spec.client_id}")
 
-    def call(self, method: str, kwargs: dict[str, Any]) -> tuple[Any, float]:
-        """The method's result and its compute seconds (for the simulated network)."""
+    def handle(self, message: bytes, phase: str) -> tuple[bytes, float]:
+        """The encoded reply to one encoded message and its compute seconds (for the simulated
+        network). Only the message types the client's role declares are accepted."""
         t0 = time.perf_counter()
-        out = getattr(self.client, method)(**kwargs)
-        return out, time.perf_counter() - t0
+        reply = self.endpoint.handle(Encoded.from_bytes(message), phase)
+        return reply.to_bytes(), time.perf_counter() - t0
 
     def node_id(self) -> str:
         import ray
@@ -268,33 +272,43 @@ class RayRuntime:
         targets = [k for k in (self.client_ids if clients is None else clients)
                    if k not in self._dropped]
         per_client = _per_client_args(args, targets)
-        # A broadcast is serialised into the object store once and fetched by every actor; the
-        # ledger still counts one message per recipient, as a real transport would send.
-        shared = self._ray.put(args) if targets and per_client[targets[0]] is args else None
-        refs = {}
+        # A broadcast is encoded and put into the object store once and fetched by every
+        # actor; the ledger still counts one message per recipient, as a real transport would.
+        shared = (encode(method, args).to_bytes()
+                  if targets and per_client[targets[0]] is args else None)
+        shared_ref = self._ray.put(shared) if shared is not None else None
+        refs, sent = {}, {}
         down, up, compute = {}, {}, {}
         wall = time.perf_counter()
         for k in targets:
             down[k] = payload_nbytes(per_client[k])
-            self.ledger.record(phase, "down", k, down[k])
-            payload = shared if shared is not None else per_client[k]
-            refs[k] = self._actors[k].call.remote(method, payload)
+            sent[k] = shared if shared is not None else encode(method, per_client[k]).to_bytes()
+            self.ledger.record(phase, "down", k, down[k], wire=len(sent[k]))
+            refs[k] = self._actors[k].handle.remote(
+                shared_ref if shared is not None else sent[k], phase)
         results = {}
         for k in targets:
-            got = self._result(k, refs[k], method, per_client[k], phase)
+            got = self._result(k, refs[k], method, sent[k], phase, down[k])
             if got is not _DROPPED:
-                out, compute[k] = got
+                reply, compute[k] = got
+                out = decode(Encoded.from_bytes(reply))[1]
                 up[k] = payload_nbytes(out)
-                self.ledger.record(phase, "up", k, up[k])
+                self.ledger.record(phase, "up", k, up[k], wire=len(reply))
                 results[k] = out
         self.ledger.record_call(phase, down, up, compute, time.perf_counter() - wall)
         return results
 
-    def _result(self, k: int, ref: Any, method: str, kwargs: dict, phase: str) -> Any:
+    def _result(self, k: int, ref: Any, method: str, message: bytes, phase: str,
+                nbytes: int) -> Any:
         policy = self._cfg.on_client_failure
         while True:
             try:
                 return self._ray.get(ref)
+            except self._ray.exceptions.RayTaskError as exc:
+                cause = getattr(exc, "cause", None)
+                if isinstance(cause, FedglError | RunAborted):  # a refusal or abort: one line
+                    raise cause from None
+                raise
             except self._ray.exceptions.RayActorError as exc:
                 event = {"client": k, "method": method, "phase": phase, "time": time.time(),
                          "error": _root_message(exc)[:300]}
@@ -313,8 +327,8 @@ class RayRuntime:
                 self.events.append({**event, "action": "restarted"})
                 if self.on_client_restart is not None:
                     self.on_client_restart(k)
-                self.ledger.record(phase, "down", k, payload_nbytes(kwargs))
-                ref = self._actors[k].call.remote(method, kwargs)
+                self.ledger.record(phase, "down", k, nbytes, wire=len(message))
+                ref = self._actors[k].handle.remote(message, phase)
 
     def close(self) -> None:
         for actor in self._actors.values():

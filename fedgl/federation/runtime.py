@@ -1,8 +1,11 @@
-"""Runtimes carry the server's calls to clients; the algorithm never sees the transport.
+"""Runtimes carry the server's messages to clients; the algorithm never sees the transport.
 
-``runtime.call(method, args, phase)`` invokes ``client.method(**args[k])`` on every addressed
-client ``k`` and returns ``{k: result}``. Arguments travel server -> client ("down") and results
-client -> server ("up"); both are sized and recorded in the :class:`~fedgl.federation.ledger.Ledger`.
+``runtime.call(msg_type, args, phase)`` sends message ``msg_type`` with payload ``args[k]`` to
+every addressed client ``k`` and returns ``{k: reply}``. The client's
+:class:`~fedgl.federation.protocol.Endpoint` accepts only the message types its role declares
+(:func:`~fedgl.federation.protocol.handles`), checked against their schemas. Messages travel
+server -> client ("down") and replies client -> server ("up"); both are sized (payload values
+and encoded wire bytes) and recorded in the :class:`~fedgl.federation.ledger.Ledger`.
 """
 
 from __future__ import annotations
@@ -11,8 +14,10 @@ import time
 from collections.abc import Mapping
 from typing import Any, Protocol
 
+from fedgl.federation.codec import decode, encode
 from fedgl.federation.ledger import Ledger
-from fedgl.federation.messages import copy_payload, payload_nbytes
+from fedgl.federation.messages import payload_nbytes
+from fedgl.federation.protocol import Endpoint, handler_table
 
 # broadcast methods a client class may run for all in-process clients at once (``<name>_many``);
 # a client class can name its own in a ``BATCHABLE`` class attribute
@@ -33,16 +38,17 @@ class Runtime(Protocol):
 
 
 class LocalRuntime:
-    """Clients as in-process objects. Every payload is copied, so no party aliases another's
-    tensors, and every payload is counted by the ledger.
+    """Clients as in-process objects, each behind its protocol :class:`Endpoint`. Every message
+    is encoded (:mod:`~fedgl.federation.codec`) and decoded on the other side, so no party
+    aliases another's tensors and no Python object crosses; the ledger counts every message.
 
-    ``args`` is either ``{client_id: kwargs}`` or one ``kwargs`` dict sent to every addressed
-    client (a broadcast, counted once per recipient).
+    ``args`` is either ``{client_id: payload}`` or one payload sent to every addressed client
+    (a broadcast, counted once per recipient).
     """
 
     def __init__(self, clients: Mapping[int, Any], ledger: Ledger | None = None, *,
                  batch: bool = False) -> None:
-        self._clients = dict(clients)
+        self._endpoints = {k: Endpoint(c, f"client {k}") for k, c in clients.items()}
         self.batch = batch  # broadcast fit/evaluate via the clients' ``*_many`` where offered
         self._batch_cache: dict = {}  # their block-diagonal inputs, kept between rounds
         self.ledger = ledger if ledger is not None else Ledger()
@@ -51,19 +57,28 @@ class LocalRuntime:
 
     def close(self) -> None:
         """Let the in-process clients go (their data, received rows and models)."""
-        self._clients.clear()
+        self._endpoints.clear()
         self._batch_cache.clear()
 
     @property
     def client_ids(self) -> list[int]:
-        return sorted(self._clients)
+        return sorted(self._endpoints)
 
     def local_client(self, client_id: int) -> Any:
         """The in-process client object (for tests and debugging; the server never uses it)."""
-        return self._clients[client_id]
+        return self._endpoints[client_id].role
+
+    def replace_client(self, client_id: int, client: Any) -> None:
+        """Put a fresh client in ``client_id``'s place (a restarted process, for drills)."""
+        self._endpoints[client_id] = Endpoint(client, f"client {client_id}")
+
+    def refusals(self) -> list[str]:
+        """Every message a client refused so far (one line each)."""
+        return [line for e in self._endpoints.values() for line in e.refused]
 
     def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
              *, phase: str, clients: list[int] | None = None) -> dict[int, Any]:
+        """Send message type ``method`` with ``args`` to ``clients``; their decoded replies."""
         targets = self.client_ids if clients is None else list(clients)
         per_client = _per_client_args(args, targets)
         batched = self._call_batched(method, args, targets, per_client, phase)
@@ -72,17 +87,17 @@ class LocalRuntime:
         results: dict[int, Any] = {}
         down, up, compute = {}, {}, {}
         wall = time.perf_counter()
+        shared = encode(method, args) if targets and per_client[targets[0]] is args else None
         for k in targets:
-            kwargs = per_client[k]
-            down[k] = payload_nbytes(kwargs)
-            self.ledger.record(phase, "down", k, down[k])
-            payload = copy_payload(kwargs)
+            message = shared if shared is not None else encode(method, per_client[k])
+            down[k] = payload_nbytes(per_client[k])
+            self.ledger.record(phase, "down", k, down[k], wire=message.nbytes)
             t0 = time.perf_counter()
-            out = getattr(self._clients[k], method)(**payload)
+            reply = self._endpoints[k].handle(message, phase)
             compute[k] = time.perf_counter() - t0
-            up[k] = payload_nbytes(out)
-            self.ledger.record(phase, "up", k, up[k])
-            results[k] = copy_payload(out)
+            results[k] = decode(reply)[1]
+            up[k] = payload_nbytes(results[k])
+            self.ledger.record(phase, "up", k, up[k], wire=reply.nbytes)
         self.ledger.record_call(phase, down, up, compute, time.perf_counter() - wall)
         return results
 
@@ -90,26 +105,36 @@ class LocalRuntime:
                       per_client: dict[int, dict[str, Any]], phase: str) -> dict[int, Any] | None:
         """A broadcast ``fit``/``evaluate`` run by the client class's ``fit_many`` /
         ``evaluate_many`` (one computation for all in-process clients; the same messages are
-        counted). None: not applicable."""
+        encoded, checked by every client's endpoint and counted). None: not applicable."""
         if not (self.batch and targets and all(per_client[k] is args for k in targets)):
             return None
-        group = [self._clients[k] for k in targets]
-        if method not in getattr(type(group[0]), "BATCHABLE", BATCHABLE):
+        cls = type(self._endpoints[targets[0]].role)
+        if any(type(self._endpoints[k].role) is not cls for k in targets):
             return None
-        many = getattr(type(group[0]), f"{method}_many", None)
+        handler = handler_table(cls).get(method)
+        if handler is None or handler.method not in getattr(cls, "BATCHABLE", BATCHABLE):
+            return None
+        many = getattr(cls, f"{handler.method}_many", None)
+        if many is None:
+            return None
+        message = encode(method, args)
+        payload = decode(message)[1]
+        for k in targets:  # every recipient checks the message as if it had come alone
+            self._endpoints[k].accept(method, payload, phase)
+        group = [self._endpoints[k].role for k in targets]
         t0 = time.perf_counter()
-        outs = (many(group, **copy_payload(args), cache=self._batch_cache)
-                if many is not None else None)
+        outs = many(group, **payload, cache=self._batch_cache)
         if outs is None:
             return None
         share = (time.perf_counter() - t0) / len(targets)  # one batched computation, split evenly
         results, down, up = {}, {}, {}
         sent = payload_nbytes(args)  # the same broadcast to every client
         for k, out in zip(targets, outs, strict=True):
-            down[k], up[k] = sent, payload_nbytes(out)
-            self.ledger.record(phase, "down", k, down[k])
-            self.ledger.record(phase, "up", k, up[k])
-            results[k] = copy_payload(out)
+            reply = encode(method + ".reply", out)
+            results[k] = decode(reply)[1]
+            down[k], up[k] = sent, payload_nbytes(results[k])
+            self.ledger.record(phase, "down", k, down[k], wire=message.nbytes)
+            self.ledger.record(phase, "up", k, up[k], wire=reply.nbytes)
         self.ledger.record_call(phase, down, up, dict.fromkeys(targets, share),
                                 time.perf_counter() - t0)
         return results

@@ -20,14 +20,20 @@ Calibration. The analytic Gaussian mechanism (Balle & Wang, ICML 2018, Theorem 8
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import secrets
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
 from scipy.special import log_ndtr, ndtr
 from torch import Tensor
+
+from fedgl.errors import OutputError
 
 
 def _delta_of_sigma(sigma: float, epsilon: float, sensitivity: float) -> float:
@@ -169,3 +175,91 @@ def account_run(repeats: list) -> None:
         mech = GaussianMechanism(dp["epsilon"], dp["delta"], dp["clip"])
         dp["accounting"]["run_total"] = {**compose(mech, max(totals.values(), default=0)),
                                          "repeats_so_far": rep.repeat + 1}
+
+
+# ---------------------------------------------------------------------- the release log
+RELEASE_LOG_DIR = "dp-releases"
+
+
+def release_log_path(config: Any, client_id: int) -> Path | None:
+    """Where client ``client_id`` records its releases: ``<out>/dp-releases/client-<k>.jsonl``
+    for a run that checkpoints or whose folder holds a checkpoint (the runs that can be resumed,
+    a resumed one included even if it no longer checkpoints), else None (the server's count then
+    covers everything: no release can happen outside the one attempt)."""
+    out = getattr(config, "out", None)
+    if not out or not (getattr(config, "checkpoint_every", 0)
+                       or (Path(out) / "checkpoint.pt").is_file()):
+        return None
+    return Path(out) / RELEASE_LOG_DIR / f"client-{int(client_id)}.jsonl"
+
+
+def record_release(config: Any, client_id: int, seed: int, release_id: str,
+                   mech: GaussianMechanism) -> None:
+    """The releasing party's own account, written before its release leaves it: one JSON line
+    appended to its log and fsync'ed (file and, when it is new, folder), so that no interrupt
+    after this call can lose the release. In a deployment each client keeps its own log."""
+    path = release_log_path(config, client_id)
+    if path is None:
+        return
+    line = json.dumps({"client": int(client_id), "seed": int(seed), "release": release_id,
+                       "epsilon": mech.epsilon, "delta": mech.delta, "clip": mech.clip},
+                      sort_keys=True) + "\n"
+    try:
+        _append_durably(path, line.encode())
+    except OSError as exc:  # the release is not sent: the run stops here
+        raise OutputError(f"DP release log '{path}' could not be written "
+                          f"({exc.strerror or type(exc).__name__}); the release was not sent; "
+                          "choose a writable --out folder with free space") from None
+
+
+def _append_durably(path: Path, data: bytes) -> None:
+    new_dir = not path.parent.is_dir()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    new_file = not path.exists()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        if os.write(fd, data) != len(data):
+            raise OSError(0, "short write")
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    for folder in ([path.parent.parent] if new_dir else []) + ([path.parent] if new_file else []):
+        dfd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+
+def logged_releases(out: str | Path | None, seed: int) -> dict[str, list[str]]:
+    """Client -> the names of its releases for ``seed`` (one repeat) recorded in the logs
+    under ``out``, every attempt of the run included. A line that cannot be parsed (a write torn
+    by a crash) still counts, as a release of unknown name: the account may over-count, never
+    under-count."""
+    folder = Path(out) / RELEASE_LOG_DIR if out else None
+    if folder is None or not folder.is_dir():
+        return {}
+    found: dict[str, list[str]] = {}
+    for path in sorted(folder.glob("client-*.jsonl")):
+        client = path.stem.split("-", 1)[1]
+        for n, line in enumerate(path.read_text(errors="replace").splitlines()):
+            try:
+                rec = json.loads(line)
+                ok = isinstance(rec, dict) and str(rec["client"]) == client
+                rid, rec_seed = str(rec["release"]), int(rec["seed"])
+            except (ValueError, KeyError, TypeError):
+                ok, rid, rec_seed = True, f"unreadable-line-{n}", seed
+            if ok and rec_seed == seed and rid not in found.setdefault(client, []):
+                found[client].append(rid)
+    return {k: v for k, v in found.items() if v}
+
+
+def merge_releases(*sources: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The union, per client, of release names from several accounts (server, logs,
+    checkpoint), in first-seen order."""
+    out: dict[str, list[str]] = {}
+    for src in sources:
+        for k, names in src.items():
+            seen = out.setdefault(str(k), [])
+            seen.extend(n for n in names if n not in seen)
+    return out

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedgl import progress
+from fedgl.federation.codec import WireError, wire_type
 from fedgl.privacy.secagg import refuse_non_finite
 
 # Largest total coefficient-modulus bits at the 128-bit classical security level (HE standard,
@@ -40,6 +41,13 @@ MIN_FIELD_BITS = 10
 DOUBLE_SAFE_BITS = 42  # packed integers stay far below 2^53 so CKKS decoding in doubles is exact
 
 
+def _ciphertext_from_tree(data: bytes) -> Ciphertext:
+    if not isinstance(data, bytes):
+        raise WireError("malformed ciphertext")
+    return Ciphertext(data)
+
+
+@wire_type("ckks.ciphertext", lambda c: c.data, _ciphertext_from_tree)
 class Ciphertext:
     """One serialized CKKS ciphertext on the wire; the ledger counts its serialized bytes."""
 
@@ -55,6 +63,19 @@ class Ciphertext:
         return (Ciphertext, (self.data,))
 
 
+def _model_tree(m: EncryptedModel) -> dict:
+    return {"chunks": [c.data for c in m.chunks], "weight": float(m.weight)}
+
+
+def _model_from_tree(tree: dict) -> EncryptedModel:
+    if not (isinstance(tree, dict) and isinstance(tree.get("chunks"), list)
+            and all(isinstance(c, bytes) for c in tree["chunks"])
+            and isinstance(tree.get("weight"), float)):
+        raise WireError("malformed encrypted model")
+    return EncryptedModel(tuple(Ciphertext(c) for c in tree["chunks"]), tree["weight"])
+
+
+@wire_type("ckks.model", _model_tree, _model_from_tree)
 @dataclass(frozen=True)
 class EncryptedModel:
     """A model (flattened state dict) as CKKS ciphertexts, and the plaintext sum of the

@@ -40,7 +40,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from fedgl.errors import RunAborted
+from fedgl.errors import ConfigError, RunAborted
+from fedgl.federation.protocol import Any_, Bytes, Int, MapOf, Record, Seq, Str, handles
 from fedgl.privacy.identity import (
     AttackDetected,
     Identity,
@@ -171,6 +172,8 @@ class _Session:
     u2: frozenset = frozenset()
     u3: frozenset | None = None
     revealed: bool = False
+    refused: bool = False  # this client refused the survivor set: never unmasked
+    segments: list = field(default_factory=list)  # co-members of each uploaded segment
 
 
 class SecAggClient:
@@ -181,7 +184,13 @@ class SecAggClient:
         if mode not in MODES:
             raise ValueError(f"unknown secure-sum mode {mode!r}")
         self.me, self.identity, self.roster, self.mode = me, identity, roster, mode
-        self.threshold = threshold or default_threshold(len(roster.ids))
+        n = len(roster.ids)
+        if threshold and not n // 2 < threshold <= n:
+            # the client's own safety rule, whoever set the value: with t <= n/2 a server can
+            # collect both kinds of shares of one client from two disjoint survivor sets
+            raise ConfigError(f"secure-sum threshold {threshold} of {n} clients is unsafe: it "
+                              f"must be above n/2 and at most n ({n // 2 + 1}..{n})")
+        self.threshold = threshold or default_threshold(n)
         self._st: _Session | None = None
         self._done: dict[str, frozenset[int]] = {}  # instance -> participants it was summed over
 
@@ -347,13 +356,15 @@ class SecAggClient:
         if not peers <= st.u2:
             raise AttackDetected(f"the plan pairs this client with {sorted(peers - st.u2)}, who "
                                  "are not in the confirmed directory; the run stops")
+        st.segments = [frozenset(int(p) for p in ps) for n, ps in segments if n]
         largest = max((len(ps) for _, ps in segments), default=0) + 1
         out = encode_fixed(flat, largest)
         for v in sorted(peers):
             apply_pair_mask(out, pair_spans(segments, v), st.masks[v], self.me < v)
         if self.mode == "robust":
             np.add(out, prg(st.self_seed, out.size), out=out)
-        self._done[st.input_id] = frozenset(st.u2)
+        if self.mode == "mask":  # the sum is revealed once every client uploads
+            self._done[st.input_id] = frozenset(st.u2)
         return out
 
     # -- steps 3 and 4 (robust): agree on the survivors, then reveal one kind of share each
@@ -367,21 +378,37 @@ class SecAggClient:
                                  f"session's clients containing this one, or is below the "
                                  f"threshold {self.threshold}; the run stops")
         st.u3 = u3
+        if any(not (ps & u3) for ps in st.segments):
+            # every co-member of a segment gone (claimed or real): unmasking would hand the
+            # server this client's values of that segment alone. No signature: this session
+            # is never unmasked (every survivor must sign), so a new one may sum these values.
+            st.refused = True
+            return {"stale": True, "refused": f"client {self.me} will not sign survivors "
+                    f"{sorted(u3)}: a part of its upload would have no other contributor"}
         return {"sig": self.identity.sign(_u3_message(st, u3))}
 
     def unmask(self, session: bytes, signatures: Mapping[int, bytes]) -> dict:
         st = self._require(session)
-        if st.u3 is None or st.revealed:
-            raise AttackDetected("asked to reveal shares twice, or before agreeing on the "
-                                 "survivors; the run stops")
+        if st.u3 is None or st.revealed or st.refused:
+            raise AttackDetected("asked to reveal shares twice, before agreeing on the "
+                                 "survivors, or after refusing them; the run stops")
         msg = _u3_message(st, st.u3)
         valid = {int(k) for k, sig in signatures.items()
                  if int(k) in st.u3 and self.roster.verify(int(k), msg, sig)}
-        if len(valid) < self.threshold:
-            raise AttackDetected(f"only {len(valid)} clients signed this survivor set (threshold "
-                                 f"{self.threshold}): the server may be claiming different "
-                                 "dropouts to different clients; the run stops")
+        if valid != st.u3:
+            # every survivor must agree: a survivor refuses to sign a set that would expose a
+            # part of its upload, and the server may not unmask over its head. Nothing is
+            # revealed; the server may start a new session (a client that vanished while the
+            # survivors agreed ends up here too).
+            st.refused = True
+            return {"stale": True, "refused": f"client {self.me} reveals no shares: only "
+                    f"{len(valid)} of the {len(st.u3)} survivors signed the survivor set"}
+        if st.input_id in self._done:
+            raise AttackDetected(f"a second secure sum over the same values ('{st.input_id}') "
+                                 "is being unmasked: differencing the two sums would reveal a "
+                                 "client's input; the run stops")
         st.revealed = True
+        self._done[st.input_id] = frozenset(st.u3)
         return {"b": {u: st.shares_b[u] for u in sorted(st.u3)},
                 "s": {u: st.shares_s[u] for u in sorted(st.u2 - st.u3)}}
 
@@ -412,6 +439,17 @@ def default_threshold(n: int) -> int:
 
 
 # ---------------------------------------------------------------------- the party mixin
+#: payload schemas of the secure-sum messages (their contents are also authenticated: every key
+#: is signed by its roster identity, every share sealed to its recipient)
+SESSION = Bytes(max_len=64)
+CLIENT_IDS = Seq(Int(0), max_len=1 << 20)
+DIRECTORY = Record({"ids": CLIENT_IDS, "c": Seq(Bytes(64)), "s": Seq(Bytes(64)),
+                    "sig": Seq(Bytes(256))})
+RECEIVED = Record({"confirm": MapOf(Int(0), Bytes(64)),
+                   "shares": MapOf(Int(0), Bytes(1 << 16))}, optional=("shares",))
+SEGMENTS = Seq(Seq(Any_(), max_len=2))
+
+
 class SecureSumParty:
     """Runtime-callable secure-sum steps for a client class. The client sets ``self.secagg``
     (via :meth:`install_identity`) and implements :meth:`secagg_input` for generic sums."""
@@ -449,14 +487,18 @@ class SecureSumParty:
                              "(provisioned by the driver or `fedgl keys`)")
         return self.secagg
 
+    @handles("secagg.advertise", schema={"session": SESSION, "instance": Str(max_len=256)})
     def secagg_advertise(self, session: bytes, instance: str) -> dict:
         return {"adv": self._agg().advertise(session, instance, self.secagg_instance(instance))}
 
+    @handles("secagg.keys", schema={"session": SESSION, "directory": DIRECTORY})
     def secagg_keys(self, session: bytes, directory: dict) -> dict:
         if self._agg().current(session) is None:
             return {"stale": True}
         return self._agg().keys(session, directory)
 
+    @handles("secagg.upload", schema={"session": SESSION, "received": RECEIVED,
+                                      "segments": SEGMENTS})
     def secagg_upload(self, session: bytes, received: dict, segments: list) -> dict:
         agg = self._agg()
         if agg.current(session) is None:
@@ -465,11 +507,13 @@ class SecureSumParty:
         return {"masked": agg.mask(session, self.secagg_input(agg.current(session).instance),
                                    segments)}
 
+    @handles("secagg.consistency", schema={"session": SESSION, "survivors": CLIENT_IDS})
     def secagg_consistency(self, session: bytes, survivors: list) -> dict:
         if self._agg().current(session) is None:  # restarted: the server starts over
             return {"stale": True}
         return self._agg().consistency(session, survivors)
 
+    @handles("secagg.unmask", schema={"session": SESSION, "signatures": MapOf(Int(0), Bytes(1024))})
     def secagg_unmask(self, session: bytes, signatures: dict) -> dict:
         if self._agg().current(session) is None:
             return {"stale": True}

@@ -81,12 +81,12 @@ class SecureSumServer:
         if len(u3) < t:
             raise RunAborted(f"only {len(u3)} clients uploaded, below the secure-sum threshold "
                              f"{t}: the sum cannot be recovered; the run stops")
-        sigs = call("secagg_consistency", {k: {"session": session, "survivors": u3} for k in u3}, u3)
+        sigs = call("secagg.consistency", {k: {"session": session, "survivors": u3} for k in u3}, u3)
         if sigs is None:
             return None
         signatures = {k: r["sig"] for k, r in sigs.items()}
         signers = sorted(sigs)
-        revealed = call("secagg_unmask", {k: {"session": session, "signatures": signatures}
+        revealed = call("secagg.unmask", {k: {"session": session, "signatures": signatures}
                                           for k in signers}, signers)
         if revealed is None:
             return None
@@ -136,20 +136,20 @@ def secure_vector_sum(call: Call, clients: list[int], instance: str, length: int
     ``length`` values (a model average: divide by the summed coefficients). Returns the sum and
     the clients it covers, or None when a client restarted mid-way."""
     session = os.urandom(16)
-    adv = call("secagg_advertise", {k: {"session": session, "instance": instance}
+    adv = call("secagg.advertise", {k: {"session": session, "instance": instance}
                                     for k in clients}, clients)
     if adv is None:
         return None
     alive = sorted(adv)
     directory = server.directory({k: adv[k]["adv"] for k in alive})
-    keys = call("secagg_keys", {k: {"session": session, "directory": directory} for k in alive},
+    keys = call("secagg.keys", {k: {"session": session, "directory": directory} for k in alive},
                 alive)
     if keys is None:
         return None
     u2 = sorted(keys)
     relayed = server.relay(keys)
     segments = {k: [(length, [v for v in u2 if v != k])] for k in u2}
-    up = call("secagg_upload", {k: {"session": session, "received": relayed[k],
+    up = call("secagg.upload", {k: {"session": session, "received": relayed[k],
                                     "segments": segments[k]} for k in u2}, u2)
     if up is None:
         return None

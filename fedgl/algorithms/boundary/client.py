@@ -33,7 +33,11 @@ from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.errors import ConfigError
 from fedgl.federation.aggregate import State
+from fedgl.federation.protocol import Arr, Bool, Int, Opt, Weights, handles, not_a_message
 from fedgl.models.base import dropout
+
+#: node ids this client owns, each once (checked by the handler against its own nodes)
+OWN_IDS = Arr(("int64",), ndim=1, rows="own")
 
 
 class BoundaryClient(GNNClient):
@@ -66,10 +70,12 @@ class BoundaryClient(GNNClient):
         raise NotImplementedError("boundary clients build their inputs every round (begin)")
 
     # ------------------------------------------------------------------ protocol methods
+    @handles("boundary.directory", phases=("pretrain",))
     def directory(self) -> dict:
         """Set-up: the ids of the own nodes, so that the server can route requests."""
         return {"ids": self.data.node_ids.clone()}
 
+    @handles("boundary.sample", phases=("train", "eval"), schema={"round": Int(0), "full": Bool()})
     def sample(self, round: int, full: bool) -> dict:
         """Draw ``B_k`` for this exchange (all of ``R_k`` when ``full``) and request it."""
         if full or self.rate >= 1.0:
@@ -80,12 +86,18 @@ class BoundaryClient(GNNClient):
             self._sampled = self.boundary[keep]
         return {"ids": self._sampled.clone()}
 
+    @handles("boundary.serve", phases=("train", "eval"), schema={"ids": OWN_IDS})
     def serve(self, ids: Tensor) -> dict:
         """Features and true degrees of own nodes requested by others (``ids`` sorted, owned);
         their hidden states follow at every layer call of this exchange."""
+        if not bool(self.data.owns(ids).all()) or torch.unique(ids).numel() != ids.numel():
+            raise ValueError("the requested ids are not this client's own nodes, each once")
         self._served = self.data.global_to_local(ids)
         return {"x": self.data.x[self._served].clone(), "deg": self.deg_tilde[self._served].clone()}
 
+    @handles("boundary.begin", phases=("train", "eval"), schema={
+        "weights": Weights(), "x": Arr(ndim=2, cols="features"), "deg": Arr(("int64",), ndim=1),
+        "round": Int(0), "train": Bool()})
     def begin(self, weights: State, x: Tensor, deg: Tensor, round: int, train: bool) -> None:
         """Load the global model and build this exchange's rows: own nodes, then ``B_k`` (whose
         features ``x`` and degrees ``deg`` arrive here, aligned with the requested ids)."""
@@ -115,6 +127,8 @@ class BoundaryClient(GNNClient):
         self._losses = []
         self._opt = self._optimizer() if train else None
 
+    @handles("boundary.layer", phases=("train", "eval"), optional=("remote",),
+             schema={"remote": Opt(Arr(ndim=2))})
     def layer(self, remote: Tensor | None = None) -> dict:
         """Compute the next layer at the own nodes. ``remote``: the previous layer's hidden states
         of ``B_k`` (None for layer 1, which uses the features received in :meth:`begin`).
@@ -152,6 +166,7 @@ class BoundaryClient(GNNClient):
             self._losses.append(loss.item())
         return {}
 
+    @handles("boundary.finish", phases=("train",))
     def finish(self) -> dict:
         """End of the round: the new local model, the number of training nodes, the mean loss."""
         n = int(self._masks["train"].sum())
@@ -161,8 +176,10 @@ class BoundaryClient(GNNClient):
                 "loss": loss}
 
     # ------------------------------------------------------------------ not used by this protocol
+    @not_a_message
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         raise NotImplementedError("boundary clients train through begin/layer/finish")
 
+    @not_a_message
     def evaluate(self, weights: State) -> dict:
         raise NotImplementedError("boundary clients evaluate through begin/layer")

@@ -42,7 +42,7 @@ class BoundaryServer(FedAvgServer):
     def pretrain(self) -> None:
         """Set-up: each client registers the ids of the nodes it owns (the routing directory)."""
         with self.runtime.ledger.timer("pretrain"):
-            res = self.runtime.call("directory", phase="pretrain")
+            res = self.runtime.call("boundary.directory", phase="pretrain")
         ids = torch.cat([res[k]["ids"] for k in sorted(res)])
         owners = torch.cat([torch.full((len(res[k]["ids"]),), k, dtype=torch.long)
                             for k in sorted(res)])
@@ -60,10 +60,10 @@ class BoundaryServer(FedAvgServer):
         """One exchange: sample, serve, begin, then ``local_steps`` (training) or one (evaluation)
         passes of layer calls. Returns the clients' last-layer results."""
         rt, steps = self.runtime, (self.config.local_steps if train else 1)
-        req = rt.call("sample", {"round": round, "full": not train}, phase=phase)
+        req = rt.call("boundary.sample", {"round": round, "full": not train}, phase=phase)
         requests = {k: req[k]["ids"] for k in sorted(req)}
         served = self._route(requests)
-        feats = rt.call("serve", {o: {"ids": ids} for o, ids in served.items()}, phase=phase)
+        feats = rt.call("boundary.serve", {o: {"ids": ids} for o, ids in served.items()}, phase=phase)
         table_ids = torch.cat([served[o] for o in sorted(served)])
         order = torch.argsort(table_ids)
         table_ids = table_ids[order]
@@ -73,14 +73,14 @@ class BoundaryServer(FedAvgServer):
             return {k: table[torch.searchsorted(table_ids, ids)] for k, ids in requests.items()}
 
         x, deg = rows("x", feats), rows("deg", feats)
-        rt.call("begin", {k: {"weights": weights, "x": x[k], "deg": deg[k], "round": round,
+        rt.call("boundary.begin", {k: {"weights": weights, "x": x[k], "deg": deg[k], "round": round,
                               "train": train} for k in requests}, phase=phase)
         layers = self.config.layers
         last: dict[int, dict] = {}
         for _ in range(steps):
             remote: dict[int, Tensor | None] = {k: None for k in requests}
             for layer in range(1, layers + 1):
-                out = rt.call("layer", {k: {"remote": remote[k]} for k in requests}, phase=phase)
+                out = rt.call("boundary.layer", {k: {"remote": remote[k]} for k in requests}, phase=phase)
                 if layer < layers:
                     remote = dict(rows("h", out))
                 else:
@@ -92,7 +92,7 @@ class BoundaryServer(FedAvgServer):
         for t in range(start, cfg.rounds + 1):
             with ledger.timer("train"):
                 self.exchange(self.weights, t, train=True, phase="train")
-                results = self.runtime.call("finish", phase="train")
+                results = self.runtime.call("boundary.finish", phase="train")
                 metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 metrics.update(self.evaluate(t))

@@ -26,6 +26,7 @@ from fedgl.algorithms.fedgat.protocol import MatrixStore, VectorStore
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.federation.aggregate import State
+from fedgl.federation.protocol import Any_, Arr, MapOf, Opt, Seq, Str, handles
 from fedgl.models.gat import add_self_loops
 
 
@@ -202,12 +203,16 @@ class FedGATClient(GATClient):
         self.store: MatrixStore | VectorStore | None = None
 
     # ----------------------------------------------------------------- pre-training round
+    @handles("fedgat.upload", phases=("pretrain",))
     def fedgat_upload(self) -> dict:
         """Step 1 (paper §4): the client's node ids, their (scaled) features, and the edges
         incident to them (the server builds Ñ_i from everyone's edges)."""
         return {"ids": self.data.node_ids.clone(), "x": self.x_own.clone(),
                 "edge_index": self.data.edge_index.clone()}
 
+    @handles("fedgat.graph", phases=("pretrain",), optional=("x",), schema={
+        "rows": Arr(("int64",), ndim=1), "edge_index": Arr(("int64",), ndim=2, rows=2),
+        "x": Opt(Arr(ndim=2))})
     def fedgat_graph(self, rows: Tensor, edge_index: Tensor, x: Tensor | None = None) -> None:
         """The remote rows this client's layers need, the edges into those of them it must run
         a layer on, and (``fast``) their feature rows."""
@@ -215,6 +220,8 @@ class FedGATClient(GATClient):
         self._messages, self.store = [], None
         self._view = self._train_view_cache = None
 
+    @handles("fedgat.matrices", phases=("pretrain",),
+             schema={"nodes": Seq(MapOf(Str(max_len=64), Any_()))})
     def fedgat_matrices(self, nodes: list[dict]) -> None:
         """Step 2's per-node matrices (several calls; see :mod:`.protocol`)."""
         self._messages.extend(nodes)

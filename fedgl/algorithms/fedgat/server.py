@@ -59,7 +59,7 @@ class FedGATServer(GATFedAvgServer):
 
     def pretrain(self) -> None:
         with self.runtime.ledger.timer("pretrain"):
-            up = self.runtime.call("fedgat_upload", None, phase="pretrain")
+            up = self.runtime.call("fedgat.upload", None, phase="pretrain")
             self._round(up)
 
     # ------------------------------------------------------------------ the round
@@ -104,7 +104,7 @@ class FedGATServer(GATFedAvgServer):
             if not protocol:
                 args["x"] = x[remote]
             graph_args[k] = args
-        self.runtime.call("fedgat_graph", graph_args, phase="pretrain")
+        self.runtime.call("fedgat.graph", graph_args, phase="pretrain")
 
         if not protocol and n > 100_000:  # planning numbers only; skip the scan on big graphs
             self.pretrain_stats = {"backend": "fast", "feature_upload_values": n * d,
@@ -199,6 +199,6 @@ class FedGATServer(GATFedAvgServer):
                 self._flush(k, buffers, filled)
 
     def _flush(self, k: int, buffers: dict, filled: dict) -> None:
-        self.runtime.call("fedgat_matrices", {k: {"nodes": buffers[k]}}, phase="pretrain",
+        self.runtime.call("fedgat.matrices", {k: {"nodes": buffers[k]}}, phase="pretrain",
                           clients=[k])
         buffers[k], filled[k] = [], 0

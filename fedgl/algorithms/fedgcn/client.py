@@ -38,12 +38,24 @@ from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.federation.aggregate import State
 from fedgl.federation.messages import SparseRows, as_dense
+from fedgl.federation.protocol import Arr, Bool, Bytes, Opt, Record, Seq, Wire, handles
 from fedgl.models import gcn_edge_weights
-from fedgl.privacy.dp import GaussianMechanism, clip_rows
+from fedgl.privacy.dp import GaussianMechanism, clip_rows, record_release
 from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
+from fedgl.privacy.secagg import RECEIVED, SESSION, AttackDetected
 from fedgl.privacy.secure_models import SecureModelParty
 
 PRETRAIN = "fedgcn/pretrain"  # the secure-sum instance: the pre-training release, summed once
+
+# payload schemas of the pre-training messages (row counts bounded by the rows a client asked for)
+SUMS = Arr(("float32", "float64"), ndim=2, rows="touched", cols="features", sparse=True)
+DEGREES = Arr(("int64",), ndim=1, rows="touched")
+FLAGS = Arr(("bool",), ndim=1, rows="touched")
+_IDX = Arr(("int64",), ndim=1, rows="plan_rows")
+PLAN = Record({"block_ids": _IDX, "block_sizes": _IDX, "rows": _IDX, "use_own": FLAGS,
+               "peers": Arr(("int64",), ndim=1), "peer_counts": _IDX,
+               "receive": Arr(("bool",), ndim=1, rows="plan_rows"), "frac_bits": _IDX},
+              optional=("peers", "peer_counts", "receive", "frac_bits"))
 
 
 class FedGCNClient(GNNClient, SecureModelParty):
@@ -71,11 +83,17 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._he_params = (HEParams.from_config(config)
                            if config.secure_sum == "he" or config.encrypt_models else None)
 
+    def protocol_limits(self) -> dict[str, int]:
+        """Shape bounds of the messages this client accepts."""
+        touched = self.data.num_nodes + len(self.data.remote_neighbors())
+        return {**super().protocol_limits(), "touched": touched, "plan_rows": touched}
+
     # ------------------------------------------------------------------ pre-training round
     def _touched(self) -> Tensor:
         """Global ids of rows this client contributes to: own nodes first, then remote neighbours."""
         return torch.cat([self.data.node_ids, self.data.remote_neighbors()])
 
+    @handles("fedgcn.partial_sums", phases=("pretrain",))
     def partial_sums(self) -> dict:
         """Step 1 of the pre-training round: ``S_k[i]`` for every touched node i.
 
@@ -102,6 +120,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return msg
 
     # ------------------------------------------------------------------ streamed exchange
+    @handles("fedgcn.announce_rows", phases=("pretrain",))
     def announce_rows(self) -> dict:
         """Step 1 of the streamed plaintext round (:mod:`~fedgl.algorithms.fedgcn.stream`): the
         touched ids (own first), how many leading ones it wants back and, when neighbour rows
@@ -129,12 +148,15 @@ class FedGCNClient(GNNClient, SecureModelParty):
                             if self.neighbour_rows else None))
         return self._announcement(touched, n_req)
 
+    @handles("fedgcn.block_sums", phases=("pretrain",))
     def block_sums(self) -> dict:
         """Step 2: the next block's partial sums, ascending ids (``stale`` after a restart)."""
         if self._stream is None:
             return {"stale": True}
         return {"sums": self._stream.upload(self.block_rows)}
 
+    @handles("fedgcn.receive_block", phases=("pretrain",), optional=("degrees",),
+             schema={"sums": SUMS, "degrees": Opt(DEGREES)})
     def receive_block(self, sums: Tensor | SparseRows, degrees: Tensor | None = None) -> dict:
         """Step 3: the block's summed rows this client asked for (and remote degrees). Once
         every requested row has arrived they become the client's received sums."""
@@ -179,10 +201,12 @@ class FedGCNClient(GNNClient, SecureModelParty):
         exact = self._sums_of(d.x, touched)
         released = exact
         if cfg.dp_epsilon is not None:
+            mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
             if self._dp_seed is None:
                 self._dp_seed = secrets.randbits(128)
                 self._dp_release = secrets.token_hex(8)
-            mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
+                # counted (and persisted) before any message carrying it can leave
+                record_release(cfg, d.client_id, self.seed, self._dp_release, mech)
             released = mech.add_noise(self._sums_of(clip_rows(d.x, cfg.dp_clip), touched),
                                       np.random.default_rng(self._dp_seed))
         counts = None
@@ -203,6 +227,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         rows[~own] = n_own + torch.searchsorted(remote, ids[~own])
         return rows
 
+    @handles("fedgcn.receive_sums", phases=("pretrain",), optional=("degrees", "use_own"),
+             schema={"sums": SUMS, "degrees": Opt(DEGREES), "use_own": Opt(FLAGS)})
     def receive_sums(self, sums: Tensor | SparseRows, degrees: Tensor | None = None,
                      use_own: Tensor | None = None) -> None:
         """Step 3: the server's full sums for the requested rows (and remote degrees, 2-hop).
@@ -220,6 +246,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._inputs = self._train_cache = self._sampled = None
 
     # ------------------------------------------------------------------ secure pre-training
+    @handles("fedgcn.privacy_hello", phases=("pretrain",),
+             schema={"session": SESSION, "announce": Bool()})
     def privacy_hello(self, session: bytes, announce: bool) -> dict:
         """Start a protocol session: signed ephemeral keys (:mod:`fedgl.privacy.secagg`) and,
         when the sums are to be sent securely, what the server needs to plan the rows (ids,
@@ -245,6 +273,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def _stale(self, session: bytes) -> bool:
         return self._session != bytes(session) or self._agg().current(session) is None
 
+    @handles("fedgcn.he_share_keys", phases=("pretrain",), schema={"session": SESSION})
     def he_share_keys(self, session: bytes) -> dict:
         """Key holder only: the public context for the server and the secret context sealed to
         every other client of the checked directory (the holder keeps an existing key)."""
@@ -257,6 +286,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return {"public_context": self._he.public_bytes(), "key_id": self._he.key_id,
                 "sealed": {k: self._agg().seal(session, k, secret) for k in peers if k != me}}
 
+    @handles("fedgcn.he_install", phases=("pretrain",),
+             schema={"session": SESSION, "received": RECEIVED, "sealed": Bytes(1 << 30)})
     def he_install(self, session: bytes, received: dict, sealed: bytes) -> dict:
         """Confirm keys, then open the secret context that the key holder (authenticated by its
         roster identity) sealed to this client."""
@@ -267,6 +298,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._he = HEClientContext.from_secret_bytes(secret, self._he_params)
         return {}
 
+    @handles("fedgcn.secure_upload", phases=("pretrain",), optional=("received",),
+             schema={"session": SESSION, "plan": PLAN, "received": Opt(RECEIVED)})
     def secure_upload(self, session: bytes, plan: dict, received: dict | None = None) -> dict:
         """Send the released rows of this client's blocks: one masked fixed-point vector
         (mask/robust, :class:`~fedgl.privacy.secagg.SecAggClient`), or per block a list of CKKS
@@ -274,8 +307,9 @@ class FedGCNClient(GNNClient, SecureModelParty):
         or fixed-point bits (packed HE); ``received``: peers' key confirmations (and shares)."""
         if self._stale(session):
             return {"stale": True}
-        self._plan = plan
         values = self._release()[2].double().numpy()
+        self._check_plan(plan, len(values))
+        self._plan = plan
         rows = plan["rows"].numpy()
         if "peers" in plan:
             agg = self._agg()
@@ -294,6 +328,31 @@ class FedGCNClient(GNNClient, SecureModelParty):
                 out.append(self._he.encrypt_packed(block, int(plan["frac_bits"][b])))
         return {"blocks": out}
 
+    @staticmethod
+    def _check_plan(plan: dict, num_rows: int) -> None:
+        """Before anything is revealed: the plan's rows are this client's own and each listed
+        once (a row listed twice lets the server solve for it), its blocks cover them, and
+        every block has a co-member to mask with."""
+        rows, sizes = plan["rows"], plan["block_sizes"]
+        why = None
+        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= num_rows):
+            why = "lists rows this client does not hold"
+        elif torch.unique(rows).numel() != rows.numel():
+            why = "lists a row more than once"
+        elif bool((sizes < 0).any()) or int(sizes.sum()) != rows.numel() or \
+                len(plan["block_ids"]) != len(sizes):
+            why = "has blocks that do not cover its rows"
+        elif "peers" in plan and (len(plan["peer_counts"]) != len(sizes)
+                                  or int(plan["peer_counts"].sum()) != len(plan["peers"])
+                                  or bool((plan["peer_counts"][sizes > 0] < 1).any())):
+            why = "has a block without co-members"
+        if why is not None:
+            raise AttackDetected(f"the secure upload plan {why}: it could reveal this client's "
+                                 "rows; the run stops")
+
+    @handles("fedgcn.secure_receive", phases=("pretrain",), optional=("sums", "blocks", "degrees"),
+             schema={"session": SESSION, "sums": Opt(SUMS), "degrees": Opt(DEGREES),
+                     "blocks": Opt(Seq(Seq(Wire("ckks.ciphertext"))))})
     def secure_receive(self, session: bytes, sums: Tensor | None = None,
                        blocks: list | None = None, degrees: Tensor | None = None) -> dict:
         """The aggregated rows: plaintext sums (mask; the server learns sums, not parts) or the
@@ -340,8 +399,17 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def decode_weights(self, weights):
         if not isinstance(weights, EncryptedModel):
             return weights
+        if not self.config.encrypt_models:
+            # this client's key decrypts only what its protocol says: with plaintext models a
+            # ciphertext posing as the global model would make the client a decryption oracle
+            raise AttackDetected("the server sent an encrypted model but this run's models are "
+                                 "not encrypted (a decryption-oracle attempt); the run stops")
         shapes = self.model.state_dict()
         total = sum(v.numel() for v in shapes.values())
+        slots = self._require_he().params.slots
+        if len(weights.chunks) != -(-total // slots):
+            raise AttackDetected("the encrypted model has the wrong number of ciphertexts for "
+                                 "this model; the run stops")
         flat = self._require_he().decrypt_real(weights.chunks, total) / weights.weight
         out, offset = {}, 0
         for key, ref in shapes.items():

@@ -20,6 +20,7 @@ import torch
 
 from fedgl import progress
 from fedgl.algorithms.base import FedAvgServer
+from fedgl.algorithms.fedgcn.checks import check_announcements
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows
 from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS
 from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ServerBlocks
@@ -104,7 +105,8 @@ class FedGCNServer(FedAvgServer):
             self._streamed_round()
             return
         cfg = self.config
-        msgs = self.runtime.call("partial_sums", None, phase="pretrain")
+        msgs = self.runtime.call("fedgcn.partial_sums", None, phase="pretrain")
+        check_announcements(msgs, len(msgs) == self.config.clients)
         self._count_releases(msgs)
         clients = sorted(msgs)
         ids = torch.cat([msgs[k]["ids"] for k in clients])
@@ -134,7 +136,7 @@ class FedGCNServer(FedAvgServer):
             if degree is not None:
                 reply["degrees"] = degree[want[len(msgs[k]["degrees"]):]]
             replies[k] = reply
-        self.runtime.call("receive_sums", replies, phase="pretrain")
+        self.runtime.call("fedgcn.receive_sums", replies, phase="pretrain")
 
     def _chunked_path(self) -> bool:
         """Without ``min_contributors`` the exchange is streamed in blocks, sparse where smaller
@@ -148,9 +150,10 @@ class FedGCNServer(FedAvgServer):
         self._with_restarts(self._stream_once, "the pre-training exchange")
 
     def _stream_once(self) -> bool:
-        announced = self.runtime.call("announce_rows", None, phase="pretrain")
+        announced = self.runtime.call("fedgcn.announce_rows", None, phase="pretrain")
         if self._restart_pending or not announced:
             return False
+        check_announcements(announced, len(announced) == self.config.clients)
         self._count_releases(announced)
         clients = sorted(announced)
         blocks = ServerBlocks(announced, self.block_rows)
@@ -158,7 +161,7 @@ class FedGCNServer(FedAvgServer):
         up_dense = sum(payload_dense_nbytes(m) for m in announced.values())
         down_bytes = down_dense = sparse = 0
         for i in progress.track(range(blocks.num_blocks), "FedGCN pre-training blocks"):
-            up = self.runtime.call("block_sums", None, phase="pretrain", clients=clients)
+            up = self.runtime.call("fedgcn.block_sums", None, phase="pretrain", clients=clients)
             if self._interrupted(up, clients):
                 return False
             for k in clients:
@@ -171,7 +174,8 @@ class FedGCNServer(FedAvgServer):
                 down_bytes += payload_nbytes(replies[k])
                 down_dense += payload_dense_nbytes(replies[k])
                 sparse += isinstance(replies[k]["sums"], SparseRows)
-            done = self.runtime.call("receive_block", replies, phase="pretrain", clients=clients)
+            done = self.runtime.call("fedgcn.receive_block", replies, phase="pretrain",
+                                     clients=clients)
             del replies
             if self._interrupted(done, clients):
                 return False
@@ -214,6 +218,9 @@ class FedGCNServer(FedAvgServer):
     def _call(self, method: str, args, clients: list[int]) -> dict | None:
         """A protocol step; None when it must restart (a client restarted or answered stale)."""
         out = self.runtime.call(method, args, phase="pretrain", clients=clients)
+        refusals = [r["refused"] for r in out.values() if isinstance(r, dict) and "refused" in r]
+        if refusals:
+            self.privacy_stats.setdefault("refusals", []).extend(refusals)
         if self._restart_pending or any(isinstance(r, dict) and r.get("stale")
                                         for r in out.values()):
             return None
@@ -227,14 +234,14 @@ class FedGCNServer(FedAvgServer):
         cfg = self.config
         session = os.urandom(16)
         announce = cfg.secure_sum != "none" and cfg.hops > 0
-        hello = self._call("privacy_hello", {"session": session, "announce": announce},
+        hello = self._call("fedgcn.privacy_hello", {"session": session, "announce": announce},
                            self.runtime.client_ids)
         if hello is None:
             return False
         alive = sorted(hello)
         self._count_releases(hello)
         directory = self.secagg.directory({k: hello[k]["adv"] for k in alive})
-        keys = self._call("secagg_keys", {"session": session, "directory": directory}, alive)
+        keys = self._call("secagg.keys", {"session": session, "directory": directory}, alive)
         if keys is None or (self.secure_mode != "robust" and sorted(keys) != alive):
             return False
         relayed = self.secagg.relay(keys)
@@ -252,7 +259,7 @@ class FedGCNServer(FedAvgServer):
         if holder not in alive:
             raise RunAborted(f"the HE key holder (client {holder}) is gone; the key cannot be "
                              "distributed (choose another --he-key-holder)")
-        out = self._call("he_share_keys", {holder: {"session": session}}, [holder])
+        out = self._call("fedgcn.he_share_keys", {holder: {"session": session}}, [holder])
         if out is None or holder not in out:
             return False
         reply = out[holder]
@@ -265,7 +272,7 @@ class FedGCNServer(FedAvgServer):
         others = [k for k in alive if k != holder]
         args = {k: {"session": session, "received": relayed[k], "sealed": reply["sealed"][k]}
                 for k in others}
-        if others and self._call("he_install", args, others) is None:
+        if others and self._call("fedgcn.he_install", args, others) is None:
             return False
         if cfg.encrypt_models:
             if isinstance(self.strategy, EncryptedFedAvg):
@@ -278,6 +285,7 @@ class FedGCNServer(FedAvgServer):
                      relayed: dict) -> bool:
         cfg = self.config
         mask = self.secure_mode in ("mask", "robust")
+        check_announcements({k: hello[k] for k in alive}, len(alive) == self.config.clients)
         counts = {k: hello[k]["counts"] for k in alive} if cfg.min_contributors > 1 else None
         plan = plan_rows({k: hello[k]["ids"] for k in alive},
                          {k: hello[k]["num_requested"] for k in alive}, counts,
@@ -305,7 +313,7 @@ class FedGCNServer(FedAvgServer):
             args[k] = {"session": session, "plan": p}
             if mask:
                 args[k]["received"] = relayed[k]
-        up = self._call("secure_upload", args, alive)
+        up = self._call("fedgcn.secure_upload", args, alive)
         if up is None or (self.secure_mode != "robust" and sorted(up) != alive):
             return False  # a client dropped: masks would not cancel, counts would be wrong
         survivors = sorted(up)
@@ -334,7 +342,7 @@ class FedGCNServer(FedAvgServer):
             for k in survivors:
                 want = rows_of[k][:plan.requested[k]]
                 replies[k]["degrees"] = degree[want[len(hello[k]["degrees"]):]]
-        if self._call("secure_receive", replies, survivors) is None:
+        if self._call("fedgcn.secure_receive", replies, survivors) is None:
             return False
         self._record_plan(plan, params)
         return True

@@ -38,6 +38,7 @@ from fedgl.algorithms.fedsage_plus.neighgen import (
 from fedgl.algorithms.fedsage_plus.options import options_of
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
+from fedgl.federation.protocol import Arr, Int, MapOf, Record, Seq, Weights, handles
 from fedgl.models import build_model, gcn_edge_weights
 
 
@@ -126,10 +127,12 @@ class FedSagePlusClient(GNNClient):
         return perm[(batch % self._batches()) * bs:][:bs]
 
     # ------------------------------------------------------------------ generator protocol
+    @handles("fedsage.gen_setup", phases=("pretrain",))
     def gen_setup(self) -> dict:
         """How many batches one generator epoch has here (the server runs the maximum)."""
         return {"batches": self._batches()}
 
+    @handles("fedsage.gen_share", phases=("pretrain",), schema={"epoch": Int(0), "batch": Int(0)})
     def gen_share(self, epoch: int, batch: int) -> dict:
         """Encode the impaired graph, draw the noise; send fGen's parameters and the batch's
         noisy latents."""
@@ -145,6 +148,8 @@ class FedSagePlusClient(GNNClient):
         return {"fgen": {k: v.detach().clone() for k, v in ng.fgen.state_dict().items()},
                 "z": (z[rows] + noise[rows]).detach()}
 
+    @handles("fedsage.gen_cross", phases=("pretrain",), schema={"others": MapOf(Int(0), Record(
+        {"fgen": Weights(), "z": Arr(ndim=2)}), max_len=1 << 16)})
     def gen_cross(self, others: dict[int, dict]) -> dict:
         """Score other clients' generators against own features; return parameter gradients.
 
@@ -175,6 +180,7 @@ class FedSagePlusClient(GNNClient):
             losses[i] = loss.item()
         return {"grads": grads, "loss": losses}
 
+    @handles("fedsage.gen_step", phases=("pretrain",), schema={"grads": Seq(Weights(), max_len=1 << 16)})
     def gen_step(self, grads: list[dict]) -> dict:
         """One NeighGen (and auxiliary classifier) step: local loss plus the others' gradients."""
         assert self._cache is not None
@@ -208,6 +214,7 @@ class FedSagePlusClient(GNNClient):
         self._cache = None
         return {"loss": loss.item()}
 
+    @handles("fedsage.mend", phases=("pretrain",))
     def mend(self) -> dict:
         """Generate neighbours for every own node on the full local subgraph and keep them."""
         ng, d = self.neighgen, self.data

@@ -26,13 +26,13 @@ class FedSagePlusServer(FedAvgServer):
         opts, rt = options_of(self.config), self.runtime
         self.generator_log: list[dict] = []
         with rt.ledger.timer("pretrain"):
-            setup = rt.call("gen_setup", phase="pretrain")
+            setup = rt.call("fedsage.gen_setup", phase="pretrain")
             batches = max(r["batches"] for r in setup.values())
             rng = np.random.default_rng(self.config.seed + 17)
             for epoch, batch in progress.track(itertools.product(range(opts.gen_epochs), range(
                     batches)), "FedSage+ generator training", opts.gen_epochs * batches):
                 self.generator_step(epoch, batch, rng)
-            mended = rt.call("mend", phase="pretrain")
+            mended = rt.call("fedsage.mend", phase="pretrain")
         self.generated = {k: v["generated"] for k, v in mended.items()}
 
     def generator_step(self, epoch: int, batch: int, rng: np.random.Generator) -> None:
@@ -40,11 +40,11 @@ class FedSagePlusServer(FedAvgServer):
         opts, rt = options_of(self.config), self.runtime
         ids = rt.client_ids
         t0 = time.perf_counter()
-        shared = rt.call("gen_share", {"epoch": epoch, "batch": batch}, phase="pretrain")
+        shared = rt.call("fedsage.gen_share", {"epoch": epoch, "batch": batch}, phase="pretrain")
         scorers = {i: self._scorers(i, ids, opts.cross_clients, rng) for i in ids}
         asked = {j: {"others": {i: shared[i] for i in ids if j in scorers[i]}} for j in ids}
-        cross = rt.call("gen_cross", asked, phase="pretrain")
-        steps = rt.call("gen_step", {i: {"grads": [cross[j]["grads"][i] for j in scorers[i]]}
+        cross = rt.call("fedsage.gen_cross", asked, phase="pretrain")
+        steps = rt.call("fedsage.gen_step", {i: {"grads": [cross[j]["grads"][i] for j in scorers[i]]}
                                      for i in ids}, phase="pretrain")
         self.generator_log.append({
             "epoch": epoch, "batch": batch,

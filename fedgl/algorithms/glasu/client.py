@@ -29,6 +29,10 @@ from fedgl.data.sampling import CSRGraph, expand_nodes
 from fedgl.data.vertical import VerticalClientData
 from fedgl.errors import DataError
 from fedgl.evaluation import SPLITS
+from fedgl.federation.protocol import Any_, Arr, Int, MapOf, Opt, Str, handles
+
+#: an aggregated hidden representation or its gradient: one row per sampled node
+HIDDEN = Arr(ndim=2)
 
 
 class GlasuClient:
@@ -89,10 +93,12 @@ class GlasuClient:
         return batched.local_updates_many(group, h, cache, grad)
 
     # ------------------------------------------------------------------ set-up / batches
+    @handles("glasu.training_nodes", phases=("pretrain",))
     def training_nodes(self) -> dict:
         """The training node ids (a label holder's index list; the server samples from it)."""
         return {"ids": torch.nonzero(self.data.train_mask).flatten()}
 
+    @handles("glasu.sample_batch", phases=("train",))
     def sample_batch(self) -> dict:
         """Labels at one client (Alg. 5): the label holder draws the batch ``S[L]``."""
         ids = self.training_nodes()["ids"]
@@ -104,6 +110,8 @@ class GlasuClient:
         lower = [j for j in self.p.shared_sets if j < top]
         return lower[-1] if lower else 0
 
+    @handles("glasu.sample", phases=("train",),
+             schema={"nodes": Arr(("int64",), ndim=1), "top": Int(0, 64)})
     def sample(self, nodes: Tensor, top: int) -> dict:
         """Set ``S_m[top]`` (shared), sample ``S_m[l]`` down to the next shared set (or 0).
         Returns ``S_m[bottom]`` for the server's union, or at the bottom the first segment's
@@ -196,6 +204,7 @@ class GlasuClient:
         state["stale"][k] = self._extract(h, own)
         return self._local_agg(state["stale"][k], own)
 
+    @handles("glasu.forward", phases=("train",), schema={"h": HIDDEN, "k": Int(0, 64)})
     def forward(self, h: Tensor, k: int) -> dict:
         """Segment ``k`` given the aggregate of segment ``k-1``; returns ``H⁺_m[l_k]``."""
         return {"h": self._segment(k, self._input_from(k, h, self._round), self._blocks,
@@ -225,6 +234,7 @@ class GlasuClient:
         loss.backward()
         self.opt.step()
 
+    @handles("glasu.top_gradient", phases=("train",), schema={"h": HIDDEN})
     def top_gradient(self, h: Tensor) -> dict:
         """Labels at one client (Alg. 6): the label holder's q=0 step and ``∂L_1/∂H[L]``."""
         top = self._top(h, self._round)
@@ -235,6 +245,8 @@ class GlasuClient:
         self._round["loss"] = float(loss.detach())
         return {"grad": top.grad.detach(), "loss": float(loss.detach())}
 
+    @handles("glasu.local_updates", phases=("train",), optional=("grad",),
+             schema={"h": Opt(HIDDEN), "grad": Opt(HIDDEN)})
     def local_updates(self, h: Tensor | None, grad: Tensor | None = None) -> dict:
         """``Q`` local steps on the own loss (or the surrogate ``Σ g ⊙ H_m[L]`` at a client
         without labels), other clients' embeddings stale; returns the q=0 loss."""
@@ -254,6 +266,7 @@ class GlasuClient:
         return {"loss": first} if self.model.classifier is not None else {}
 
     # ------------------------------------------------------------------ exact gradients
+    @handles("glasu.backward_top", phases=("train",), schema={"h": HIDDEN})
     def backward_top(self, h: Tensor) -> dict:
         """Exact mode: own loss on ``H[L]``; returns ``∂L_m/∂H[L]``."""
         leaf = self._top(h, self._round)
@@ -262,6 +275,7 @@ class GlasuClient:
         loss.backward()
         return {"grad": leaf.grad.detach(), "loss": float(loss.detach())}
 
+    @handles("glasu.backward_segment", phases=("train",), schema={"grad": HIDDEN, "k": Int(0, 64)})
     def backward_segment(self, grad: Tensor, k: int) -> dict | None:
         """Exact mode: push the server's share of ``∂L/∂H[l_k+1]`` through segment ``k``;
         returns ``∂L/∂H[l_{k-1}+1]`` (k > 1) or takes the SGD step (k = 1)."""
@@ -273,6 +287,7 @@ class GlasuClient:
         return None
 
     # ------------------------------------------------------------------ evaluation
+    @handles("glasu.eval_forward", phases=("eval",), schema={"h": Opt(HIDDEN), "k": Int(0, 64)})
     def eval_forward(self, h: Tensor | None, k: int) -> dict:
         """Full-neighbourhood inference (notes A14), segment ``k``."""
         if self._full is None:
@@ -286,6 +301,7 @@ class GlasuClient:
             out = self._segment(k, inp, self._full, self._eval)
         return {"h": out}
 
+    @handles("glasu.eval_scores", phases=("eval",), schema={"h": HIDDEN})
     def eval_scores(self, h: Tensor) -> dict:
         """Accuracy of the own classifier on ``H[L]`` for each split (label holders)."""
         self.model.train()
@@ -301,12 +317,14 @@ class GlasuClient:
         return out
 
     # ------------------------------------------------------------------ checkpoints
+    @handles("glasu.checkpoint_state", phases=("train",))
     def checkpoint_state(self) -> dict:
         """Everything that carries over between rounds: weights, optimiser moments and the
         random stream (sampling, dropout). Round state is rebuilt by the next round."""
         return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
                 "generator": self.gen.get_state()}
 
+    @handles("glasu.restore_state", phases=("train",), schema={"state": MapOf(Str(max_len=256), Any_())})
     def restore_state(self, state: dict) -> None:
         try:
             self.model.load_state_dict(state["model"])

@@ -39,9 +39,10 @@ from fedgl.config import parse_fanouts
 from fedgl.data.graph import GraphData
 from fedgl.data.vertical import VerticalClientData, split_stats, vertical_shard, vertical_split
 from fedgl.errors import ConfigError, DataError
+from fedgl.federation.codec import decode, encode
 from fedgl.federation.ledger import Ledger
-from fedgl.federation.messages import copy_payload
 from fedgl.federation.network import NetworkModel
+from fedgl.federation.protocol import Endpoint
 from fedgl.federation.runtime import LocalRuntime, _per_client_args
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
@@ -91,11 +92,12 @@ def glasu_params(cfg: Any, options: GlasuModelOptions, num_classes: int,
 
 
 class SelfRuntime:
-    """A single party's in-process calls to its notional aggregator: nothing crosses a
-    boundary, so nothing is counted (payloads are still copied)."""
+    """A single party's in-process messages to its notional aggregator: nothing crosses a
+    boundary, so nothing is counted (messages are still encoded and checked)."""
 
     def __init__(self, client: GlasuClient) -> None:
         self._client = client
+        self._endpoint = Endpoint(client, "client 0")
         self.ledger = Ledger()
         self.events: list[dict] = []
 
@@ -108,7 +110,7 @@ class SelfRuntime:
 
     def call(self, method: str, args: Any = None, *, phase: str, clients: Any = None) -> dict:
         kwargs = _per_client_args(args, [0])[0]
-        return {0: copy_payload(getattr(self._client, method)(**copy_payload(kwargs)))}
+        return {0: decode(self._endpoint.handle(encode(method, kwargs), phase))[1]}
 
     def close(self) -> None:
         """Nothing to release."""
@@ -161,7 +163,7 @@ def party_state(server: GlasuServer) -> dict:
     runtime = server.runtime
     counted, runtime.ledger = runtime.ledger, Ledger()
     try:
-        states = runtime.call("checkpoint_state", None, phase="train")
+        states = runtime.call("glasu.checkpoint_state", None, phase="train")
     finally:
         runtime.ledger = counted
     return {"server_generator": server.gen.get_state(),
@@ -180,7 +182,7 @@ def _resume(server: GlasuServer, state: RepeatProgress) -> tuple[int, list[dict]
     network, counted = runtime.ledger.network, runtime.ledger
     runtime.ledger = Ledger()
     try:
-        runtime.call("restore_state", {m: {"state": clients[str(m)]} for m in runtime.client_ids},
+        runtime.call("glasu.restore_state", {m: {"state": clients[str(m)]} for m in runtime.client_ids},
                      phase="train")
     finally:
         runtime.ledger = counted

@@ -50,12 +50,12 @@ class GlasuServer:
     def setup(self) -> None:
         """Labels at every client: learn the training node ids once (an index list)."""
         if self.p.label_holders == "all":
-            self.train_ids = self._call("training_nodes", None, "pretrain", [0])[0]["ids"]
+            self.train_ids = self._call("glasu.training_nodes", None, "pretrain", [0])[0]["ids"]
 
     def batch(self) -> Tensor:
         """``S[L]``: drawn here (Alg. 2) or by the label holder (Alg. 5)."""
         if self.p.label_holders == "one":
-            return self._call("sample_batch", None, clients=[0])[0]["ids"]
+            return self._call("glasu.sample_batch", None, clients=[0])[0]["ids"]
         ids = self.train_ids
         assert ids is not None, "setup() first"
         size = self.p.batch_size if 0 < self.p.batch_size < ids.numel() else ids.numel()
@@ -66,27 +66,27 @@ class GlasuServer:
         shared = self.p.shared_sets
         nodes = self.batch()
         for k in range(len(shared), 0, -1):  # top-down: S[j_K] = S[L], ..., S[j_1]
-            res = self._call("sample", {"nodes": nodes, "top": shared[k - 1]})
+            res = self._call("glasu.sample", {"nodes": nodes, "top": shared[k - 1]})
             if k > 1:
                 nodes = torch.unique(torch.cat([r["nodes"] for r in res.values()]))
         outs = {m: r["h"] for m, r in res.items()}
         for k in range(2, len(shared) + 1):
-            res = self._call("forward", {"h": self.aggregate(outs), "k": k})
+            res = self._call("glasu.forward", {"h": self.aggregate(outs), "k": k})
             outs = {m: r["h"] for m, r in res.items()}
         top = self.aggregate(outs)
         if self.p.grad_mode == "exact":
             return self._exact_backward(top)
         if self.p.label_holders == "one":
-            first = self._call("top_gradient", {"h": top}, clients=[0])[0]
+            first = self._call("glasu.top_gradient", {"h": top}, clients=[0])[0]
             args = {m: ({"h": None, "grad": None} if m == 0 else {"h": top, "grad": first["grad"]})
                     for m in self.runtime.client_ids}
-            self._call("local_updates", args)
+            self._call("glasu.local_updates", args)
             return {"train_loss": first["loss"]}
-        res = self._call("local_updates", {"h": top})
+        res = self._call("glasu.local_updates", {"h": top})
         return {"train_loss": _mean(r["loss"] for r in res.values() if r)}
 
     def _exact_backward(self, top: Tensor) -> dict:
-        res = self._call("backward_top", {"h": top})
+        res = self._call("glasu.backward_top", {"h": top})
         loss = _mean(r["loss"] for r in res.values())
         grad = torch.stack([r["grad"] for r in res.values()]).sum(0)  # ∂(Σ_m L_m)/∂H[L]
         for k in range(len(self.p.agg), 0, -1):
@@ -94,7 +94,7 @@ class GlasuServer:
                 args: dict = {"grad": self.share(grad, 0), "k": k}  # the same share: a broadcast
             else:
                 args = {m: {"grad": self.share(grad, m), "k": k} for m in self.runtime.client_ids}
-            res = self._call("backward_segment", args)
+            res = self._call("glasu.backward_segment", args)
             if k > 1:
                 grad = torch.stack([r["grad"] for r in res.values()]).sum(0)
         return {"train_loss": loss}
@@ -104,9 +104,9 @@ class GlasuServer:
         classifier's accuracy (notes A5), and each holder's test accuracy."""
         h = None
         for k in range(1, len(self.p.agg) + 1):
-            res = self._call("eval_forward", {"h": h, "k": k}, "eval")
+            res = self._call("glasu.eval_forward", {"h": h, "k": k}, "eval")
             h = self.aggregate({m: r["h"] for m, r in res.items()})
-        scores = {m: r for m, r in self._call("eval_scores", {"h": h}, "eval").items() if r}
+        scores = {m: r for m, r in self._call("glasu.eval_scores", {"h": h}, "eval").items() if r}
         out = {key: _mean(s[key] for s in scores.values()) for key in next(iter(scores.values()))}
         out["client_test_acc"] = {str(m): s["test_acc"] for m, s in scores.items()}
         return out

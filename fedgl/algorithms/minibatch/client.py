@@ -23,9 +23,15 @@ from fedgl.data.sampling import Block, CSRGraph, full_block, sample_blocks, unif
 from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import State
 from fedgl.federation.cross_client import CrossClientParty
+from fedgl.federation.protocol import Any_, Arr, Bool, Int, MapOf, Str, Weights, handles
 from fedgl.models import build_model
 from fedgl.models.base import dropout
 from fedgl.models.blocks import aggregation_kind, block_forward, conv_on_block, layer_update
+
+#: the server's routing plan for one cross-client computation (ids and positions; the handler
+#: checks them against this client's own rows)
+CONTROL = MapOf(Str(max_len=64), Any_())
+FLOAT_OR_INT = ("float32", "float64", "int64")
 
 
 class MiniBatchClient:
@@ -96,22 +102,27 @@ class MiniBatchClient:
         return float(loss.detach()), int(batch.numel())
 
     # ------------------------------------------------------------------ protocol methods
+    @handles("crossclient.structure", phases=("pretrain", "train", "eval"))
     def xc_structure(self) -> dict[str, Tensor]:
         """Set-up: own node ids and incident edges (ids only) for the server's structure."""
         return {"node_ids": self.data.node_ids, "edge_index": self.data.edge_index}
 
+    @handles("minibatch.step", phases=("train",), schema={"weights": Weights(), "iteration": Int(0)})
     def step(self, weights: State, iteration: int) -> dict[str, Any]:
         """A local iteration: load θ_t, one local stochastic gradient, upload it."""
         self._load(weights, iteration)
         loss, count = self.local_loss()
         return {"grad": self._grads(), "loss": loss, "count": count}
 
+    @handles("minibatch.begin", phases=("train",),
+             schema={"weights": Weights(), "iteration": Int(0), "cross": Bool()})
     def begin(self, weights: State, iteration: int, cross: bool) -> dict[str, Any]:
         """A communicating iteration starts: load θ_t; a client chosen for cross-client training
         sends its mini-batch (global ids) so that the server can sample around it."""
         self._load(weights, iteration)
         return {"batch": self.data.node_ids[self._batch]} if cross else {}
 
+    @handles("minibatch.finish", phases=("train",), schema={"local": Bool()})
     def finish(self, local: bool) -> dict[str, Any]:
         """Upload the accumulated gradient; a client not chosen for cross-client training adds
         its local gradient first. The loss reported is the client's own batch loss."""
@@ -122,11 +133,15 @@ class MiniBatchClient:
     _xc_loss: float = float("nan")
     _xc_count: int = 0
 
+    @handles("crossclient.begin", phases=("train", "eval"),
+             schema={"control": CONTROL, "kind": Str(max_len=64), "train": Bool()})
     def xc_begin(self, control: dict, kind: str, train: bool) -> dict[str, Tensor]:
         if not train:
             self.model.eval()
         return self.party.begin(control, kind, train)
 
+    @handles("crossclient.forward", phases=("train", "eval"),
+             schema={"layer": Int(0, 64), "recv": MapOf(Str(max_len=64), Arr(FLOAT_OR_INT))})
     def xc_forward(self, layer: int, recv: dict[str, Tensor]) -> dict[str, Any]:
         out = self.party.forward(layer, recv)
         if "loss" in out:  # the last layer of a training computation: keep the own loss
@@ -135,9 +150,11 @@ class MiniBatchClient:
                 self._xc_loss, self._xc_count = loss, count
         return out
 
+    @handles("crossclient.backward", phases=("train",), schema={"layer": Int(0, 64), "grad": Arr()})
     def xc_backward(self, layer: int, grad: Tensor) -> dict[str, Tensor]:
         return self.party.backward(layer, grad)
 
+    @handles("minibatch.eval_nodes", phases=("eval", "train"))
     def eval_nodes(self) -> dict[str, Tensor]:
         """Evaluation control: the global ids of own labelled (train/val/test) nodes; with
         ``eval_max_nodes`` = m > 0, a uniform subset of at most m per split, drawn once with the
@@ -152,12 +169,15 @@ class MiniBatchClient:
             self._eval_ids = self.data.node_ids[keep]
         return {"ids": self._eval_ids}
 
+    @handles("minibatch.load", phases=("eval", "train"), schema={"weights": Weights()})
     def load(self, weights: State) -> dict:
         """Evaluation: load the model to score (eval mode)."""
         self.model.load_state_dict(weights)
         self.model.eval()
         return {}
 
+    @handles("minibatch.pns_cache", phases=("train",),
+             schema={"recv": MapOf(Str(max_len=64), Arr(FLOAT_OR_INT))})
     def pns_cache(self, recv: dict[str, Tensor]) -> dict:
         """FedGNN-PNS: keep the received remote layer-1 sums and counts of own nodes (the
         targets of the exchange just run) until the next sampling iteration."""
@@ -173,6 +193,7 @@ class MiniBatchClient:
         return {}
 
     @torch.no_grad()
+    @handles("minibatch.evaluate", phases=("eval", "train"), schema={"weights": Weights()})
     def evaluate(self, weights: State) -> dict:
         """Local-subgraph, full-neighbour accuracy counts (no cross-client edges)."""
         self.model.load_state_dict(weights)

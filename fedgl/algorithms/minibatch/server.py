@@ -199,13 +199,13 @@ class FedSGDServer:
         if step.refresh_cache:
             self._refresh_cache(t)
         if not step.cross:
-            res = rt.call("step", {"weights": self.weights, "iteration": t}, phase="train")
+            res = rt.call("minibatch.step", {"weights": self.weights, "iteration": t}, phase="train")
         else:
             chosen = set(step.cross)
-            begun = rt.call("begin", {k: {"weights": self.weights, "iteration": t,
+            begun = rt.call("minibatch.begin", {k: {"weights": self.weights, "iteration": t,
                                           "cross": k in chosen} for k in clients}, phase="train")
             self._cross(t, step, begun)
-            res = rt.call("finish", {k: {"local": k not in chosen} for k in clients}, phase="train")
+            res = rt.call("minibatch.finish", {k: {"local": k not in chosen} for k in clients}, phase="train")
         ordered = [res[k] for k in sorted(res)]
         self._apply([r["grad"] for r in ordered], len(clients))
         sent = rt.ledger.bytes("train") - before
@@ -249,12 +249,12 @@ class FedSGDServer:
         self.aggregates["aggregates"] += plan.stats["aggregates"]
         self.aggregates["single_node_aggregates"] += plan.stats["single_node_aggregates"]
         rt = self.runtime
-        partials = rt.call("xc_begin", {c: {"control": plan.control[c], "kind": "mean",
+        partials = rt.call("crossclient.begin", {c: {"control": plan.control[c], "kind": "mean",
                                              "train": False} for c in plan.parties},
                            phase="train", clients=plan.parties)
         recv = combine_partials(plan.routes[0], partials, True)
         args = {c: {"recv": recv[c]} for c in plan.parties}
-        rt.call("pns_cache", args, phase="train", clients=plan.parties)
+        rt.call("minibatch.pns_cache", args, phase="train", clients=plan.parties)
         nbytes = sum(payload_nbytes(a) for a in args.values())
         nbytes += sum(payload_nbytes(p) for p in partials.values())
         nbytes += sum(payload_nbytes(plan.control[c]) for c in plan.parties)
@@ -279,11 +279,11 @@ class FedSGDServer:
         rt = self.runtime
         with rt.ledger.timer("eval"):
             if self.eval_mode == "local":
-                res = rt.call("evaluate", {"weights": self.weights}, phase="eval")
+                res = rt.call("minibatch.evaluate", {"weights": self.weights}, phase="eval")
             else:
                 assert self.structure is not None
-                rt.call("load", {"weights": self.weights}, phase="eval")
-                ids = rt.call("eval_nodes", phase="eval")
+                rt.call("minibatch.load", {"weights": self.weights}, phase="eval")
+                ids = rt.call("minibatch.eval_nodes", phase="eval")
                 seeds = torch.cat([ids[k]["ids"] for k in sorted(ids)])
                 fan = list(self.s.eval_fanouts) or [-1] * self.s.layers
                 res = {}

@@ -1,0 +1,288 @@
+"""The wire encoding of a message: a JSON header and raw array buffers, never pickle.
+
+A message is a type name plus a payload: a tree of dicts (string or integer keys), lists and
+tuples whose leaves are arrays (torch tensors, numpy arrays), :class:`SparseRows`, bytes, numbers,
+strings, booleans or None, or a registered wire type (e.g. a CKKS ciphertext). :func:`encode`
+turns it into *frames*: one header (UTF-8 JSON: the type, the tree with every array replaced by
+``{"$T"|"$N": buffer index, "dtype", "shape"}``) and one raw little-endian buffer per array.
+:func:`decode` rebuilds the tree from those frames, building only the types listed above: a
+decoder cannot be made to construct anything else, so a message cannot run code.
+
+Layout of :func:`to_bytes` (one contiguous message, what a socket carries)::
+
+    b"FGW1" | u32 header length | header | for each buffer: u64 length | bytes
+
+:attr:`Encoded.nbytes` is exactly ``len(to_bytes(...))``: the ledger counts it as the message's
+wire bytes.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedgl.federation.messages import SparseRows
+
+MAGIC = b"FGW1"
+MAX_HEADER = 64 << 20  # bytes: a header beyond this is refused before it is parsed
+MAX_DEPTH = 32
+
+_TORCH_DTYPES = {str(dt).removeprefix("torch."): dt for dt in (
+    torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
+    torch.int16, torch.int8, torch.uint8, torch.bool)}
+_NUMPY_DTYPES = {np.dtype(t).str: np.dtype(t) for t in (
+    np.float64, np.float32, np.float16, np.int64, np.int32, np.int16, np.int8, np.uint64,
+    np.uint32, np.uint16, np.uint8, np.bool_)}
+
+
+class WireError(ValueError):
+    """A message that cannot be encoded or decoded (the one-line reason)."""
+
+
+@dataclass(frozen=True)
+class WireType:
+    """A value type with its own encoding into a payload tree (of the basic leaves)."""
+
+    tag: str
+    cls: type
+    to_tree: Callable[[Any], Any]
+    from_tree: Callable[[Any], Any]
+
+
+_WIRE_TYPES: dict[str, WireType] = {}
+
+
+def wire_type(tag: str, to_tree: Callable[[Any], Any], from_tree: Callable[[Any], Any]):
+    """Class decorator: let instances of the class cross the wire as ``to_tree(obj)``."""
+
+    def register(cls: type) -> type:
+        _WIRE_TYPES[tag] = WireType(tag, cls, to_tree, from_tree)
+        return cls
+
+    return register
+
+
+def wire_types() -> dict[str, WireType]:
+    """The registered wire types by tag."""
+    return dict(_WIRE_TYPES)
+
+
+@dataclass
+class Encoded:
+    """A message as frames: the JSON header and the array buffers (views, not copies)."""
+
+    header: bytes
+    buffers: list[memoryview]
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes on the wire: magic, header length and header, each buffer with its length."""
+        return len(MAGIC) + 4 + len(self.header) + sum(8 + b.nbytes for b in self.buffers)
+
+    def to_bytes(self) -> bytes:
+        parts = [MAGIC, struct.pack("<I", len(self.header)), self.header]
+        for b in self.buffers:
+            parts += [struct.pack("<Q", b.nbytes), b]
+        return b"".join(parts)
+
+    @classmethod
+    def from_bytes(cls, data: bytes | bytearray | memoryview) -> Encoded:
+        view = memoryview(data).cast("B")
+        if bytes(view[:4]) != MAGIC:
+            raise WireError("not a fedgl message (bad magic)")
+        (hlen,) = struct.unpack_from("<I", view, 4)
+        if hlen > MAX_HEADER or 8 + hlen > len(view):
+            raise WireError("message header length out of bounds")
+        pos, header, buffers = 8 + hlen, bytes(view[8:8 + hlen]), []
+        while pos < len(view):
+            if pos + 8 > len(view):
+                raise WireError("truncated message")
+            (n,) = struct.unpack_from("<Q", view, pos)
+            if pos + 8 + n > len(view):
+                raise WireError("truncated message buffer")
+            buffers.append(view[pos + 8:pos + 8 + n])
+            pos += 8 + n
+        return cls(header, buffers)
+
+
+def encode(msg_type: str, payload: Any) -> Encoded:
+    """Frames for ``payload`` under ``msg_type`` (see the module docstring)."""
+    buffers: list[memoryview] = []
+    tree = _to_tree(payload, buffers, 0)
+    header = json.dumps({"type": msg_type, "payload": tree}, separators=(",", ":"),
+                        allow_nan=True).encode()
+    return Encoded(header, buffers)
+
+
+def decode(enc: Encoded) -> tuple[str, Any]:
+    """``(type, payload)``: every array a fresh, writable copy owned by the receiver."""
+    if len(enc.header) > MAX_HEADER:
+        raise WireError("message header too large")
+    try:
+        head = json.loads(enc.header)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise WireError(f"unreadable message header ({exc.__class__.__name__})") from None
+    if not isinstance(head, dict) or not isinstance(head.get("type"), str) or "payload" not in head:
+        raise WireError("message header lacks a type or payload")
+    used: set[int] = set()
+    payload = _from_tree(head["payload"], enc.buffers, used, 0)
+    if len(used) != len(enc.buffers):
+        raise WireError("message carries buffers its header does not name")
+    return head["type"], payload
+
+
+def roundtrip(msg_type: str, payload: Any) -> tuple[Any, int]:
+    """What the receiver gets, and the wire bytes: encode then decode (the in-process wire)."""
+    enc = encode(msg_type, payload)
+    return decode(enc)[1], enc.nbytes
+
+
+# ---------------------------------------------------------------------- tree <-> values
+def _buffer(arr: np.ndarray, buffers: list[memoryview]) -> int:
+    arr = np.ascontiguousarray(arr)
+    if arr.dtype.byteorder == ">":
+        arr = arr.astype(arr.dtype.newbyteorder("<"))
+    buffers.append(memoryview(arr.reshape(-1).view(np.uint8)))
+    return len(buffers) - 1
+
+
+def _to_tree(obj: Any, buffers: list[memoryview], depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise WireError("payload nested too deeply")
+    if obj is None or isinstance(obj, bool | str):
+        return obj
+    if isinstance(obj, int | float) and not isinstance(obj, np.generic):
+        return obj
+    if isinstance(obj, torch.Tensor):
+        if obj.layout != torch.strided:
+            raise WireError("a sparse torch tensor cannot cross the wire (send SparseRows)")
+        t = obj.detach().cpu().contiguous()
+        name = str(t.dtype).removeprefix("torch.")
+        if name not in _TORCH_DTYPES:
+            raise WireError(f"tensor dtype {name} cannot cross the wire")
+        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
+        return {"$T": _buffer(raw, buffers), "dtype": name, "shape": list(t.shape)}
+    if isinstance(obj, np.ndarray | np.generic):
+        arr = np.asarray(obj)
+        key = arr.dtype.newbyteorder("<").str if arr.dtype.byteorder == ">" else arr.dtype.str
+        if key not in _NUMPY_DTYPES:
+            raise WireError(f"array dtype {arr.dtype} cannot cross the wire")
+        node = {"$N": _buffer(arr, buffers), "dtype": key, "shape": list(arr.shape)}
+        if isinstance(obj, np.generic):
+            node["scalar"] = True
+        return node
+    if isinstance(obj, bytes | bytearray | memoryview):
+        buffers.append(memoryview(bytes(obj)) if not isinstance(obj, bytes) else memoryview(obj))
+        return {"$B": len(buffers) - 1}
+    if isinstance(obj, SparseRows):
+        return {"$S": [_to_tree(a, buffers, depth + 1) for a in (obj.indptr, obj.indices,
+                                                                 obj.values)],
+                "shape": [int(obj.shape[0]), int(obj.shape[1])]}
+    if isinstance(obj, dict):
+        items = []
+        for k, v in obj.items():
+            if isinstance(k, bool) or not isinstance(k, str | int | np.integer):
+                raise WireError(f"dict key of type {type(k).__name__} cannot cross the wire")
+            items.append([k if isinstance(k, str) else int(k), _to_tree(v, buffers, depth + 1)])
+        return {"$D": items}
+    if isinstance(obj, list):
+        return [_to_tree(v, buffers, depth + 1) for v in obj]
+    if isinstance(obj, tuple):
+        return {"$L": [_to_tree(v, buffers, depth + 1) for v in obj]}
+    for wt in _WIRE_TYPES.values():
+        if type(obj) is wt.cls:
+            return {"$W": wt.tag, "v": _to_tree(wt.to_tree(obj), buffers, depth + 1)}
+    raise WireError(f"a {type(obj).__name__} cannot cross the wire (arrays, numbers, strings, "
+                    "bytes and containers of them only)")
+
+
+def _take(index: Any, buffers: list[memoryview], used: set[int]) -> memoryview:
+    if not isinstance(index, int) or isinstance(index, bool) or not 0 <= index < len(buffers):
+        raise WireError("message names a buffer it does not carry")
+    if index in used:
+        raise WireError("message names one buffer twice")
+    used.add(index)
+    return buffers[index]
+
+
+def _shape(node: dict) -> tuple[int, ...]:
+    shape = node.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool)
+                                              and s >= 0 for s in shape) or len(shape) > 8:
+        raise WireError("malformed array shape in message")
+    return tuple(shape)
+
+
+def _from_tree(node: Any, buffers: list[memoryview], used: set[int], depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise WireError("payload nested too deeply")
+    if node is None or isinstance(node, bool | int | float | str):
+        return node
+    if isinstance(node, list):
+        return [_from_tree(v, buffers, used, depth + 1) for v in node]
+    if not isinstance(node, dict) or len(node) == 0:
+        raise WireError("malformed payload node in message")
+    if "$T" in node:
+        dtype = _TORCH_DTYPES.get(node.get("dtype"))
+        if dtype is None:
+            raise WireError(f"unknown tensor dtype {node.get('dtype')!r} in message")
+        shape, buf = _shape(node), _take(node["$T"], buffers, used)
+        count = int(np.prod(shape, dtype=np.int64))
+        size = torch.empty(0, dtype=dtype).element_size()
+        if buf.nbytes != count * size:
+            raise WireError("tensor buffer size does not match its shape")
+        if count == 0:
+            return torch.empty(shape, dtype=dtype)
+        return torch.frombuffer(bytearray(buf), dtype=dtype).reshape(shape)
+    if "$N" in node:
+        dtype = _NUMPY_DTYPES.get(node.get("dtype"))
+        if dtype is None:
+            raise WireError(f"unknown array dtype {node.get('dtype')!r} in message")
+        shape, buf = _shape(node), _take(node["$N"], buffers, used)
+        if buf.nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+            raise WireError("array buffer size does not match its shape")
+        arr = np.frombuffer(bytearray(buf), dtype=dtype).reshape(shape)
+        return arr[()] if node.get("scalar") else arr
+    if "$B" in node:
+        return bytes(_take(node["$B"], buffers, used))
+    if "$S" in node:
+        parts = node["$S"]
+        if not isinstance(parts, list) or len(parts) != 3:
+            raise WireError("malformed sparse rows in message")
+        indptr, indices, values = (_from_tree(p, buffers, used, depth + 1) for p in parts)
+        shape = _shape(node)
+        if not all(isinstance(a, np.ndarray) and a.ndim == 1 for a in (indptr, indices, values)) \
+                or len(shape) != 2 or len(indptr) != shape[0] + 1 or len(indices) != len(values) \
+                or indptr.dtype.kind != "u" or indices.dtype.kind != "u":
+            raise WireError("malformed sparse rows in message")
+        if len(indptr) and (int(indptr[-1]) != len(values) or bool(np.any(np.diff(
+                indptr.astype(np.int64)) < 0))) or (len(indices) and int(indices.max()) >= shape[1]):
+            raise WireError("sparse rows in message index out of bounds")
+        return SparseRows(indptr, indices, values, (shape[0], shape[1]))
+    if "$D" in node:
+        items = node["$D"]
+        if not isinstance(items, list):
+            raise WireError("malformed mapping in message")
+        out: dict = {}
+        for item in items:
+            if not (isinstance(item, list) and len(item) == 2 and isinstance(item[0], str | int)
+                    and not isinstance(item[0], bool)):
+                raise WireError("malformed mapping entry in message")
+            out[item[0]] = _from_tree(item[1], buffers, used, depth + 1)
+        return out
+    if "$L" in node:
+        if not isinstance(node["$L"], list):
+            raise WireError("malformed tuple in message")
+        return tuple(_from_tree(v, buffers, used, depth + 1) for v in node["$L"])
+    if "$W" in node:
+        wt = _WIRE_TYPES.get(node["$W"])
+        if wt is None:
+            raise WireError(f"unknown value type {node['$W']!r} in message")
+        return wt.from_tree(_from_tree(node.get("v"), buffers, used, depth + 1))
+    raise WireError("malformed payload node in message")
