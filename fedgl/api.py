@@ -16,7 +16,7 @@ from fedgl.data.graph import GraphData
 from fedgl.data.validate import validate_graph
 from fedgl.errors import ConfigError
 from fedgl.output import OutputFolder
-from fedgl.progress import round_progress
+from fedgl.progress import RoundProgress, round_progress
 from fedgl.resources import check_memory, check_resources, release_freed_memory
 from fedgl.results import RunResult, environment
 
@@ -101,36 +101,43 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
 
 def _run_repeats(cfg: Config, graph: GraphData | None, ckpt: Any,
                  on_round: Callable[[int, int, Any], None] | None) -> RunResult:
+    # the reporter is open from the start: loading (synthetic generation) and partitioning
+    # (METIS) report progress too
     with round_progress(cfg.progress) as progress:
-        if graph is not None:
-            validate_graph(graph, "graph")
-            g = graph
-        else:
-            g = load_graph(cfg)
-        if cfg.clients > g.num_nodes:
-            raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {g.num_nodes} nodes; "
-                              f"use at most {g.num_nodes} clients")
-        check_memory(cfg, g)
-        repeat_fn = cfg.spec.load_entry()
-        done = ckpt.completed_repeats() if ckpt else []
-        checkpointer = (Checkpointer(cfg.out, cfg.to_dict(), cfg.checkpoint_every, done)
-                        if cfg.checkpoint_every and cfg.out else None)
-        reps = list(done)
-        threads_before = torch.get_num_threads()
-        if cfg.threads:
-            torch.set_num_threads(cfg.threads)
-        threads_used = torch.get_num_threads()
-        with _restore_threads(threads_before):
-            for r in range(len(done), cfg.repeats):
-                partial = (ckpt.progress if ckpt and ckpt.progress and ckpt.progress.repeat == r
-                           else None)
-                kwargs: dict[str, Any] = {"resume_from": partial, "checkpointer": checkpointer,
-                                          "on_round": on_round}
-                rep = repeat_fn(g, cfg, repeat=r, seed=cfg.seed + r, progress=progress, **kwargs)
-                reps.append(rep)
-                if checkpointer is not None:
-                    checkpointer.repeat_done(rep)
-                release_freed_memory()
+        return _run_repeats_in(cfg, graph, ckpt, on_round, progress)
+
+
+def _run_repeats_in(cfg: Config, graph: GraphData | None, ckpt: Any,
+                    on_round: Callable[[int, int, Any], None] | None,
+                    progress: RoundProgress) -> RunResult:
+    if graph is not None:
+        validate_graph(graph, "graph")
+        g = graph
+    else:
+        g = load_graph(cfg)
+    if cfg.clients > g.num_nodes:
+        raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {g.num_nodes} nodes; "
+                          f"use at most {g.num_nodes} clients")
+    check_memory(cfg, g)
+    repeat_fn = cfg.spec.load_entry()
+    done = ckpt.completed_repeats() if ckpt else []
+    checkpointer = (Checkpointer(cfg.out, cfg.to_dict(), cfg.checkpoint_every, done)
+                    if cfg.checkpoint_every and cfg.out else None)
+    reps = list(done)
+    threads_before = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    threads_used = torch.get_num_threads()
+    with _restore_threads(threads_before):
+        for r in range(len(done), cfg.repeats):
+            partial = ckpt.progress if ckpt and ckpt.progress and ckpt.progress.repeat == r else None
+            kwargs: dict[str, Any] = {"resume_from": partial, "checkpointer": checkpointer,
+                                      "on_round": on_round}
+            rep = repeat_fn(g, cfg, repeat=r, seed=cfg.seed + r, progress=progress, **kwargs)
+            reps.append(rep)
+            if checkpointer is not None:
+                checkpointer.repeat_done(rep)
+            release_freed_memory()
     if cfg.dp_epsilon is not None:  # every repeat re-releases the same features: ε composes
         from fedgl.privacy.dp import account_run
 
