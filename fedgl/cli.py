@@ -140,7 +140,8 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     sw.add_argument("--only", default=None, metavar="KEY=VALUE,...",
                     help="run only the unfinished cells whose config has these values (e.g. "
                          "algorithm=fedgcn,seed=0|1; | separates alternatives); the table still "
-                         "lists every cell")
+                         "lists every cell. A key no cell sets, or a filter matching no cell, "
+                         "is an error")
 
     rep = sub.add_parser("report", help="tables (markdown) and plots (PNG) of a run or sweep")
     rep.add_argument("folder", metavar="DIR", nargs="+",
