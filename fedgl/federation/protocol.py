@@ -237,9 +237,10 @@ class Wire(Spec):
 
 
 def Weights() -> Spec:  # noqa: N802 - reads as a type in schemas
-    """A model's state dict: parameter name -> finite float tensor."""
-    return MapOf(Str(max_len=512), Arr(("float32", "float64", "float16", "bfloat16")),
-                 max_len=4096)
+    """A model's state dict: parameter name -> float tensor (not required finite: a diverged
+    model is the run's divergence check's business, and reveals nothing)."""
+    return MapOf(Str(max_len=512), Arr(("float32", "float64", "float16", "bfloat16"),
+                                       finite=False), max_len=4096)
 
 
 def Any_() -> Spec:  # noqa: N802
