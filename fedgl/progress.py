@@ -52,6 +52,7 @@ class Task:
         self._last_line = self._started
         self._printed = False
         self._printed_done = -1
+        self._finished = False
         self._rich_id: Any = None
 
     # ------------------------------------------------------------------ public
@@ -76,6 +77,8 @@ class Task:
                      f"{_fmt(elapsed)} elapsed")
             if 0 < self.done < self.total:
                 text += f", ETA {_fmt(elapsed / self.done * (self.total - self.done))}"
+        elif self._finished:
+            text += f"finished in {_fmt(elapsed)}"
         else:
             text += f"{self.done} done, " if self.done else "running, "
             text += f"{_fmt(elapsed)} elapsed"
@@ -103,6 +106,7 @@ class Task:
         r = self._reporter
         if r is None or not r.close_task(self):
             return
+        self._finished = True
         if r.rich is not None:
             r.rich.remove_task(self._rich_id)
         elif self._printed and (self.total is None or self._printed_done != self.done):

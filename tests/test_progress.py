@@ -74,6 +74,7 @@ def test_a_blocking_step_still_reports_while_it_runs():
     with progress.reporting(True, stream=buf, every=0.05), progress.phase("METIS partition"):
         time.sleep(0.4)
     assert re.search(r"^fedgl: METIS partition: running, 0:00:00 elapsed$", buf.getvalue(), re.M)
+    assert buf.getvalue().splitlines()[-1] == "fedgl: METIS partition: finished in 0:00:00"
 
 
 def test_terminal_shows_a_bar_with_eta():
