@@ -58,7 +58,7 @@ def test_a_restarted_client_counts_a_second_release():
     server = fedgcn_federation(graph, part, hops=2, dp_epsilon=2.0)
     server.pretrain()
     old = server.runtime.local_client(1)
-    server.runtime._clients[1] = FedGCNClient(old.data, old.config, old.seed)  # the restart
+    server.runtime.replace_client(1, FedGCNClient(old.data, old.config, old.seed))  # the restart
     server.restore_client(1)
     counts = account(GaussianMechanism(2.0, 1e-5, 1.0),
                      server.privacy_stats["dp_releases"])["releases_per_client"]
