@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from fedgl._optional import require
 from fedgl.data.graph import GraphData
 from fedgl.errors import DataError
 
@@ -158,7 +159,7 @@ def metis_partition(edge_index: torch.Tensor | np.ndarray, num_nodes: int, num_c
     With ``train_mask`` the training nodes are balanced as well, by
     :func:`balance_marked_nodes` after METIS (pymetis 2025.2's multi-constraint input does not
     balance a second constraint: measured, see docs/decisions.md)."""
-    import pymetis
+    pymetis = require("pymetis", feature="--partition metis")
 
     _check_feasible(num_nodes, num_clients, min_size)
     if num_clients == 1:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from fedgl._optional import require
 from fedgl.privacy.secagg import refuse_non_finite
 
 # Largest total coefficient-modulus bits at the 128-bit classical security level (HE standard,
@@ -182,9 +183,7 @@ def unpack_fixed(slots: np.ndarray, count: int, frac_bits: int, field_bits: int,
 
 # ---------------------------------------------------------------------- contexts
 def _ts():
-    import tenseal
-
-    return tenseal
+    return require("tenseal", feature="CKKS encryption (--secure-sum he, --encrypt-models)")
 
 
 class HEClientContext:
