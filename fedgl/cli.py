@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
             raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
-        if args.command in ("run", "partition", "analyze-comm"):
+        if args.command in ("partition", "analyze-comm"):
             _preload()
         if args.command == "run":
             return _cmd_run(args)
@@ -290,8 +290,6 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- run
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fedgl.api import as_config, run
-
     overrides = _overrides(args)
     if args.config_file and args.config_file.lower() in ("true", "false", "yes", "no", "on", "off"):
         raise ConfigError(f"'{args.config_file}' is not a config file: yes/no flags take no value; "
@@ -303,10 +301,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.config_file or args.overwrite or set(overrides) - {"progress"}:
             raise ConfigError("--resume continues a run with its stored config; drop the config "
                               "file and the other flags")
+        _preload()
+        from fedgl.api import run
+
         result = run(resume=args.resume, **overrides)
         _print_summary(result, Path(args.resume))
         return 0
-    cfg = as_config(args.config_file, **overrides) if args.config_file else as_config(**overrides)
+    # the configuration is checked before torch and the models load: bad input fails at once
+    cfg = (Config.from_yaml(args.config_file, overrides) if args.config_file
+           else Config.from_dict(overrides))
+    check_config(cfg)
+    _preload()
+    from fedgl.api import run
+
     if not cfg.out:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = cfg.replace(out=str(Path("runs") / f"{cfg.algorithm}-{_slug(cfg.dataset)}-{stamp}"))

@@ -80,6 +80,8 @@ def expand(spec: dict[str, Any]) -> list[Cell]:
     from fedgl.config.registry import get_spec, load_all
 
     base, grid = dict(spec.get("base") or {}), dict(spec.get("grid") or {})
+    for algorithm in {*grid.get("algorithm", []), base.get("algorithm", "fedgcn")}:
+        get_spec(str(algorithm))  # registers a plugin algorithm, so its options are known
     options = {name for s in load_all() for name in s.option_names()}
     cells: dict[str, Cell] = {}
     for combo in itertools.product(*grid.values()):

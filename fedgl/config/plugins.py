@@ -126,8 +126,9 @@ def check_spec(spec: Any, where: str, common_keys: set[str]) -> None:
                               "fedgl.plugins.option(default, help)")
         from fedgl.config.fields import field_kind
 
-        if field_kind(f) not in OPTION_KINDS:
-            raise PluginError(f"{where}: option '{f.name}' is annotated '{f.type}'; use bool, "
+        kind = field_kind(f)
+        if kind not in OPTION_KINDS:
+            raise PluginError(f"{where}: option '{f.name}' is annotated '{kind}'; use bool, "
                               "int, float or str (optionally '| None')")
 
 
