@@ -37,29 +37,35 @@ def require(module: str, *, feature: str, extra: str | None = None) -> ModuleTyp
     """
     top = module.split(".")[0]
     extra = extra or EXTRAS.get(top, top)
+    missing = MissingExtraError(
+        f"{feature} needs {top}, which is not installed; install it with "
+        f"pip install 'fedgl[{extra}]' (or 'fedgl[all]' for every optional feature)")
+    if not available(top):
+        raise missing
     try:
         return importlib.import_module(module)
     except ImportError as exc:
-        missing = getattr(exc, "name", None) or top
-        if missing.split(".")[0] != top:
+        name = getattr(exc, "name", None) or top
+        if name.split(".")[0] != top:
             raise  # the package is there but one of its own dependencies is broken
-        raise MissingExtraError(
-            f"{feature} needs {top}, which is not installed; install it with "
-            f"pip install 'fedgl[{extra}]' (or 'fedgl[all]' for every optional feature)"
-        ) from None
+        raise missing from None
 
 
 def available(module: str) -> bool:
-    """Whether ``module`` can be imported (without importing it)."""
+    """Whether ``module`` is installed (checked without importing it). A bare folder of that
+    name on ``sys.path`` (a namespace package, e.g. Ray's session folder ``/tmp/ray`` when
+    fedgl runs in ``/tmp``) does not count."""
     import importlib.util
     import sys
 
     if module in sys.modules:
-        return sys.modules[module] is not None
+        found = sys.modules[module]
+        return found is not None and getattr(found, "__file__", None) is not None
     try:
-        return importlib.util.find_spec(module) is not None
+        spec = importlib.util.find_spec(module)
     except (ImportError, ValueError):
         return False
+    return spec is not None and spec.origin not in (None, "namespace")
 
 
 def check_config(cfg: object) -> None:
