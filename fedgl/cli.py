@@ -127,8 +127,10 @@ def _algorithm_in(argv: list[str]) -> str | None:
     return None
 
 
-def build_parser(algorithm: str | None = None, plugin: str | None = None
-                 ) -> argparse.ArgumentParser:
+def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
+                 run_flags: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``run_flags=False`` leaves out the flags of ``fedgl run``
+    (every algorithm's options) when another command (or ``--help``/``--version``) is given."""
     parser = _Parser(prog="fedgl", description="Federated graph learning (FedGCN and friends).")
     parser.add_argument("--version", action="version", version=f"fedgl {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -140,7 +142,8 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None
     run.add_argument("--resume", metavar="DIR", help="continue the checkpointed run in DIR")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the results already in --out (refused without it)")
-    _add_config_flags(run, algorithm=algorithm, plugin=plugin)
+    if run_flags:
+        _add_config_flags(run, algorithm=algorithm, plugin=plugin)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
     _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
@@ -203,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         chosen = _algorithm_in(argv)
         helping = "-h" in argv or "--help" in argv
+        command = next((a for a in argv if not a.startswith("-")), None)
         parser = build_parser(canonical_name(chosen) if chosen and helping else None,
-                              plugin=None if helping else chosen)
+                              plugin=None if helping else chosen, run_flags=command == "run")
         args, unknown = parser.parse_known_args(argv)
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from importlib import metadata
 from typing import Any
 
 from fedgl.errors import PluginError
@@ -54,6 +53,8 @@ def discover(refresh: bool = False) -> dict[str, Plugin]:
     it, e.g. after installing a package in the same process)."""
     global _DISCOVERED
     if _DISCOVERED is None or refresh:
+        from importlib import metadata  # ~20 ms: only when algorithms are looked up
+
         found: dict[str, Plugin] = {}
         for ep in metadata.entry_points(group=GROUP):
             dist = getattr(ep, "dist", None)
