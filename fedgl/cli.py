@@ -110,7 +110,7 @@ def _add_plugin_list(parser: argparse.ArgumentParser, chosen: str | None) -> Non
         return
     lines = [f"{name} (package {p.package} {p.version})" for name, p in found.items()
              if name in plugin_names() and name != chosen]
-    clashing = [f"{name} from {p.package} (ignored: a built-in's name; rename it)"
+    clashing = [f"{name} from {p.package} (ignored: a built-in name; rename it)"
                 for name, p in found.items() if name not in plugin_names()]
     parser.add_argument_group("plugin algorithms", "; ".join(lines + clashing) + ". Their "
                               "options: fedgl run --algorithm NAME --help; check them all: "
@@ -188,9 +188,8 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
     ds.add_argument("--check", action="store_true",
                     help="load and validate every available dataset's files")
 
-    plug = sub.add_parser("plugins", help="list the installed plugin algorithms and check "
-                          "that each one loads (see docs/extending.md)")
-    plug.set_defaults(plugin_check=True)
+    sub.add_parser("plugins", help="list the installed plugin algorithms and check that each "
+                   "one loads (see docs/extending.md)")
 
     keys = sub.add_parser("keys", help="make client identity keys and the federation roster",
                           description="Write roster.json (public Ed25519 keys, for every "

@@ -227,13 +227,22 @@ def test_plugin_named_like_a_builtin_is_refused_and_the_builtin_runs(plugin_site
                                                                      tmp_path):
     write_plugin(plugin_site, "fedgl-clash", "fedgcn = plug_clash:SPEC", "plug_clash",
                  "raise RuntimeError('must never be imported')\n")
+    write_plugin(plugin_site, "fedgl-alias", "bds-gcn = plug_alias:SPEC", "plug_alias",
+                 "raise RuntimeError('must never be imported')\n")   # a built-in's alias
     plugin_discovery.discover(refresh=True)
     assert registry.get_spec("fedgcn").entry.startswith("fedgl.algorithms.fedgcn")
+    assert registry.get_spec("bds-gcn").name == "bns-gcn"
+    assert registry.plugin_names() == []
     res = cli("run", "--algorithm", "fedgcn", "--hops", "0", *TINY, "--out", tmp_path / "ok")
     assert res.code == 0, res.err
     res = cli("plugins")
-    assert res.code == 2
-    assert_user_error(res, "plugin 'fedgcn'", "fedgl-clash", "built-in", "rename the entry point")
+    lines = res.err.splitlines()   # one line per broken plugin, no traceback
+    assert res.code == 2 and len(lines) == 2 and "Traceback" not in res.err
+    assert all(line.startswith("fedgl: error: plugin '") for line in lines)
+    clash = next(line for line in lines if "plugin 'fedgcn'" in line)
+    for word in ("fedgl-clash", "built-in", "rename the entry point"):
+        assert word in clash
+    assert any("plugin 'bds-gcn'" in line and "fedgl-alias" in line for line in lines)
     assert "fedgcn from fedgl-clash (ignored" in " ".join(run_help(capsys).split())
 
 

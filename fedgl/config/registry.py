@@ -123,12 +123,22 @@ def algorithm_names() -> list[str]:
 def plugin_names() -> list[str]:
     """Names of the installed plugin algorithms (entry point group ``fedgl.algorithms``) that do
     not clash with a built-in (metadata only: no plugin is imported)."""
-    return sorted(n for n in discover() if n not in BUILTIN)
+    found = discover()
+    if not found:
+        return []
+    load_all()  # the built-ins' aliases (light: spec and options modules only)
+    return sorted(n for n in found if n not in BUILTIN and n not in _builtin_aliases())
+
+
+def _builtin_aliases() -> set[str]:
+    return {alias for alias, target in _ALIASES.items() if target in BUILTIN}
 
 
 def canonical_name(name: str) -> str:
     name = str(name)
-    if name in BUILTIN or name in _SPECS or name in discover():
+    if name in BUILTIN or name in _SPECS:
+        return name
+    if name not in _ALIASES and name in plugin_names():
         return name
     if name in _ALIASES:
         return _ALIASES[name]
@@ -156,7 +166,8 @@ def load_plugin(name: str) -> AlgorithmSpec:
     """Import the installed plugin ``name``, check its spec and register it."""
     from fedgl.config.schema import COMMON_KEYS
 
-    builtin_names = set(BUILTIN) | {a for s in load_all() if s.name in BUILTIN for a in s.aliases}
+    load_all()
+    builtin_names = set(BUILTIN) | _builtin_aliases()
     spec = plugins.load(discover()[name], builtin_names, set(COMMON_KEYS))
     return register(spec)
 
