@@ -212,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
             raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
-        if args.command in ("partition", "analyze-comm"):
+        if args.command == "analyze-comm":
             _preload()
         if args.command == "run":
             return _cmd_run(args)
@@ -438,10 +438,7 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fedgl.api import as_config, load_graph
-    from fedgl.data.shards import make_partition
-
-    cfg = as_config(**_overrides(args))
+    cfg = Config.from_dict(_overrides(args))  # checked before torch loads
     check_config(cfg)
     if args.plot:
         require("matplotlib", feature="--plot")
@@ -450,6 +447,10 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     if args.plot:
         _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
         _probe_writable(Path(args.plot))
+    _preload()
+    from fedgl.api import load_graph
+    from fedgl.data.shards import make_partition
+
     graph = load_graph(cfg)
     part = make_partition(graph, cfg, cfg.seed)
     stats = part.stats(graph)

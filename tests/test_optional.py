@@ -143,7 +143,8 @@ def imported_by(*args: str, cwd: Path) -> dict:
 
 @pytest.mark.parametrize("args", [["--help"], ["--version"], ["run", "--help"],
                                   ["run", "--algorithm", "glasu", "--help"],
-                                  ["run", "--clients", "0"], ["plugins"]])
+                                  ["run", "--clients", "0"], ["partition", "--beta", "0"],
+                                  ["plugins"]])
 def test_light_commands_import_no_torch(args, tmp_path):
     res = imported_by(*args, cwd=tmp_path)
     assert res["modules"] == [], res
