@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from fedgl._optional import check_config
 from fedgl.checkpoint import Checkpointer, load_checkpoint, resume_config, set_rng_state
 from fedgl.config import Config
 from fedgl.data.datasets import load_graph
@@ -76,6 +77,7 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         cfg = as_config(config, **overrides)
         if cfg.checkpoint_every and not cfg.out:
             raise ConfigError("checkpoint_every needs an output folder; set --out DIR")
+        check_config(cfg)  # a missing extra fails here, before any work
         check_resources(cfg, generates_graph=graph is None)
         folder = OutputFolder(cfg.out, overwrite=overwrite) if cfg.out else None
     if folder is not None:

@@ -29,9 +29,16 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
 
+from fedgl._optional import check_config, require
 from fedgl.config import SECTIONS, Config
 from fedgl.config.fields import field_kind
-from fedgl.config.registry import algorithm_names, canonical_name, get_spec, load_all
+from fedgl.config.registry import (
+    algorithm_names,
+    canonical_name,
+    get_spec,
+    load_all,
+    plugin_names,
+)
 from fedgl.config.schema import KEY_ALIASES
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.version import __version__
@@ -65,9 +72,10 @@ def _add_field_flag(group: Any, f: Any, seen: set[str]) -> None:
 
 
 def _add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | None = None,
-                      algorithm: str | None = None) -> None:
+                      algorithm: str | None = None, plugin: str | None = None) -> None:
     """Flags grouped by config section, then each algorithm's options under its name (only
-    ``algorithm``'s when it is given)."""
+    ``algorithm``'s when it is given). Plugins are imported only when chosen (``algorithm`` or
+    ``plugin``, the ``--algorithm`` of a command line); the others are listed by name."""
     seen: set[str] = set()
     if only is None:
         parser.add_argument("--algorithm", dest="algorithm", default=argparse.SUPPRESS,
@@ -81,12 +89,32 @@ def _add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | N
     if only is not None:
         return
     specs = [get_spec(algorithm)] if algorithm else load_all()
+    if not algorithm:
+        _add_plugin_list(parser, plugin)
+        if plugin in plugin_names():
+            specs.append(get_spec(plugin))
     for spec in specs:
         if spec.options is None:
             continue
         group = parser.add_argument_group(f"{spec.name} options", spec.summary)
         for f in fields(spec.options):
             _add_field_flag(group, f, seen)
+
+
+def _add_plugin_list(parser: argparse.ArgumentParser, chosen: str | None) -> None:
+    """The installed plugins by name (from package metadata; none is imported for this)."""
+    from fedgl.config.plugins import discover
+
+    found = discover()
+    if not found:
+        return
+    lines = [f"{name} (package {p.package} {p.version})" for name, p in found.items()
+             if name in plugin_names() and name != chosen]
+    clashing = [f"{name} from {p.package} (ignored: a built-in name; rename it)"
+                for name, p in found.items() if name not in plugin_names()]
+    parser.add_argument_group("plugin algorithms", "; ".join(lines + clashing) + ". Their "
+                              "options: fedgl run --algorithm NAME --help; check them all: "
+                              "fedgl plugins")
 
 
 def _algorithm_in(argv: list[str]) -> str | None:
@@ -99,7 +127,10 @@ def _algorithm_in(argv: list[str]) -> str | None:
     return None
 
 
-def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
+def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
+                 run_flags: bool = True) -> argparse.ArgumentParser:
+    """The whole command line; ``run_flags=False`` leaves out the flags of ``fedgl run``
+    (every algorithm's options) when another command (or ``--help``/``--version``) is given."""
     parser = _Parser(prog="fedgl", description="Federated graph learning (FedGCN and friends).")
     parser.add_argument("--version", action="version", version=f"fedgl {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -111,7 +142,8 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     run.add_argument("--resume", metavar="DIR", help="continue the checkpointed run in DIR")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the results already in --out (refused without it)")
-    _add_config_flags(run, algorithm=algorithm)
+    if run_flags:
+        _add_config_flags(run, algorithm=algorithm, plugin=plugin)
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
     _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
@@ -157,6 +189,9 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
     ds.add_argument("--check", action="store_true",
                     help="load and validate every available dataset's files")
 
+    sub.add_parser("plugins", help="list the installed plugin algorithms and check that each "
+                   "one loads (see docs/extending.md)")
+
     keys = sub.add_parser("keys", help="make client identity keys and the federation roster",
                           description="Write roster.json (public Ed25519 keys, for every "
                                       "client) and client-<k>.key (private; copy each to its "
@@ -169,13 +204,16 @@ def build_parser(algorithm: str | None = None) -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
-        chosen = _algorithm_in(argv) if "-h" in argv or "--help" in argv else None
-        parser = build_parser(canonical_name(chosen) if chosen else None)
+        chosen = _algorithm_in(argv)
+        helping = "-h" in argv or "--help" in argv
+        command = next((a for a in argv if not a.startswith("-")), None)
+        parser = build_parser(canonical_name(chosen) if chosen and helping else None,
+                              plugin=None if helping else chosen, run_flags=command == "run")
         args, unknown = parser.parse_known_args(argv)
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
             raise ConfigError(f"unrecognized arguments: {' '.join(unknown)} (see `{where} --help`)")
-        if args.command in ("run", "partition", "analyze-comm"):
+        if args.command == "analyze-comm":
             _preload()
         if args.command == "run":
             return _cmd_run(args)
@@ -187,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_analyze_comm(args)
         if args.command == "keys":
             return _cmd_keys(args)
+        if args.command == "plugins":
+            return _cmd_plugins()
         if args.command == "sweep":
             from fedgl.sweep import load_sweep, parse_only, sweep
 
@@ -195,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"sweep table written to {root / 'sweep.csv'}")
             return 0
         if args.command == "report":
+            require("matplotlib", feature="fedgl report (its figures)")
             from fedgl.report import write_report
 
             dest = write_report(list(args.folder), args.out, target=args.target_acc)
@@ -253,8 +294,6 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 
 # ---------------------------------------------------------------------- run
 def _cmd_run(args: argparse.Namespace) -> int:
-    from fedgl.api import as_config, run
-
     overrides = _overrides(args)
     if args.config_file and args.config_file.lower() in ("true", "false", "yes", "no", "on", "off"):
         raise ConfigError(f"'{args.config_file}' is not a config file: yes/no flags take no value; "
@@ -266,10 +305,19 @@ def _cmd_run(args: argparse.Namespace) -> int:
         if args.overwrite:
             raise ConfigError("--resume continues a run in its folder; drop --overwrite")
         _say_where_resumed(args.resume)
+        _preload()
+        from fedgl.api import run
+
         result = run(args.config_file, resume=args.resume, **overrides)
         _print_summary(result, Path(args.resume))
         return 0
-    cfg = as_config(args.config_file, **overrides) if args.config_file else as_config(**overrides)
+    # the configuration is checked before torch and the models load: bad input fails at once
+    cfg = (Config.from_yaml(args.config_file, overrides) if args.config_file
+           else Config.from_dict(overrides))
+    check_config(cfg)
+    _preload()
+    from fedgl.api import run
+
     if not cfg.out:
         stamp = time.strftime("%Y%m%d-%H%M%S")
         cfg = cfg.replace(out=str(Path("runs") / f"{cfg.algorithm}-{_slug(cfg.dataset)}-{stamp}"))
@@ -422,22 +470,26 @@ def _cmd_partition(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from fedgl.api import as_config, load_graph
-    from fedgl.data.shards import make_partition
-    from fedgl.progress import reporting
-
-    cfg = as_config(**_overrides(args))
+    cfg = Config.from_dict(_overrides(args))  # checked before torch loads
+    check_config(cfg)
     if args.plot and (args.plot.endswith(("/", os.sep)) or Path(args.plot).is_dir()):
         name = args.plot.rstrip("/" + os.sep) or "labels"
         hint = name if Path(name).suffix.lower() in (".png", ".pdf", ".svg") else (
             str(Path(name) / "labels.png"))
         raise ConfigError(f"--plot '{args.plot}' is a folder path; give a file name, e.g. "
                           f"--plot {hint}")
+    if args.plot:
+        require("matplotlib", feature="--plot")
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):
         raise ConfigError(f"--plot '{args.plot}' must end in .png, .pdf or .svg")
     if args.plot:
         _check_writable_folder(Path(args.plot).absolute().parent, "--plot folder")
         _probe_writable(Path(args.plot))
+    _preload()
+    from fedgl.api import load_graph
+    from fedgl.data.shards import make_partition
+    from fedgl.progress import reporting
+
     with reporting(True):   # synthetic generation, METIS, Louvain: progress on stderr
         graph = load_graph(cfg)
         part = make_partition(graph, cfg, cfg.seed)
@@ -490,6 +542,31 @@ def _cmd_analyze_comm(args: argparse.Namespace) -> int:
                               "choose a writable path") from None
         print(f"analysis written to {out}")
     return 0
+
+
+# ---------------------------------------------------------------------- plugins
+def _cmd_plugins() -> int:
+    """Every installed plugin: loaded and checked, one line each; exit 2 if any is broken."""
+    from fedgl.config.plugins import discover
+
+    found = discover()
+    if not found:
+        print("no plugin algorithms installed (entry point group fedgl.algorithms; see "
+              "docs/extending.md)")
+        return 0
+    broken = 0
+    for name, plugin in found.items():
+        try:
+            spec = get_spec(name) if name in plugin_names() else None
+            if spec is None:
+                from fedgl.config.plugins import clash_error
+
+                raise clash_error(plugin)
+            print(f"  {name:<18} ok     {plugin.package} {plugin.version}: {spec.summary}")
+        except FedglError as exc:
+            broken += 1
+            print(f"fedgl: error: {exc}", file=sys.stderr)
+    return 2 if broken else 0
 
 
 # ---------------------------------------------------------------------- datasets

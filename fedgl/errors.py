@@ -20,6 +20,17 @@ class DataError(FedglError):
     """A dataset that is missing, corrupt, or cannot be partitioned as asked."""
 
 
+class PluginError(ConfigError):
+    """A third-party algorithm plugin (entry point group ``fedgl.algorithms``) that cannot be
+    used: it fails to import, clashes with a built-in name, or declares a bad spec. The message
+    names the plugin, its package and the fix."""
+
+
+class MissingExtraError(FedglError):
+    """A feature needs an optional dependency that is not installed; the message names the extra
+    and the install command (e.g. ``pip install 'fedgl[ray]'``)."""
+
+
 class OutputError(FedglError):
     """The results folder cannot be used: in use by another run, already holding results, not
     writable, or the disk is full."""

@@ -8,13 +8,14 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from fedgl._optional import require
 from fedgl.report_figures import method_label, split_label
 
 
 def plot_label_histogram(label_counts: list[list[int]], path: str | Path, *,
                          title: str = "") -> Path:
     """Stacked bar chart of each client's label counts (FedGCN paper, Figure 3 style)."""
-    import matplotlib
+    matplotlib = require("matplotlib", feature="plots (fedgl report, fedgl partition --plot)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -197,7 +198,7 @@ MAX_ROUND_LINES = 12
 def plot_accuracy_vs_rounds(groups: list[dict[str, Any]], path: Path) -> Path | None:
     """Mean test accuracy over repeats at every evaluated round, one line per setting (None when
     there are more than :data:`MAX_ROUND_LINES` settings)."""
-    import matplotlib
+    matplotlib = require("matplotlib", feature="plots (fedgl report, fedgl partition --plot)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -257,7 +258,7 @@ def plot_accuracy_vs_bytes(groups: list[dict[str, Any]], path: Path) -> Path | N
     points = [(g, acc, nb) for g, acc, nb in points if acc is not None and nb is not None]
     if not any(nb["mean"] > 0 for _, _, nb in points):
         return None
-    import matplotlib
+    matplotlib = require("matplotlib", feature="plots (fedgl report, fedgl partition --plot)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -22,6 +22,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from fedgl._optional import require
+
 #: keys that name the data split (panels), never a method
 SPLIT_KEYS = ("dataset", "partition", "beta", "mcmahan_p")
 #: i.i.d. controls, in order of preference when several vary
@@ -128,7 +130,7 @@ def control_series(groups: list[dict[str, Any]], target: float | None) -> dict[s
 
 
 def _pyplot() -> Any:
-    import matplotlib
+    matplotlib = require("matplotlib", feature="plots (fedgl report, fedgl partition --plot)")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt

@@ -88,6 +88,10 @@ def expand(spec: dict[str, Any]) -> list[Cell]:
     from fedgl.config import Config
 
     base, grid = dict(spec.get("base") or {}), dict(spec.get("grid") or {})
+    from fedgl.config.registry import get_spec
+
+    for algorithm in {*grid.get("algorithm", []), base.get("algorithm", "fedgcn")}:
+        get_spec(str(algorithm))  # registers a plugin algorithm, so its options are known
     cells: dict[str, Cell] = {}
     read: set[str] = set()
     for combo in itertools.product(*grid.values()):

@@ -21,7 +21,7 @@ from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.protocol import Int, OneOf, Weights, Wire, handles
 from fedgl.federation.runtime import Runtime
-from fedgl.models import build_model
+from fedgl.models import build_model, gcn_edge_weights
 
 #: evaluating this many clients or more shows a progress line (fewer take a moment)
 MANY_CLIENTS = 100
@@ -186,8 +186,8 @@ class GNNClient(ABC):
         for _ in range(local_steps):
             seeds, y = local_step_batch(si, int(cfg.batch_size), gen)
             opt.zero_grad(set_to_none=True)
-            loss = F.nll_loss(minibatch_forward(self.model, cfg.model, si, seeds, fanouts, gen,
-                                                self.generator), y)
+            loss = self.local_loss(minibatch_forward(self.model, cfg.model, si, seeds, fanouts,
+                                                     gen, self.generator), y)
             loss.backward()
             opt.step()
             losses.append(loss.item())
@@ -220,6 +220,14 @@ class GNNClient(ABC):
         return torch.optim.SGD(self.model.parameters(), lr=self.config.lr,
                                weight_decay=self.config.weight_decay)
 
+    def local_loss(self, log_probs: Tensor, y: Tensor) -> Tensor:
+        """The loss of one local step: the mean NLL of the training nodes' log-probabilities.
+
+        A subclass may add terms (FedProx's proximal term, see docs/extending.md); the model
+        being trained is ``self.model``. Clients whose class overrides this train one by one
+        (the batched fast path of :meth:`fit_many` computes only the NLL)."""
+        return F.nll_loss(log_probs, y)
+
     def _train_forward(self) -> Callable[[], Tensor]:
         """Log-probabilities of the training nodes (in ``_y[train]`` order), for one step."""
         inp = self._train_inputs()
@@ -249,7 +257,7 @@ class GNNClient(ABC):
             forward, y_train = self._train_forward(), self._y[train]
             for _ in range(local_steps):
                 opt.zero_grad(set_to_none=True)
-                loss = F.nll_loss(forward(), y_train)
+                loss = self.local_loss(forward(), y_train)
                 loss.backward()
                 opt.step()
                 losses.append(loss.item())
@@ -267,7 +275,7 @@ class GNNClient(ABC):
         from fedgl.algorithms.batched import fit_gcn_clients, uniform_group
 
         if (not uniform_group(clients) or clients[0].config.model != "gcn"
-                or clients[0].minibatch):
+                or clients[0].minibatch or type(clients[0]).local_loss is not GNNClient.local_loss):
             return None
         out = fit_gcn_clients(clients, weights, local_steps, round, cache)
         for c in clients:
@@ -323,6 +331,30 @@ class GNNClient(ABC):
         from fedgl.algorithms.batched import predict_gnn_clients
 
         return predict_gnn_clients(clients, weights, cache)
+
+
+class FedAvgClient(GNNClient):
+    """The FedAvg client: trains on its local subgraph only (own nodes with their raw features,
+    the edges among them, GCN normalisation with the local degrees). FedGCN with ``--hops 0``
+    computes exactly this; subclass it to change the local objective (:meth:`local_loss`)."""
+
+    minibatch_capable = True
+
+    def model_inputs(self) -> ModelInputs:
+        return local_subgraph_inputs(self.data, self.data.x)
+
+
+def local_subgraph_inputs(data: ClientData, x: Tensor, *, pre_aggregated: bool = False
+                          ) -> ModelInputs:
+    """Rows = the client's own nodes (features ``x``); edges = own-own edges weighted
+    ``d̃_i^-1/2 d̃_j^-1/2`` with the local degrees (the graph A_k), self-loops appended."""
+    j, i = data.edge_index
+    own_src = data.owns(j)
+    ei = torch.stack([data.global_to_local(j[own_src]), data.global_to_local(i[own_src])])
+    local_deg = torch.bincount(ei[1], minlength=data.num_nodes) + 1
+    ei, w = gcn_edge_weights(ei, data.num_nodes, local_deg)
+    return ModelInputs(x, ei, w, torch.arange(data.num_nodes), pre_aggregated=pre_aggregated,
+                       node_norm=local_deg.to(torch.float32).pow(-0.5))
 
 
 def restrict_to_receptive_field(inp: ModelInputs, rows: Tensor, depth: int) -> ModelInputs:

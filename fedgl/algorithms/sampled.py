@@ -40,29 +40,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from fedgl.config import parse_fanouts
+from fedgl.algorithms.minibatch_checks import check_minibatch  # noqa: F401 - its old home
 from fedgl.data.sampling import Block, CSRGraph, sample_blocks, uniform_batch
-from fedgl.errors import ConfigError
 from fedgl.models.base import dropout
 from fedgl.models.blocks import conv_on_block, layer_update
 
 #: entries of the CSR (times feature width) aggregated at once by :func:`full_inference`
 INFERENCE_CHUNK_VALUES = 1 << 24
-
-
-def check_minibatch(cfg: object) -> None:
-    """Config rules of mini-batch local training (one line each, naming the fix)."""
-    batch = int(getattr(cfg, "batch_size", 0))
-    fanouts = str(getattr(cfg, "fanouts", "")).strip()
-    if batch == 0 and fanouts not in ("", "-1", "0", "all"):
-        raise ConfigError(f"fanouts ({fanouts}) sample neighbours for mini-batches; add "
-                          "--batch-size N (e.g. 1024) or drop --fanouts")
-    if batch > 0:
-        model = getattr(cfg, "model", "gcn")
-        if model not in ("gcn", "sage"):
-            raise ConfigError(f"mini-batch local training runs gcn or sage models, not {model}; "
-                              "use --model gcn or --batch-size 0")
-        parse_fanouts(fanouts, int(getattr(cfg, "layers", 2)))
 
 
 @dataclass

@@ -24,8 +24,10 @@ def option(default: Any, help: str, **extra: Any) -> Any:
 
 
 def field_kind(f: dataclasses.Field) -> str:
-    """``bool``, ``int``, ``float`` or ``str`` from a field's annotation (``X | None`` -> X)."""
-    return str(f.type).split(" ")[0].split("|")[0].strip()
+    """``bool``, ``int``, ``float`` or ``str`` from a field's annotation (``X | None`` -> X;
+    a string annotation, as under ``from __future__ import annotations``, or the type itself)."""
+    text = f.type.__name__ if isinstance(f.type, type) else str(f.type)
+    return text.split(" ")[0].split("|")[0].strip()
 
 
 def is_optional(f: dataclasses.Field) -> bool:

@@ -31,6 +31,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from fedgl.config import plugins
+from fedgl.config.plugins import discover
 from fedgl.errors import ConfigError
 
 #: built-in algorithm name -> the module whose import registers it
@@ -113,13 +115,30 @@ def register(spec: AlgorithmSpec) -> AlgorithmSpec:
 
 
 def algorithm_names() -> list[str]:
-    """Every known algorithm name (built-in and registered), without importing any."""
-    return sorted(set(BUILTIN) | set(_SPECS))
+    """Every known algorithm name (built-in, registered, and installed plugins' entry points),
+    without importing any."""
+    return sorted(set(BUILTIN) | set(_SPECS) | set(plugin_names()))
+
+
+def plugin_names() -> list[str]:
+    """Names of the installed plugin algorithms (entry point group ``fedgl.algorithms``) that do
+    not clash with a built-in (metadata only: no plugin is imported)."""
+    found = discover()
+    if not found:
+        return []
+    load_all()  # the built-ins' aliases (light: spec and options modules only)
+    return sorted(n for n in found if n not in BUILTIN and n not in _builtin_aliases())
+
+
+def _builtin_aliases() -> set[str]:
+    return {alias for alias, target in _ALIASES.items() if target in BUILTIN}
 
 
 def canonical_name(name: str) -> str:
     name = str(name)
     if name in BUILTIN or name in _SPECS:
+        return name
+    if name not in _ALIASES and name in plugin_names():
         return name
     if name in _ALIASES:
         return _ALIASES[name]
@@ -128,10 +147,13 @@ def canonical_name(name: str) -> str:
 
 
 def get_spec(name: str) -> AlgorithmSpec:
-    """The spec of ``name`` (or an alias); ConfigError naming the choices if unknown."""
+    """The spec of ``name`` (or an alias); ConfigError naming the choices if unknown, and
+    :class:`~fedgl.errors.PluginError` if it is a plugin that cannot be used."""
     name = canonical_name(name)
     if name not in _SPECS and name in BUILTIN:
         importlib.import_module(BUILTIN[name])
+    if name not in _SPECS and name in discover():
+        load_plugin(name)
     if name not in _SPECS:
         names = algorithm_names()
         close = difflib.get_close_matches(name.lower(), names, n=1)  # names are lower case
@@ -140,8 +162,19 @@ def get_spec(name: str) -> AlgorithmSpec:
     return _SPECS[name]
 
 
+def load_plugin(name: str) -> AlgorithmSpec:
+    """Import the installed plugin ``name``, check its spec and register it."""
+    from fedgl.config.schema import COMMON_KEYS
+
+    load_all()
+    builtin_names = set(BUILTIN) | _builtin_aliases()
+    spec = plugins.load(discover()[name], builtin_names, set(COMMON_KEYS))
+    return register(spec)
+
+
 def load_all() -> list[AlgorithmSpec]:
-    """Every spec (imports every built-in ``spec.py``; for --help and cross-algorithm hints)."""
+    """Every built-in spec and every registered one (imports every built-in ``spec.py``, and no
+    plugin that was not used yet; for --help and cross-algorithm hints)."""
     for module in sorted(set(BUILTIN.values())):
         importlib.import_module(module)
     return [_SPECS[n] for n in sorted(_SPECS)]

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from fedgl import progress
+from fedgl._optional import require
 from fedgl.data.graph import GraphData
 from fedgl.errors import DataError
 
@@ -197,7 +198,7 @@ def metis_partition(edge_index: torch.Tensor | np.ndarray, num_nodes: int, num_c
     With ``train_mask`` the training nodes are balanced as well, by
     :func:`balance_marked_nodes` after METIS (pymetis 2025.2's multi-constraint input does not
     balance a second constraint: measured, see docs/decisions.md)."""
-    import pymetis
+    pymetis = require("pymetis", feature="--partition metis")
 
     _check_feasible(num_nodes, num_clients, min_size)
     if num_clients == 1:

@@ -20,6 +20,7 @@ from collections import defaultdict
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from fedgl._optional import require
 from fedgl.config import Config
 from fedgl.data.shards import ShardSpec, load_shard
 from fedgl.errors import FedglError, RunAborted
@@ -122,7 +123,7 @@ def start_ray(cfg: Config) -> bool:
     """Join ``cfg.ray_address`` or start a fresh local Ray bound to 127.0.0.1 (never a cluster
     that ``RAY_ADDRESS`` or a stale ``ray_current_cluster`` file names). Returns whether this
     call started Ray (and so should shut it down)."""
-    import ray
+    ray = require("ray", feature="--runtime ray")
 
     if ray.is_initialized():
         return False
@@ -176,7 +177,7 @@ class RayRuntime:
 
     def __init__(self, specs: Mapping[int, ShardSpec], client_cls: type, cfg: Config,
                  ledger: Ledger | None = None) -> None:
-        import ray
+        ray = require("ray", feature="--runtime ray")
 
         self._ray = ray
         self.ledger = ledger if ledger is not None else Ledger()

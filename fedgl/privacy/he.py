@@ -30,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fedgl import progress
+from fedgl._optional import require
 from fedgl.federation.codec import WireError, wire_type
 from fedgl.privacy.secagg import refuse_non_finite
 
@@ -204,9 +205,7 @@ def unpack_fixed(slots: np.ndarray, count: int, frac_bits: int, field_bits: int,
 
 # ---------------------------------------------------------------------- contexts
 def _ts():
-    import tenseal
-
-    return tenseal
+    return require("tenseal", feature="CKKS encryption (--secure-sum he, --encrypt-models)")
 
 
 class HEClientContext:

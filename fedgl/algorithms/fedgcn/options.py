@@ -31,7 +31,7 @@ class FedGCNOptions:
                                               "sums for any value)")
 
     def validate(self, cfg: Any) -> None:
-        from fedgl.algorithms.sampled import check_minibatch
+        from fedgl.algorithms.minibatch_checks import check_minibatch
 
         check_minibatch(cfg)
         if self.pretrain_chunk_rows < 1:

@@ -1,0 +1,157 @@
+"""Optional dependencies (extras) and what the CLI imports at start-up.
+
+A missing extra is simulated in a subprocess with ``sys.modules[name] = None`` (an import of it
+then fails exactly as for an absent package); the real absence was checked in a core-only
+virtualenv (docs/performance.md).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from fedgl._optional import EXTRAS, available, require
+from fedgl.errors import FedglError, MissingExtraError
+from tests._cli_helpers import REPO, TINY
+
+DRIVER = r"""
+import contextlib, io, json, sys
+cases = json.loads(sys.argv[1])
+out = []
+for case in cases:
+    saved = {m: sys.modules.pop(m) for m in list(sys.modules) if m.split(".")[0] == case["hide"]}
+    sys.modules[case["hide"]] = None
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            if case["kind"] == "cli":
+                from fedgl.cli import main
+                code = main(case["args"])
+            else:
+                exec(case["code"])
+                code = 0
+    except Exception as exc:
+        code = f"{type(exc).__name__}: {exc}"
+    out.append({"code": code, "err": err.getvalue()})
+    del sys.modules[case["hide"]]
+    sys.modules.update(saved)
+print(json.dumps(out))
+"""
+
+
+def run_hidden(cases: list[dict], cwd: Path) -> list[dict]:
+    proc = subprocess.run([sys.executable, "-c", DRIVER, json.dumps(cases)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "FEDGL_OFFLINE": "1", "PATH": "/usr/bin"})
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_each_missing_extra_is_one_line_naming_it(tmp_path):
+    small = [*TINY, "--out", str(tmp_path / "never")]
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "result.json").write_text("{}")
+    cli = [("ray", ["run", "--runtime", "ray", *small]),
+           ("tenseal", ["run", "--secure-sum", "he", *small]),
+           ("tenseal", ["run", "--encrypt-models", "--no-oracle-eval", *small]),
+           ("pymetis", ["run", "--partition", "metis", *small]),
+           ("pymetis", ["partition", "--partition", "metis", "--clients", "2"]),
+           ("matplotlib", ["partition", "--clients", "2", "--plot", str(tmp_path / "p.png")]),
+           ("matplotlib", ["report", str(tmp_path / "run")])]
+    api = [("ray", "import fedgl; fedgl.run(runtime='ray', dataset='sbm', sbm_nodes=40, "
+                   "clients=2, rounds=1, progress=False)"),
+           # the import sites themselves, for callers that skip the up-front check
+           ("tenseal", "from fedgl.privacy.he import HEClientContext, HEParams; "
+                       "HEClientContext.generate(HEParams())"),
+           ("pymetis", "import numpy as np; from fedgl.data.partition import metis_partition; "
+                       "metis_partition(np.array([[0, 1], [1, 0]]), 2, 2)"),
+           ("ray", "from fedgl.federation.ray_runtime import start_ray; "
+                   "from fedgl.config import Config; start_ray(Config.from_dict({}))"),
+           ("matplotlib", "from fedgl.report import plot_label_histogram; "
+                          "plot_label_histogram([[1, 2]], 'x.png')")]
+    cases = ([{"hide": m, "kind": "cli", "args": a} for m, a in cli]
+             + [{"hide": m, "kind": "api", "code": c} for m, c in api])
+    results = run_hidden(cases, tmp_path)
+    extra_of = {"ray": "ray", "tenseal": "he", "pymetis": "metis", "matplotlib": "plots"}
+    for case, res in zip(cases, results, strict=True):
+        install = f"pip install 'fedgl[{extra_of[case['hide']]}]'"
+        if case["kind"] == "cli":
+            assert res["code"] == 2, (case, res)
+            lines = res["err"].splitlines()
+            assert len(lines) == 1 and lines[0].startswith("fedgl: error: "), (case, res)
+            assert install in lines[0] and case["hide"] in lines[0], (case, res)
+        else:
+            assert res["code"].startswith("MissingExtraError: "), (case, res)
+            assert install in res["code"], (case, res)
+    assert not (tmp_path / "never").exists()
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "x.png").exists()
+
+
+def test_require_and_available(tmp_path, monkeypatch):
+    assert require("json", feature="reading").__name__ == "json"
+    assert issubclass(MissingExtraError, FedglError)
+    with pytest.raises(MissingExtraError, match=r"needs fedgl_no_such_module.*pip install "
+                                                r"'fedgl\[extra9\]'"):
+        require("fedgl_no_such_module.sub", feature="a feature", extra="extra9")
+    # a bare folder of that name (e.g. Ray's /tmp/ray when run from /tmp) is not the package
+    (tmp_path / "fedgl_fake_extra").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert not available("fedgl_fake_extra")
+    with pytest.raises(MissingExtraError, match="fedgl_fake_extra"):
+        require("fedgl_fake_extra", feature="x")
+
+
+def test_pyproject_extras_match_the_helper():
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    core = " ".join(project["dependencies"]).lower()
+    extras = project["optional-dependencies"]
+    for module, extra in EXTRAS.items():
+        dist = {"flwr": "flwr", "pymetis": "pymetis"}.get(module, module)
+        assert dist not in core, f"{dist} is in the core dependencies"
+        assert any(req.lower().startswith(dist) for req in extras[extra]), (extra, extras[extra])
+    assert extras["all"] == ["fedgl[" + ",".join(["ray", "he", "metis", "flower", "plots"]) + "]"]
+    assert set(EXTRAS.values()) == {"ray", "he", "metis", "flower", "plots"}
+    assert "fedgl[all]" in extras["dev"]
+    assert {"pytest", "ruff", "import-linter"} <= {r.split(">")[0].split("=")[0]
+                                                   for r in extras["dev"]}
+
+
+# ---------------------------------------------------------------------- start-up imports
+PROBE = r"""
+import json, sys
+from fedgl.cli import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as exc:
+    code = exc.code
+heavy = ("torch", "torch_geometric", "ray", "tenseal", "matplotlib", "pymetis", "flwr", "scipy")
+print(json.dumps({"code": code, "modules": [m for m in heavy if m in sys.modules]}))
+"""
+
+
+def imported_by(*args: str, cwd: Path) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROBE, *args], cwd=cwd, capture_output=True,
+                          text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "FEDGL_OFFLINE": "1", "PATH": "/usr/bin"})
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [["--help"], ["--version"], ["run", "--help"],
+                                  ["run", "--algorithm", "glasu", "--help"],
+                                  ["run", "--clients", "0"], ["partition", "--beta", "0"],
+                                  ["plugins"]])
+def test_light_commands_import_no_torch(args, tmp_path):
+    res = imported_by(*args, cwd=tmp_path)
+    assert res["modules"] == [], res
+
+
+def test_datasets_imports_no_model_or_extra_code(tmp_path):
+    res = imported_by("datasets", "--data-root", str(tmp_path), cwd=tmp_path)
+    assert res["code"] == 0
+    assert not {"torch_geometric", "ray", "tenseal", "matplotlib", "pymetis", "flwr"} & set(
+        res["modules"]), res
