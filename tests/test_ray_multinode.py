@@ -230,6 +230,19 @@ def test_a_port_that_is_not_ray_is_one_line(tmp_path, reply):
     assert "is not a Ray cluster" in line
 
 
+def test_under_tls_only_the_connection_is_checked(monkeypatch):
+    """A TLS GCS answers a TLS handshake, not the plain HTTP/2 probe: with RAY_USE_TLS on, a
+    listening port passes the pre-check (Ray's own start-up checks the rest)."""
+    from fedgl.errors import FedglError
+    from fedgl.federation.ray_runtime import check_reachable
+
+    with _listener(b"") as address:
+        with pytest.raises(FedglError, match="not a Ray cluster"):
+            check_reachable(address)
+        monkeypatch.setenv("RAY_USE_TLS", "1")
+        check_reachable(address)
+
+
 def test_a_silent_listener_is_one_line(tmp_path):
     with _listener(None) as address:
         line = _run_against(address, tmp_path)

@@ -111,7 +111,8 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S,
                     answer_timeout: float = ANSWER_TIMEOUT_S) -> None:
     """Check that ``host:port`` is a live Ray GCS before ``ray.init`` (which retries a dead,
     silent or foreign address for many minutes): a TCP connection within ``timeout`` and a gRPC
-    (HTTP/2) answer within ``answer_timeout``. Each failure is one line naming the fix."""
+    (HTTP/2) answer within ``answer_timeout`` (not probed when ``RAY_USE_TLS`` is on). Each
+    failure is one line naming the fix."""
     import socket
 
     host, _, port = address.rpartition(":")
@@ -131,6 +132,9 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S,
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise FedglError(f"Ray at {address} is unreachable ({reason} within {timeout:g} s); "
                          f"{fix}") from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        conn.close()   # a TLS GCS expects a TLS handshake first: ray.init checks the rest
+        return
     with conn:
         try:
             conn.settimeout(answer_timeout)
