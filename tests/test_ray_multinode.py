@@ -186,6 +186,19 @@ def test_wrong_port_is_one_line(tmp_path):
     assert "nothing listens" in line and "ray start --head" in line
 
 
+def test_the_cluster_is_checked_before_the_data_loads(monkeypatch):
+    import fedgl
+    import fedgl.api
+    from fedgl.errors import FedglError
+
+    def no_loading(cfg):
+        raise AssertionError("the dataset was loaded before the cluster was checked")
+
+    monkeypatch.setattr(fedgl.api, "load_graph", no_loading)
+    with pytest.raises(FedglError, match="nothing listens"):
+        fedgl.run(runtime="ray", ray_address=f"127.0.0.1:{_free_port()}", progress=False)
+
+
 @contextlib.contextmanager
 def _listener(reply: bytes | None) -> Iterator[str]:
     """A plain TCP server on 127.0.0.1: sends ``reply`` and closes, or (None) accepts and says

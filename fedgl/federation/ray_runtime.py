@@ -153,6 +153,18 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S,
                          "by default)")
 
 
+def precheck_address(cfg: Config) -> None:
+    """Check ``cfg.ray_address`` (see :func:`check_reachable`) before a run loads its data, so a
+    wrong cluster fails in seconds however big the dataset. Nothing to check without an address
+    or when this process is already connected to Ray."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if cfg.runtime != "ray" or not cfg.ray_address or (ray is not None and ray.is_initialized()):
+        return
+    check_reachable(cfg.ray_address)
+
+
 def _read_exactly(conn: Any, n: int) -> bytes:
     data = b""
     while len(data) < n:
