@@ -190,7 +190,8 @@ def _addresses_as_given(local: bool) -> Iterator[None]:
 
     saved_const = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
     saved_env = os.environ.get(CLUSTER_SWITCH)
-    ray_constants.ENABLE_RAY_CLUSTER = False
+    if saved_const is not None:
+        ray_constants.ENABLE_RAY_CLUSTER = False
     if local:
         os.environ[CLUSTER_SWITCH] = "0"
     try:
