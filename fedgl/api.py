@@ -103,6 +103,10 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
 
 def _run_repeats(cfg: Config, graph: GraphData | None, ckpt: Any,
                  on_round: Callable[[int, int, Any], None] | None) -> RunResult:
+    if cfg.runtime == "ray" and cfg.ray_address:   # a wrong cluster fails before the data loads
+        from fedgl.federation.ray_runtime import precheck_address
+
+        precheck_address(cfg)
     # the reporter is open from the start: loading (synthetic generation) and partitioning
     # (METIS) report progress too
     with round_progress(cfg.progress) as progress:

@@ -193,7 +193,7 @@ CLI_CASES: list[tuple[str, list[str], list[str]]] = [
     ("client-cpus-5000", [*RUN, "--runtime", "ray", "--client-cpus", "5000"], ["client_cpus"]),
     # 5. Ray start-up (no Ray instance is started by these)
     ("ray-unreachable", [*RUN, "--runtime", "ray", "--ray-address", "127.0.0.1:1"],
-     ["unreachable", "127.0.0.1:1"]),
+     ["nothing listens at 127.0.0.1:1", "ray start --head"]),
     ("ray-bad-address", [*RUN, "--runtime", "ray", "--ray-address", "nonsense"], ["HOST:PORT"]),
     ("ray-address-without-ray", [*RUN, "--ray-address", "127.0.0.1:6379"], ["--runtime ray"]),
     # 7. config consistency

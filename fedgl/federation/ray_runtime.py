@@ -13,11 +13,12 @@ event is recorded in :attr:`RayRuntime.events`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import time
 from collections import defaultdict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from fedgl._optional import require
@@ -96,13 +97,24 @@ class ClientActor:
 
 #: driver environment variables an actor takes when its node does not set them
 DRIVER_ENV = ("FEDGL_DATA", "FEDGL_OFFLINE")
-#: seconds to reach a --ray-address, and for every client actor to start
+#: seconds to reach a --ray-address, for its GCS to answer, and for every client actor to start
 CONNECT_TIMEOUT_S = 10.0
+ANSWER_TIMEOUT_S = 5.0
 START_TIMEOUT_S = float(os.environ.get("FEDGL_RAY_START_TIMEOUT", "300"))
+#: Ray's switch for multi-node clusters; "0" also keeps a node on 127.0.0.1 (see start_ray)
+CLUSTER_SWITCH = "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"
+
+# The HTTP/2 client preface and an empty SETTINGS frame: a Ray GCS (a gRPC server) answers
+# with a SETTINGS frame (type 0x4) of its own.
+_H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
 
 
-def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
-    """A TCP connection to ``host:port`` within ``timeout`` (``ray.init`` would retry for ever)."""
+def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S,
+                    answer_timeout: float = ANSWER_TIMEOUT_S) -> None:
+    """Check that ``host:port`` is a live Ray GCS before ``ray.init`` (which retries a dead,
+    silent or foreign address for many minutes): a TCP connection within ``timeout`` and a gRPC
+    (HTTP/2) answer within ``answer_timeout`` (not probed when ``RAY_USE_TLS`` is on). Each
+    failure is one line naming the fix."""
     import socket
 
     host, _, port = address.rpartition(":")
@@ -111,12 +123,89 @@ def check_reachable(address: str, timeout: float = CONNECT_TIMEOUT_S) -> None:
     if not host or not port.isdigit() or not 0 < int(port) < 65536:
         raise FedglError(f"--ray-address '{address}' must look like HOST:PORT, e.g. "
                          "127.0.0.1:6379")
+    fix = (f"start the head there (`ray start --head --port={port}`, see docs/cluster.md) or "
+           "fix --ray-address")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
+        conn = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
     except OSError as exc:
+        if isinstance(exc, ConnectionRefusedError):
+            raise FedglError(f"nothing listens at {address} (connection refused): the Ray head "
+                             f"is stopped or the port is wrong; {fix}") from None
         reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
         raise FedglError(f"Ray at {address} is unreachable ({reason} within {timeout:g} s); "
-                         "start it with `ray start --head` there or fix --ray-address") from None
+                         f"{fix}") from None
+    if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+        conn.close()   # a TLS GCS expects a TLS handshake first: ray.init checks the rest
+        return
+    with conn:
+        try:
+            conn.settimeout(answer_timeout)
+            conn.sendall(_H2_PREFACE)
+            head = _read_exactly(conn, 9)
+        except TimeoutError:
+            raise FedglError(f"Ray at {address} accepts connections but does not answer within "
+                             f"{answer_timeout:g} s: its GCS is stopped, stuck or overloaded; "
+                             "restart the head (`ray stop` there, then `ray start --head`) or "
+                             "fix --ray-address") from None
+        except OSError:
+            head = b""
+    if len(head) < 9 or head[3] != 4:   # closed, or not an HTTP/2 SETTINGS frame
+        raise FedglError(f"{address} answers but is not a Ray cluster (no Ray GCS there); give "
+                         "--ray-address the head's GCS port (`ray start --head --port=PORT`, 6379 "
+                         "by default)")
+
+
+def precheck_address(cfg: Config) -> None:
+    """Check ``cfg.ray_address`` (see :func:`check_reachable`) before a run loads its data, so a
+    wrong cluster fails in seconds however big the dataset. Nothing to check without an address
+    or when this process is already connected to Ray."""
+    import sys
+
+    ray = sys.modules.get("ray")
+    if cfg.runtime != "ray" or not cfg.ray_address or (ray is not None and ray.is_initialized()):
+        return
+    check_reachable(cfg.ray_address)
+
+
+def _read_exactly(conn: Any, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = conn.recv(n - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
+@contextlib.contextmanager
+def _addresses_as_given(local: bool) -> Iterator[None]:
+    """Keep Ray from replacing 127.0.0.1 by this machine's network address during ``ray.init``.
+
+    On Linux Ray (2.60) resolves a loopback host, in ``address`` and in ``_node_ip_address``,
+    to the address this machine routes to the internet from, unless ``RAY_ENABLE_WINDOWS_OR_OSX_
+    CLUSTER=0`` was set before ``import ray``. A joined head bound to 127.0.0.1 is then dialled
+    on the wrong address for minutes, and a "local" instance listens on every interface. The
+    switch is read once, at import, so it is turned off here for the call; for a local instance
+    its processes also get the variable (they start during the call). It is never left set:
+    ``ray start --address`` refuses to join a cluster while it is "0"."""
+    from ray._private import ray_constants
+
+    saved_const = getattr(ray_constants, "ENABLE_RAY_CLUSTER", None)
+    saved_env = os.environ.get(CLUSTER_SWITCH)
+    if saved_const is not None:
+        ray_constants.ENABLE_RAY_CLUSTER = False
+    if local:
+        os.environ[CLUSTER_SWITCH] = "0"
+    try:
+        yield
+    finally:
+        if saved_const is not None:
+            ray_constants.ENABLE_RAY_CLUSTER = saved_const
+        if local:
+            if saved_env is None:
+                os.environ.pop(CLUSTER_SWITCH, None)
+            else:
+                os.environ[CLUSTER_SWITCH] = saved_env
 
 
 def start_ray(cfg: Config) -> bool:
@@ -127,18 +216,18 @@ def start_ray(cfg: Config) -> bool:
 
     if ray.is_initialized():
         return False
-    os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
     common = {"include_dashboard": False, "log_to_driver": False, "logging_level": "warning"}
     quiet_ray_notices()
     if cfg.ray_address:
         check_reachable(cfg.ray_address)
     try:
-        if cfg.ray_address:
-            ray.init(address=cfg.ray_address, **common)
-        else:
-            ray.init(address="local", _node_ip_address="127.0.0.1", num_cpus=os.cpu_count(),
-                     **common)
+        with _addresses_as_given(local=not cfg.ray_address):
+            if cfg.ray_address:
+                ray.init(address=cfg.ray_address, **common)
+            else:
+                ray.init(address="local", _node_ip_address="127.0.0.1",
+                         num_cpus=os.cpu_count(), **common)
     except Exception as exc:  # noqa: BLE001 - any start-up failure is one line
         raise FedglError(_start_error(cfg.ray_address, exc)) from None
     return True
