@@ -1,4 +1,4 @@
-"""The leakage report: what FedGCN's received sums disclose to clients.
+"""The leakage report: what FedGCN's pre-training sums disclose to clients and the server.
 
 This is an **analysis** computed by the experimenter from the full graph and the partition,
 outside the federation (no party computes or receives it). For every client it counts, among the
@@ -18,6 +18,20 @@ counts these nodes (per connected block of A, by SVD); with the node's degree (2
 receive the degrees of their neighbours) that is ``x_j`` itself, otherwise ``x_j`` up to a
 positive scale. ``--min-contributors k`` only withholds rows with 1..k-1 remote nodes: it stops
 the one-row disclosure, not differencing, which this count shows.
+
+Linear algebra over the reals ignores what the values are. With features from a small
+alphabet (Cora's and CiteSeer's are 0/1) one row of a few contributors with generic scales is
+already enough: :mod:`fedgl.privacy.value_decoding` decodes the released rows value by value
+(subset sums over the levels), seeded with what linear algebra found, and
+``exact_remote_nodes`` counts the (client, remote node) pairs whose exact features the client
+obtains either way. That attack assumes the attacker knows each row's contributors and their
+degrees (announced degrees, or a public structure): the experimenter's worst case, so that the
+report never counts fewer disclosures than this attack finds.
+
+:func:`server_view` applies the same analyses to what the server reads: every client's partial
+sums in plaintext (a row of one contributing node is that node's scaled features), the full
+sums of the rows two or more clients touch under ``mask`` and ``robust``, nothing under HE.
+Counts are for noiseless sums; with DP (``dp_noised``) the values carry noise.
 """
 
 from __future__ import annotations
@@ -43,9 +57,10 @@ MAX_BLOCK_ENTRIES = 4_000_000
 #: client of the products-sized graph has ~10^8 (the solver's sparse copies alone: ~5 GB).
 MAX_SYSTEM_ENTRIES = 20_000_000
 MAX_BLOCK_SIDE = 2_000
-#: the value-level attack decodes a system of at most this many cells (rows x features);
-#: a larger one leaves its nodes ``value_decoding_unresolved``.
-MAX_DECODE_CELLS = 20_000_000
+#: the value-level attack decodes a system of at most this many cells (rows or nodes, whichever
+#: is more, x features: it holds a few dense arrays of that size); a larger one leaves its
+#: nodes ``exact_unresolved``.
+MAX_DECODE_CELLS = 8_000_000
 
 
 class _ClosedNeighbourhoods:
@@ -112,7 +127,7 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     rows it receives (see the module docstring), and how many of those it also knows the
     degree of (so ``x_j`` itself). With ``features``, also the value-level attack
     (:mod:`fedgl.privacy.value_decoding`) on the same rows: ``exact_remote_nodes`` and
-    ``value_decoding_unresolved``."""
+    ``exact_unresolved``."""
     import numpy as np
 
     n, k_total = graph.num_nodes, part.num_clients
@@ -189,7 +204,7 @@ class _Features:
             return int(found.sum()), int(undecided.sum())
         row_ids, r_idx = np.unique(r, return_inverse=True)
         c_idx = np.searchsorted(col_ids, c)
-        if len(row_ids) * self.x.shape[1] > MAX_DECODE_CELLS:
+        if max(len(row_ids), len(col_ids)) * self.x.shape[1] > MAX_DECODE_CELLS:
             return int(found.sum()), int((~found).sum())
         coef = closed[col_ids].astype(np.float64) ** -0.5
         a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)), shape=(len(row_ids), len(col_ids)))
