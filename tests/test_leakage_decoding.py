@@ -104,6 +104,17 @@ def test_decoder_leaves_large_rows_unresolved_not_guessed(monkeypatch):
     assert not bounded.nodes.any() and bounded.unresolved.all()
 
 
+def test_a_system_above_the_decoding_bound_is_unresolved(monkeypatch):
+    """Too many cells to decode: the nodes linear algebra did not find are counted unresolved,
+    none guessed."""
+    import fedgl.privacy.leakage as leakage
+
+    graph, part = _hand([(0, 1), (0, 2), (2, 3)])
+    monkeypatch.setattr(leakage, "MAX_DECODE_CELLS", 0)
+    c0 = leakage_report(graph, part, _cfg(min_contributors=2))["per_client"][0]
+    assert (c0["exact_remote_nodes"], c0["exact_unresolved"]) == (0, 2)
+
+
 def test_continuous_features_are_not_decoded():
     assert feature_alphabet(np.random.default_rng(0).normal(size=(50, 4))) is None
     assert list(feature_alphabet(np.array([[0.0, 1.0], [1.0, 1.0]]))) == [0.0, 1.0]

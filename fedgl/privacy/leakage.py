@@ -183,7 +183,8 @@ class _Features:
 
         from fedgl.privacy.value_decoding import feature_alphabet
 
-        x = graph.x.numpy()
+        x = graph.x.detach()
+        x = (x if x.dtype in (torch.float32, torch.float64) else x.float()).cpu().numpy()
         self.alphabet = feature_alphabet(x)
         self.x = x.astype(np.float64) if self.alphabet is not None else None
         self.level = (np.searchsorted(self.alphabet, x).astype(np.int8)
