@@ -203,9 +203,15 @@ def accuracy(graph, base, rounds: int, dp_epsilons: list[float]) -> dict:
 def _accuracy_run(fedgl, graph, base, rounds: int, opts: dict) -> dict:
     """One run; a diverged one (DP noise can blow the weights up at lr 0.5) is recorded with
     its round, and its accuracy is the last evaluated before it."""
+    from unittest import mock
+
     t0 = time.perf_counter()
-    res = fedgl.run(base.replace(rounds=rounds, eval_every=1, allow_divergence=True, **opts),
-                    graph=graph)
+    # The experimenter's leakage analysis runs after every FedGCN repeat; it is measured by
+    # --leakage-only and skipped here (it does not change training).
+    with mock.patch("fedgl.algorithms.runner.leakage_report",
+                    lambda *a, **k: {"skipped": "bench_privacy.py --leakage-only"}):
+        res = fedgl.run(base.replace(rounds=rounds, eval_every=1, allow_divergence=True,
+                                     **opts), graph=graph)
     rep = res.repeats[0]
     evaluated = [h["test_acc"] for h in rep.history if h.get("test_acc") is not None]
     acc = rep.final.get("test_acc")
