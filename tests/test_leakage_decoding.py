@@ -223,3 +223,15 @@ def test_cora_server_view_counts_at_least_what_a_simple_attack_decodes(cora, sec
     if secure_sum == "none":
         single = {nodes[0] for nodes, _ in rows if len(nodes) == 1}
         assert view["nodes_in_single_contributor_rows"] == len(single)
+
+
+def test_paper_code_one_hop_clients_receive_their_neighbours_rows():
+    """1-hop in the released code's variant returns the rows of V_k ∪ N(V_k), as 2-hop does:
+    the report counts those rows (and what they disclose), not only the own ones."""
+    graph, part = _hand([(0, 1), (0, 2), (2, 3)])
+    eq33 = leakage_report(graph, part, _cfg())
+    wide = leakage_report(graph, part, _cfg(one_hop_variant="paper-code"))
+    two_hop = leakage_report(graph, part, _cfg(hops=2))
+    assert [c["received_rows"] for c in eq33["per_client"]] == [1, 3]
+    assert [c["received_rows"] for c in wide["per_client"]] == [3, 4]
+    assert wide["total"] == two_hop["total"]
