@@ -179,16 +179,12 @@ class _Features:
     (:mod:`fedgl.privacy.value_decoding`): their alphabet, or None when they are continuous."""
 
     def __init__(self, graph: GraphData) -> None:
-        import numpy as np
-
         from fedgl.privacy.value_decoding import feature_alphabet
 
         x = graph.x.detach()
         x = (x if x.dtype in (torch.float32, torch.float64) else x.float()).cpu().numpy()
         self.alphabet = feature_alphabet(x)
-        self.x = x.astype(np.float64) if self.alphabet is not None else None
-        self.level = (np.searchsorted(self.alphabet, x).astype(np.int8)
-                      if self.alphabet is not None else None)
+        self.x = x  # no copy: each system converts only its own nodes' rows
 
     def attack(self, r, c, col_ids, found, undecided, closed) -> tuple[int, int]:
         """(exact nodes, unresolved nodes) among the columns of the system of released rows
@@ -209,9 +205,10 @@ class _Features:
             return int(found.sum()), int((~found).sum())
         coef = closed[col_ids].astype(np.float64) ** -0.5
         a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)), shape=(len(row_ids), len(col_ids)))
-        values = np.asarray(a @ self.x[col_ids])  # the released rows (noiseless)
+        x = self.x[col_ids].astype(np.float64)
+        values = np.asarray(a @ x)  # the released rows (noiseless)
         a.sort_indices()
-        truth = self.level[col_ids]
+        truth = np.searchsorted(self.alphabet, x).astype(np.int8)
         got = decode(a.indptr, a.indices, coef, values, self.alphabet, found, truth[found])
         exact = found | (got.nodes & (got.levels == truth).all(axis=1))
         return int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum())

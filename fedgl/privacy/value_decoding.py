@@ -57,15 +57,17 @@ class Decoded:
 
 def feature_alphabet(x: np.ndarray, max_levels: int = MAX_LEVELS) -> np.ndarray | None:
     """The sorted distinct feature values when there are at most ``max_levels`` (an attacker's
-    guess for bag-of-words features), else None. A sample of rows is checked first so that a
-    large continuous matrix is not sorted whole."""
+    guess for bag-of-words features), else None. Read in row chunks, stopping at the first
+    chunk that shows too many values, so a large matrix is never sorted or copied whole."""
     if x.size == 0:
         return None
-    head = np.unique(x[: min(len(x), 1024)])
-    if head.size > max_levels:
-        return None
-    levels = np.unique(x)
-    return levels if levels.size <= max_levels else None
+    levels = np.zeros(0, dtype=x.dtype)
+    step = max(1, 1_000_000 // max(1, x.shape[1] if x.ndim > 1 else 1))
+    for start in range(0, len(x), step):
+        levels = np.union1d(levels, np.unique(x[start:start + step]))
+        if levels.size > max_levels:
+            return None
+    return levels
 
 
 @lru_cache(maxsize=64)
