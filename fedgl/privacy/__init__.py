@@ -7,8 +7,9 @@
   :mod:`fedgl.privacy.secure_models`: FedAvg over it.
 - :mod:`fedgl.privacy.secure_sum`: the row plan that aligns FedGCN's rows across clients.
 - :mod:`fedgl.privacy.dp`: per-node clipping, the (analytic) Gaussian mechanism, accounting.
-- :mod:`fedgl.privacy.leakage`: the disclosure report, single rows and linear-algebra
-  reconstruction (an analysis outside the federation).
+- :mod:`fedgl.privacy.leakage`: the disclosure report, single rows, linear-algebra
+  reconstruction and the value-level attack (:mod:`fedgl.privacy.value_decoding`), for the
+  clients and for the server (an analysis outside the federation).
 
 Submodules import TenSEAL and ``cryptography`` lazily, so plaintext runs do not load them.
 """

@@ -1,4 +1,4 @@
-"""The leakage report: what FedGCN's received sums disclose to clients.
+"""The leakage report: what FedGCN's pre-training sums disclose to clients and the server.
 
 This is an **analysis** computed by the experimenter from the full graph and the partition,
 outside the federation (no party computes or receives it). For every client it counts, among the
@@ -18,6 +18,20 @@ counts these nodes (per connected block of A, by SVD); with the node's degree (2
 receive the degrees of their neighbours) that is ``x_j`` itself, otherwise ``x_j`` up to a
 positive scale. ``--min-contributors k`` only withholds rows with 1..k-1 remote nodes: it stops
 the one-row disclosure, not differencing, which this count shows.
+
+Linear algebra over the reals ignores what the values are. With features from a small
+alphabet (Cora's and CiteSeer's are 0/1) one row of a few contributors with generic scales is
+already enough: :mod:`fedgl.privacy.value_decoding` decodes the released rows value by value
+(subset sums over the levels), seeded with what linear algebra found, and
+``exact_remote_nodes`` counts the (client, remote node) pairs whose exact features the client
+obtains either way. That attack assumes the attacker knows each row's contributors and their
+degrees (announced degrees, or a public structure): the experimenter's worst case, so that the
+report never counts fewer disclosures than this attack finds.
+
+:func:`server_view` applies the same analyses to what the server reads: every client's partial
+sums in plaintext (a row of one contributing node is that node's scaled features), the full
+sums of the rows two or more clients touch under ``mask`` and ``robust``, nothing under HE.
+Counts are for noiseless sums; with DP (``dp_noised``) the values carry noise.
 """
 
 from __future__ import annotations
@@ -29,6 +43,7 @@ import torch
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
+from fedgl.privacy.value_decoding import MAX_COMBINATIONS, TOLERANCE
 
 ANALYSIS_LABEL = ("analysis outside the federation (full graph + partition); "
                   "not a protocol message")
@@ -42,6 +57,10 @@ MAX_BLOCK_ENTRIES = 4_000_000
 #: client of the products-sized graph has ~10^8 (the solver's sparse copies alone: ~5 GB).
 MAX_SYSTEM_ENTRIES = 20_000_000
 MAX_BLOCK_SIDE = 2_000
+#: the value-level attack decodes a system of at most this many cells (rows or nodes, whichever
+#: is more, x features: it holds a few dense arrays of that size); a larger one leaves its
+#: nodes ``exact_unresolved``.
+MAX_DECODE_CELLS = 8_000_000
 
 
 class _ClosedNeighbourhoods:
@@ -72,51 +91,68 @@ class _ClosedNeighbourhoods:
         return mine, np.bincount(self.rows[mine], minlength=self.n)
 
 
+def neighbour_rows(cfg: Config) -> bool:
+    """True when clients receive the rows of ``V_k ∪ N(V_k)`` (2-hop, and 1-hop in the released
+    code's variant), not only their own."""
+    return cfg.hops >= 2 or (cfg.hops == 1 and
+                             getattr(cfg, "one_hop_variant", "eq33") == "paper-code")
+
+
 def remote_counts(graph: GraphData, part: Partition, hops: int,
-                  pairs: _ClosedNeighbourhoods | None = None) -> list[torch.Tensor]:
+                  pairs: _ClosedNeighbourhoods | None = None, *,
+                  neighbour_rows: bool | None = None) -> list[torch.Tensor]:
     """Per client: for each row it receives, the number of remote nodes in the row's sum.
 
     Row i's sum runs over the closed neighbourhood Ñ(i); client k receives rows V_k (1-hop) or
-    V_k ∪ N(V_k) (2-hop), in ascending order of i; a node is remote to k if another client owns
-    it."""
+    V_k ∪ N(V_k) (2-hop, or ``neighbour_rows``), in ascending order of i; a node is remote to k
+    if another client owns it."""
     if hops == 0:
         return [torch.zeros(0, dtype=torch.long) for _ in range(part.num_clients)]
+    neighbour_rows = hops >= 2 if neighbour_rows is None else neighbour_rows
     pairs = pairs or _ClosedNeighbourhoods(graph, part)
     out = []
     for k in range(part.num_clients):
         _, counts = pairs.own_counts(k)
-        received = pairs.owner == k if hops == 1 else counts > 0
+        received = counts > 0 if neighbour_rows else pairs.owner == k
         out.append(torch.from_numpy(pairs.closed[received] - counts[received]).long())
     return out
 
 
 def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
                       min_contributors: int = 1,
-                      pairs: _ClosedNeighbourhoods | None = None) -> list[dict[str, int]]:
+                      pairs: _ClosedNeighbourhoods | None = None, *,
+                      neighbour_rows: bool | None = None,
+                      features: _Features | None = None) -> list[dict[str, int]]:
     """Per client: remote nodes whose scaled features ``z_j`` are determined exactly by the
     rows it receives (see the module docstring), and how many of those it also knows the
-    degree of (so ``x_j`` itself)."""
+    degree of (so ``x_j`` itself). With ``features``, also the value-level attack
+    (:mod:`fedgl.privacy.value_decoding`) on the same rows: ``exact_remote_nodes`` and
+    ``exact_unresolved``."""
     import numpy as np
-    import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
 
     n, k_total = graph.num_nodes, part.num_clients
+    empty = {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
+             "remote_nodes_unresolved": 0}
+    if features is not None:
+        empty.update(exact_remote_nodes=0, exact_unresolved=0)
     if hops == 0:
-        return [{"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
-                 "remote_nodes_unresolved": 0} for _ in range(k_total)]
+        return [dict(empty) for _ in range(k_total)]
+    neighbour_rows = hops >= 2 if neighbour_rows is None else neighbour_rows
     pairs = pairs or _ClosedNeighbourhoods(graph, part)
     out = []
     for k in range(k_total):
         own = pairs.owner == k
         mine, counts = pairs.own_counts(k)
-        received = own if hops == 1 else counts > 0
+        received = counts > 0 if neighbour_rows else own
         keep = received[pairs.rows] & ~mine
         del mine
         if int(keep.sum()) > MAX_SYSTEM_ENTRIES:  # too large to decide: counted, not guessed
             seen = np.zeros(n, dtype=bool)
             seen[pairs.cols[keep]] = True
-            out.append({"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
-                        "remote_nodes_unresolved": int(seen.sum())})
+            row = {**empty, "remote_nodes_unresolved": int(seen.sum())}
+            if features is not None:
+                row["exact_unresolved"] = int(seen.sum())
+            out.append(row)
             continue
         r, c = pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
         del keep
@@ -125,20 +161,71 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
             ok = ~((counts >= 1) & (counts < min_contributors))
             r, c = r[ok[r]], c[ok[r]]
         known_degree = np.zeros(n, dtype=bool)
-        if hops >= 2:
+        if neighbour_rows:
             known_degree[received] = True
-        out.append(_solve_count(r, c, n, known_degree, sp, connected_components, np))
+        col_ids, found, undecided = _solve(r, c)
+        row = {"remote_nodes_recoverable": int(found.sum()),
+               "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum()),
+               "remote_nodes_unresolved": int(undecided.sum())}
+        if features is not None:
+            exact, unresolved = features.attack(r, c, col_ids, found, undecided, pairs.closed)
+            row.update(exact_remote_nodes=exact, exact_unresolved=unresolved)
+        out.append(row)
     return out
 
 
-def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[str, int]:
-    """Nodes j with ``e_j`` in the row space of A: exactly the columns of leverage 1, i.e.
-    ``P_jj = 1`` for the projection ``P = A^+ A`` onto the row space. Per connected block,
-    from the eigenvectors of the smaller Gram matrix: ``P_jj = Σ_{λ>0} V_jl²`` (``A^T A = VΛV^T``)
-    or ``Σ_{λ>0} (A^T u_l)_j² / λ_l`` (``A A^T = UΛU^T``)."""
+class _Features:
+    """The experimenter's copy of the features, for the value-level attack on released rows
+    (:mod:`fedgl.privacy.value_decoding`): their alphabet, or None when they are continuous."""
+
+    def __init__(self, graph: GraphData) -> None:
+        from fedgl.privacy.value_decoding import feature_alphabet
+
+        x = graph.x.detach()
+        x = (x if x.dtype in (torch.float32, torch.float64) else x.float()).cpu().numpy()
+        self.alphabet = feature_alphabet(x)
+        self.x = x  # no copy: each system converts only its own nodes' rows
+
+    def attack(self, r, c, col_ids, found, undecided, closed) -> tuple[int, int]:
+        """(exact nodes, unresolved nodes) among the columns of the system of released rows
+        ``Σ_{(i, j)} d̃_j^{-1/2} x_j`` over the pairs (r, c). The nodes ``found`` by linear
+        algebra count as exact (their coefficients are known); unresolved are the nodes not
+        exact that a bound left open (``undecided`` by linear algebra, or in a row the decoder
+        did not enumerate)."""
+        import numpy as np
+        import scipy.sparse as sp
+
+        from fedgl.privacy.value_decoding import decode
+
+        if self.alphabet is None or not r.size:
+            return int(found.sum()), int(undecided.sum())
+        row_ids, r_idx = np.unique(r, return_inverse=True)
+        c_idx = np.searchsorted(col_ids, c)
+        if max(len(row_ids), len(col_ids)) * self.x.shape[1] > MAX_DECODE_CELLS:
+            return int(found.sum()), int((~found).sum())
+        coef = closed[col_ids].astype(np.float64) ** -0.5
+        a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)), shape=(len(row_ids), len(col_ids)))
+        x = self.x[col_ids].astype(np.float64)
+        values = np.asarray(a @ x)  # the released rows (noiseless)
+        a.sort_indices()
+        truth = np.searchsorted(self.alphabet, x).astype(np.int8)
+        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found, truth[found])
+        exact = found | (got.nodes & (got.levels == truth).all(axis=1))
+        return int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum())
+
+
+def _solve(r, c):
+    """(col_ids, found, undecided): the distinct nodes of the pairs, those with ``e_j`` in
+    the row space of A (exactly the columns of leverage 1, i.e. ``P_jj = 1`` for the projection
+    ``P = A^+ A`` onto the row space), and those in blocks too large to decide. Per
+    connected block, from the eigenvectors of the smaller Gram matrix: ``P_jj = Σ_{λ>0} V_jl²``
+    (``A^T A = VΛV^T``) or ``Σ_{λ>0} (A^T u_l)_j² / λ_l`` (``A A^T = UΛU^T``)."""
+    import numpy as np
+    import scipy.sparse as sp
+    from scipy.sparse.csgraph import connected_components
+
     if not r.size:
-        return {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
-                "remote_nodes_unresolved": 0}
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
     row_ids, r_idx = np.unique(r, return_inverse=True)
     col_ids, c_idx = np.unique(c, return_inverse=True)
     nr, nc = len(row_ids), len(col_ids)
@@ -162,12 +249,12 @@ def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[st
     _, label = connected_components(bip, directed=False)
     row_label, col_label = label[:nr], label[nr:]
     leverage = np.zeros(nc_rest)
-    unresolved = 0
+    undecided = np.zeros(nc, dtype=bool)
     for comp in np.unique(col_label):
         cs = np.flatnonzero(col_label == comp)
         rs = np.flatnonzero(row_label == comp)
         if len(rs) * len(cs) > MAX_BLOCK_ENTRIES or min(len(rs), len(cs)) > MAX_BLOCK_SIDE:
-            unresolved += len(cs)  # too large to decide densely; counted, not guessed
+            undecided[rest[cs]] = True  # too large to decide densely; counted, not guessed
             continue
         block = torch.from_numpy(a[rs][:, cs].toarray())  # torch: honours the run's threads
         if len(cs) <= len(rs):
@@ -180,22 +267,25 @@ def _solve_count(r, c, n, known_degree, sp, connected_components, np) -> dict[st
             leverage[cs] = ((block.T @ vec[:, keep]) ** 2 / lam[keep]).sum(dim=1).numpy()
     found = known.copy()
     found[rest] = leverage > 1.0 - 1e-6
-    return {"remote_nodes_recoverable": int(found.sum()),
-            "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum()),
-            "remote_nodes_unresolved": unresolved}
+    return col_ids, found, undecided
 
 
 def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
-    """Per-client counts of received rows by how many remote nodes they aggregate, and of the
-    remote nodes whose features the client can reconstruct exactly by linear algebra."""
+    """Per-client counts of received rows by how many remote nodes they aggregate, of the
+    remote nodes whose features the client can reconstruct exactly (linear algebra, and the
+    value-level attack), and what the server reads (:func:`server_view`)."""
     m = cfg.min_contributors
     per_client = []
+    wide = neighbour_rows(cfg)
     pairs = _ClosedNeighbourhoods(graph, part) if cfg.hops > 0 else None
-    solved = recoverable_nodes(graph, part, cfg.hops, m, pairs)
-    for k, remote in enumerate(remote_counts(graph, part, cfg.hops, pairs)):
+    features = _Features(graph) if cfg.hops > 0 else None
+    solved = recoverable_nodes(graph, part, cfg.hops, m, pairs, neighbour_rows=wide,
+                               features=features)
+    for k, remote in enumerate(remote_counts(graph, part, cfg.hops, pairs,
+                                             neighbour_rows=wide)):
         single = int((remote == 1).sum())
         suppressed = int(((remote >= 1) & (remote < m)).sum()) if m > 1 else 0
-        per_client.append({
+        row = {
             "client": k,
             "received_rows": int(remote.numel()),
             "rows_without_remote_nodes": int((remote == 0).sum()),
@@ -203,17 +293,108 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, 
             "rows_suppressed_by_min_contributors": suppressed,
             "exact_disclosure_rows": 0 if m > 1 else single,
             **solved[k],
-        })
+        }
+        row.setdefault("exact_remote_nodes", 0)
+        row.setdefault("exact_unresolved", 0)
+        per_client.append(row)
     total = {key: sum(c[key] for c in per_client) for key in per_client[0] if key != "client"} \
         if per_client else {}
+    alphabet = None if features is None or features.alphabet is None \
+        else [float(v) for v in features.alphabet]
     return {"label": ANALYSIS_LABEL, "hops": cfg.hops, "min_contributors": m,
             "note": "exact_disclosure_rows counts delivered rows made of one remote node; "
                     "remote_nodes_recoverable counts remote nodes whose (degree-scaled) features "
                     "the client solves for exactly from all its rows (without DP noise); "
                     "remote_nodes_unresolved counts nodes in blocks too large to decide, for "
-                    "which remote_nodes_recoverable is a lower bound",
+                    "which remote_nodes_recoverable is a lower bound; exact_remote_nodes counts "
+                    "(client, remote node) pairs whose exact features the client obtains by "
+                    "linear algebra or by decoding the rows' values over the feature alphabet, "
+                    "knowing each row's contributors and their degrees; exact_unresolved "
+                    "counts the nodes not found exact where a bound of the analysis was hit, "
+                    "for which exact_remote_nodes is a lower bound",
+            "value_decoding": {
+                "alphabet": alphabet, "applicable": alphabet is not None,
+                "assumes": "each row's contributors and their degrees are known (announced "
+                           "degrees, or the structure); the sums are noiseless",
+                "tolerance": TOLERANCE, "max_combinations": MAX_COMBINATIONS},
             "dp_noised": cfg.dp_epsilon is not None,
-            "per_client": per_client, "total": total}
+            "per_client": per_client, "total": total,
+            "server_view": server_view(graph, part, cfg, pairs, features)}
+
+
+_SERVER_READS = {
+    "none": "every client's partial sums S_k[i] in clear",
+    "mask": "the full sums S[i] of every row two or more clients touch (after unmasking)",
+    "robust": "the full sums S[i] over the surviving clients of every row two or more clients "
+              "touch (after unmasking)",
+    "he": "ciphertexts only: no feature value",
+}
+
+
+def server_view(graph: GraphData, part: Partition, cfg: Config,
+                pairs: _ClosedNeighbourhoods | None = None,
+                features: _Features | None = None) -> dict[str, Any]:
+    """What the server reads in the pre-training round, and whose exact features that gives it.
+
+    Plaintext: client k's partial sums ``S_k[i]`` over its own nodes in ``Ñ(i)``, for every row
+    it touches; a row with one contributing node is that node's scaled features. ``mask`` and
+    ``robust`` (no dropout): the full sums ``S[i]`` of the rows the plan sends (two or more
+    contributing clients, at least one receiver). HE: nothing. The same analyses as for the
+    clients run on these systems: linear algebra and the value-level attack."""
+    import numpy as np
+
+    mode = cfg.secure_sum
+    out: dict[str, Any] = {"secure_sum": mode, "reads": _SERVER_READS[mode],
+                           "nodes": graph.num_nodes, "nodes_in_single_contributor_rows": 0,
+                           "nodes_recoverable": 0, "nodes_exact": 0, "nodes_unresolved": 0}
+    if cfg.hops == 0 or mode == "he":
+        if cfg.hops == 0:
+            out["reads"] = "nothing: 0-hop has no pre-training exchange"
+        return out
+    pairs = pairs or _ClosedNeighbourhoods(graph, part)
+    features = features or _Features(graph)
+    if mode == "none":
+        systems = []
+        single = np.zeros(graph.num_nodes, dtype=bool)
+        for k in range(part.num_clients):
+            mine, counts = pairs.own_counts(k)
+            r, c = pairs.rows[mine].astype(np.int64), pairs.cols[mine].astype(np.int64)
+            single[c[counts[r] == 1]] = True
+            systems.append((r, c))
+        out["nodes_in_single_contributor_rows"] = int(single.sum())
+    else:
+        systems = [_masked_rows(pairs, part, cfg)]
+    for r, c in systems:
+        if r.size > MAX_SYSTEM_ENTRIES:
+            out["nodes_unresolved"] += int(np.unique(c).size)
+            continue
+        col_ids, found, undecided = _solve(r, c)
+        exact, unresolved = features.attack(r, c, col_ids, found, undecided, pairs.closed)
+        out["nodes_recoverable"] += int(found.sum())
+        out["nodes_exact"] += exact
+        out["nodes_unresolved"] += unresolved
+    return out
+
+
+def _masked_rows(pairs: _ClosedNeighbourhoods, part: Partition, cfg: Config):
+    """The pairs (i, j ∈ Ñ(i)) of the rows a masked sum unmasks for the server: rows touched by
+    two or more clients, with a receiver left after ``min_contributors``."""
+    import numpy as np
+
+    k_total = part.num_clients
+    key = pairs.rows.astype(np.int64) * k_total + pairs.col_owner.astype(np.int64)
+    uniq, count = np.unique(key, return_counts=True)
+    row, client = uniq // k_total, uniq % k_total
+    members = np.bincount(row, minlength=pairs.n)
+    requested = np.ones(len(uniq), dtype=bool) if neighbour_rows(cfg) \
+        else pairs.owner[row] == client
+    remote = pairs.closed[row] - count
+    m = cfg.min_contributors
+    receiver = requested & ~((remote >= 1) & (remote < m)) if m > 1 else requested
+    has_receiver = np.bincount(row[receiver], minlength=pairs.n) > 0
+    sent = (members >= 2) & has_receiver
+    keep = sent[pairs.rows]
+    return pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
 
 
 def privacy_settings(cfg: Config, server: Any = None) -> dict[str, Any]:
