@@ -81,7 +81,7 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         ckpt = None
         if resume is not None:
             ckpt = load_checkpoint(resume)
-            cfg = Config.from_dict({**ckpt.config, "out": str(Path(resume)), **overrides})
+            cfg = Config.from_stored({**ckpt.config, "out": str(Path(resume)), **overrides})
             check_resources(cfg)
             set_rng_state(ckpt.rng)
         assert cfg is not None
