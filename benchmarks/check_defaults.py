@@ -7,10 +7,10 @@ Dirichlet split, raw features; GLASU's client optimiser SGD).
     FEDGL_DATA=../shared/data python benchmarks/check_defaults.py --seeds 0 --out defaults.json
     FEDGL_DATA=../shared/data python benchmarks/check_defaults.py --cut --seeds 0,1,2 --old
 
-``--cut`` runs the shortened budgets of tests/test_algorithm_defaults.py (rounds only; the rest
-of the recipe unchanged, evaluation at the last round); ``--old`` adds the control rows. One
-JSON line per run (algorithm, seed, rounds, final and validation-selected test accuracy, wall
-seconds); ``--out`` also writes them all to a file.
+``--cut`` runs the shortened budgets of tests/test_defaults_cora.py (rounds, and FedSage+'s
+generator steps; the rest of the recipe unchanged, evaluation at the last round); ``--old``
+adds the control rows. One JSON line per run (algorithm, seed, rounds, final and
+validation-selected test accuracy, wall seconds); ``--out`` also writes them all to a file.
 """
 
 from __future__ import annotations
@@ -27,6 +27,9 @@ CUT_ROUNDS = {
     "swift-fedgnn": 60, "fedgnn-g": 60, "local-only": 60, "llcg": 60, "fedgnn-pns": 60,
     "glasu": 40, "glasu-simulated": 160, "glasu-centralized": 160, "glasu-standalone": 160,
 }
+
+#: further cuts of the fast tests (FedSage+'s generator steps)
+CUT_EXTRA = {"fedsage-plus": {"gen_epochs": 2}}
 
 #: the common defaults every algorithm had before per-algorithm defaults (FedGCN's)
 OLD_COMMON = {"clients": 10, "partition": "dirichlet", "beta": 1.0, "model": "gcn", "layers": 2,
@@ -54,7 +57,8 @@ def run_one(algorithm: str, seed: int, *, cut: bool, old: bool) -> dict:
     if old:
         cfg.update(old_values(algorithm))
     if cut:
-        cfg.update(rounds=CUT_ROUNDS[algorithm], eval_every=CUT_ROUNDS[algorithm])
+        cfg.update(rounds=CUT_ROUNDS[algorithm], eval_every=CUT_ROUNDS[algorithm],
+                   **CUT_EXTRA.get(algorithm, {}))
     t0 = time.perf_counter()
     result = fedgl.run(cfg)
     return {"algorithm": algorithm, "seed": seed, "defaults": "old" if old else "own",
