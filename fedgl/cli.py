@@ -29,7 +29,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, NoReturn
 
-from fedgl.config import SECTIONS, Config
+from fedgl.config import SECTIONS, Config, PrivacyConfig, RuntimeConfig
 from fedgl.config.fields import field_kind
 from fedgl.config.registry import algorithm_names, canonical_name, get_spec, load_all
 from fedgl.config.schema import KEY_ALIASES, RENAMED_KEYS
@@ -101,8 +101,6 @@ def _add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | N
 
 def _unread_flags(spec: Any) -> set[str]:
     """Common keys ``spec``'s algorithm does not read: left out of its ``--help``."""
-    from fedgl.config import PrivacyConfig, RuntimeConfig
-
     skip = set(spec.unread_keys())
     skip |= {f.name for f in fields(PrivacyConfig) if f.metadata["feature"] not in spec.privacy}
     if "ray" not in spec.runtimes:
