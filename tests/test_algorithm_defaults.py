@@ -72,6 +72,7 @@ def test_given_values_win_over_the_algorithms_defaults(tmp_path):
 
 
 def test_cli_flags_win_and_the_result_records_the_values_used(cli, tmp_path):
+    pytest.importorskip("pymetis", reason="local-only's recipe partitions with METIS")
     out = tmp_path / "run"
     res = cli("run", "--algorithm", "local-only", "--dataset", "sbm", "--sbm-nodes", "80",
               "--sbm-features", "8", "--clients", "3", "--rounds", "2", "--hidden", "8",
