@@ -2,7 +2,7 @@
 step on the same batches, bytes and messages per update for K = 4, 2, 1 and Q = 1, 4, and each
 configuration's peak resident memory (each configuration runs in its own process).
 
-Cora, M = 3, GCNII, L = 4, hidden 64, batch 16, fanout 3, in-process clients (LocalRuntime, the
+Cora, M = 3, GCNII, L = 4, hidden 64, batch 16, 3 neighbours per node, in-process clients (LocalRuntime, the
 clients' calls stacked into one computation where supported — ``batch_clients``; the
 "one by one" row turns that off), one thread. The centralised party (M = 1, every column and
 edge) and GLASU draw the same batches (the same seeded server generator over the same training

@@ -60,7 +60,7 @@ def part_central(args) -> dict:
 
     def step():
         batch = uniform_batch(pool, args.batch, gen)
-        blocks = sample_blocks(csr, batch, [15, 10], gen)
+        blocks = sample_blocks(csr, batch, [10, 15], gen)   # 10 one-hop, 15 two-hop
         opt.zero_grad()
         F.nll_loss(block_forward(model, "mean", g.x[blocks[0].src_ids], blocks), g.y[batch]).backward()
         opt.step()
@@ -90,7 +90,7 @@ def part_federated(args, cross: int) -> dict:
     part = partition(g, args.clients, method="metis", seed=0, min_size=1)
     part_s = time.perf_counter() - t0
     s = MiniBatchSettings(model="sage", hidden=args.hidden, layers=2, batch_size=args.batch,
-                          fanouts=(15, 10), lr=1e-3)
+                          num_neighbors=(10, 15), lr=1e-3)
     rt = LocalRuntime({d.client_id: MiniBatchClient(d, s, 0) for d in split_graph(g, part)}, Ledger())
     srv = FedSGDServer(rt, s, initial_weights(g, s, 0), PeriodicSchedule(1, cross, [15, 10]),
                        seed=0, num_nodes=g.num_nodes)

@@ -4,8 +4,9 @@ with the resident memory after every stage, partition seconds, seconds per local
 cross-client iteration, and the cost of a bounded evaluation.
 
 Setting: 20 in-process clients, METIS (seed 0), GraphSAGE hidden 256, batch 256 per client,
-fan-outs 15,10, I = 10, K = 10 of 20 (the paper's products setting), Adam. Evaluation is bounded
-(``--eval-max-nodes`` labelled nodes per split per client, ``--eval-fanouts``; see
+10 one-hop then 15 two-hop neighbours (``num_neighbors`` 10,15, first layer first; the paper's
+DGL-order [15, 10]), I = 10, K = 10 of 20 (the paper's products setting), Adam. Evaluation is
+bounded (``--eval-max-nodes`` labelled nodes per split per client, ``--eval-num-neighbors``; see
 docs/swift-fedgnn.md); it is timed apart from the iterations.
 
     nice -n 5 flock /work/coord/bigmem.lock python benchmarks/products_swift.py [--iters 100]
@@ -57,7 +58,7 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=256)
     p.add_argument("--eval-every", type=int, default=50)
     p.add_argument("--eval-max-nodes", type=int, default=50)
-    p.add_argument("--eval-fanouts", default="15,10")
+    p.add_argument("--eval-num-neighbors", default="10,15", help="first layer first")
     p.add_argument("--eval-batch", type=int, default=1000)
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--owner-cache", default="")
@@ -87,9 +88,9 @@ def main() -> None:
     cfg = SimpleNamespace(
         clients=args.clients, partition="metis", beta=1.0, min_client_size=1, mcmahan_p=0.0,
         model="sage", hidden=args.hidden, layers=2, dropout=0.0, batch_size=256,
-        fanouts="15,10", lr=1e-3, weight_decay=5e-4, device="cpu", runtime="local",
+        num_neighbors="10,15", lr=1e-3, weight_decay=5e-4, device="cpu", runtime="local",
         period=args.period, cross_clients=args.cross, cross_at_start=True,
-        eval_fanouts=args.eval_fanouts, eval_max_nodes=args.eval_max_nodes)
+        eval_num_neighbors=args.eval_num_neighbors, eval_max_nodes=args.eval_max_nodes)
     t0 = time.perf_counter()
     partition_seconds = None
     if args.owner_cache and os.path.isfile(args.owner_cache):

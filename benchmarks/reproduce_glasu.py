@@ -1,6 +1,6 @@
 """Reproduce GLASU (vertical federated GNN) Tables 1, 2 and 6 on Cora and CiteSeer.
 
-Table 1 (M = 3, GCNII, L = 4, K = 2, batch 16, fanout 3): centralised, standalone (mean over the
+Table 1 (M = 3, GCNII, L = 4, K = 2, batch 16, 3 neighbours per node): centralised, standalone (mean over the
 clients), simulated centralised, GLASU-1 (Q = 1) and GLASU-4 (Q = 4), ``--seeds`` seeds each.
 Table 2: GLASU with K = 4, 2, 1 at Q = 4 (accuracy, bytes and messages per run). Table 6: standalone
 and GLASU for M = 3, 5, 7 (CiteSeer by default).
@@ -55,7 +55,7 @@ def run_one(graph, dataset: str, args: argparse.Namespace, *, seed: int, clients
                dataset=dataset, clients=clients, layers=4, hidden=args.hidden,
                dropout=args.dropout, lr=args.lr, weight_decay=args.weight_decay, rounds=rounds,
                eval_every=max(1, min(every, rounds)), progress=False, threads=1,
-               seed=seed, batch_size=16, fanout="3", feature_split="random", edge_share=0.8,
+               seed=seed, batch_size=16, num_neighbors="3", feature_split="random", edge_share=0.8,
                backbone="gcnii", glasu_optimizer="adam")
     if baseline == "none":
         cfg.update(agg_layers=k, stale_steps=q)

@@ -61,7 +61,7 @@ def paper_values(dataset: str, model: str) -> dict:
 def config(args: argparse.Namespace) -> SimpleNamespace:
     return SimpleNamespace(
         clients=10, partition=args.partition, beta=1.0, min_client_size=1, model=args.model,
-        hidden=args.hidden, layers=2, dropout=0.0, batch_size=256, fanouts="15,10", lr=args.lr,
+        hidden=args.hidden, layers=2, dropout=0.0, batch_size=256, num_neighbors="10,15", lr=args.lr,
         weight_decay=5e-4, device="cpu", rounds=args.rounds, eval_every=args.eval_every,
         runtime="local", bandwidth="1Gbps", latency=args.latency, oracle_eval=False, repeats=1,
         server_optimizer="adam", eval_mode="cross", seed=0,

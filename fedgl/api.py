@@ -12,6 +12,7 @@ import torch
 from fedgl._optional import check_config
 from fedgl.checkpoint import Checkpointer, load_checkpoint, resume_config, set_rng_state
 from fedgl.config import Config
+from fedgl.config.schema import migrate_stored
 from fedgl.data.datasets import load_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.validate import validate_graph
@@ -86,7 +87,8 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
         ckpt = None
         if resume is not None:
             ckpt = load_checkpoint(resume)
-            cfg = Config.from_dict(resume_config(ckpt.config, given, Path(resume)))
+            cfg = Config.from_dict(resume_config(migrate_stored(ckpt.config), given,
+                                                 Path(resume)))
             check_resources(cfg)
             set_rng_state(ckpt.rng)
         assert cfg is not None

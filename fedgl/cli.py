@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from fedgl._optional import check_config, require
-from fedgl.config import SECTIONS, Config
+from fedgl.config import SECTIONS, Config, PrivacyConfig, RuntimeConfig
 from fedgl.config.fields import field_kind
 from fedgl.config.registry import (
     algorithm_names,
@@ -39,7 +39,7 @@ from fedgl.config.registry import (
     load_all,
     plugin_names,
 )
-from fedgl.config.schema import KEY_ALIASES
+from fedgl.config.schema import KEY_ALIASES, RENAMED_KEYS
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.version import __version__
 
@@ -51,15 +51,18 @@ class _Parser(argparse.ArgumentParser):
         raise ConfigError(f"{message} (see `{self.prog} --help`)")
 
 
-def _add_field_flag(group: Any, f: Any, seen: set[str]) -> None:
-    """One ``--flag`` for a config field; unset flags stay absent so YAML values are kept."""
+def _add_field_flag(group: Any, f: Any, seen: set[str], spec: Any = None) -> None:
+    """One ``--flag`` for a config field; unset flags stay absent so YAML values are kept.
+    With ``spec``, the default and help are that algorithm's (its recipe, its meaning)."""
     if f.name in seen:
         return
     seen.add(f.name)
     flag = "--" + f.name.replace("_", "-")
     kind = field_kind(f)
-    default = "unset" if f.default is None else ("empty" if f.default == "" else f.default)
-    help_text = f"{f.metadata['help']} (default: {default})"
+    value = spec.defaults.get(f.name, f.default) if spec is not None else f.default
+    default = "unset" if value is None else ("empty" if value == "" else value)
+    text = spec.key_help.get(f.name, f.metadata["help"]) if spec is not None else f.metadata["help"]
+    help_text = f"{text} (default: {default})"
     if kind == "bool":
         group.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction,
                            default=argparse.SUPPRESS, help=help_text)
@@ -80,16 +83,23 @@ def _add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | N
     if only is None:
         parser.add_argument("--algorithm", dest="algorithm", default=argparse.SUPPRESS,
                             metavar="NAME", help="algorithm: one of "
-                            f"{', '.join(algorithm_names())} (default: fedgcn)")
+                            f"{', '.join(algorithm_names())} (default: fedgcn). Each algorithm "
+                            "has its own defaults (its paper's recipe): `fedgl run --algorithm "
+                            "X --help` shows them and the keys X reads")
+    chosen = get_spec(algorithm) if algorithm and only is None else None
+    skip = _unread_flags(chosen) if chosen is not None else set()
     for name, cls in SECTIONS.items():
         group = parser.add_argument_group(f"{cls.title} ({name})", cls.__doc__.splitlines()[0])
         for f in fields(cls):
-            if only is None or f.name in only:
-                _add_field_flag(group, f, seen)
+            if (only is None or f.name in only) and f.name not in skip:
+                _add_field_flag(group, f, seen, chosen)
     if only is not None:
         return
-    specs = [get_spec(algorithm)] if algorithm else load_all()
-    if not algorithm:
+    for old in RENAMED_KEYS:   # refused with the fix by the config (not listed in --help)
+        parser.add_argument(f"--{old.replace('_', '-')}", dest=old, default=argparse.SUPPRESS,
+                            help=argparse.SUPPRESS)
+    specs = [chosen] if chosen is not None else load_all()
+    if chosen is None:
         _add_plugin_list(parser, plugin)
         if plugin in plugin_names():
             specs.append(get_spec(plugin))
@@ -115,6 +125,18 @@ def _add_plugin_list(parser: argparse.ArgumentParser, chosen: str | None) -> Non
     parser.add_argument_group("plugin algorithms", "; ".join(lines + clashing) + ". Their "
                               "options: fedgl run --algorithm NAME --help; check them all: "
                               "fedgl plugins")
+
+
+def _unread_flags(spec: Any) -> set[str]:
+    """Common keys ``spec``'s algorithm does not read: left out of its ``--help``."""
+    skip = set(spec.unread_keys())
+    skip |= {f.name for f in fields(PrivacyConfig) if f.metadata["feature"] not in spec.privacy}
+    if "ray" not in spec.runtimes:
+        skip |= {f.name for f in fields(RuntimeConfig) if f.name.startswith(("ray_", "client_"))}
+        skip |= {"runtime", "on_client_failure", "max_client_restarts"}
+    if not spec.checkpoints:
+        skip.add("checkpoint_every")
+    return skip
 
 
 def _algorithm_in(argv: list[str]) -> str | None:
@@ -273,7 +295,7 @@ def _preload() -> None:
 
 
 def _overrides(args: argparse.Namespace) -> dict[str, Any]:
-    names = set(Config.field_names()) | {"algorithm"}
+    names = set(Config.field_names()) | {"algorithm"} | set(RENAMED_KEYS)
     return {k: v for k, v in vars(args).items() if k in names}
 
 

@@ -11,6 +11,11 @@ import torch
 os.environ.setdefault("FEDGL_OFFLINE", "1")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+# The README's command gives a relative data root (FEDGL_DATA=../shared/data); some tests change
+# into a temporary folder, and subprocesses and Ray actors start elsewhere, so resolve it once,
+# against the folder pytest started in, before any test runs.
+if os.environ.get("FEDGL_DATA"):
+    os.environ["FEDGL_DATA"] = str(Path(os.environ["FEDGL_DATA"]).expanduser().absolute())
 
 # Tiny graphs: one thread is as fast and avoids oversubscribing CI's two cores.
 torch.set_num_threads(1)
@@ -19,6 +24,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def shared_data_root() -> Path:
+    """$FEDGL_DATA (made absolute at session start), else ../shared/data beside the checkout."""
     env = os.environ.get("FEDGL_DATA")
     return Path(env) if env else REPO.parent / "shared" / "data"
 

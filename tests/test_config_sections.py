@@ -120,7 +120,7 @@ def test_other_algorithms_keys_at_their_defaults_are_accepted():
     ({"algorithm": "fedgat", "rounds": 3, "optim": {"rounds": 4}}, "given twice"),
     ({"optim": {"hidden": 3}}, "belongs to section 'model'"),
     ({"algorithm": "fedgcn", "fedgat": {"degree": 3}}, "section 'fedgat' holds options"),
-    ({"fanouts": "15,x"}, "fanouts must be comma-separated"),
+    ({"num_neighbors": "15,x"}, "num_neighbors must be comma-separated"),
     ({"bandwidth": "fast"}, "bandwidth must look like"),
     ({"algorithm": "fedgta"}, "did you mean 'fedgat'"),
 ])
@@ -158,9 +158,11 @@ def test_importing_fedgl_loads_no_algorithm_package():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=REPO).stdout.strip()
     loaded = eval(out)  # noqa: S307 - our own subprocess's printed list
-    # choosing FedGAT imports its spec and options only; no client, server or other algorithm
+    # choosing FedGAT imports its spec and options (and the recipes, plain data) only; no
+    # client, server or other algorithm
     assert set(loaded) == {"fedgl.algorithms", "fedgl.algorithms.fedgat",
-                           "fedgl.algorithms.fedgat.options", "fedgl.algorithms.fedgat.spec"}
+                           "fedgl.algorithms.fedgat.options", "fedgl.algorithms.fedgat.spec",
+                           "fedgl.algorithms.recipes"}
     plain = subprocess.run([sys.executable, "-c", code.replace(
         "fedgl.Config(algorithm='fedgat');", "")], capture_output=True, text=True, check=True,
         cwd=REPO).stdout.strip()

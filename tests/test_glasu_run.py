@@ -17,7 +17,7 @@ def _one(**cfg):
 def test_glasu_learns_cora_and_counts_its_messages(data_root):
     res = _one(algorithm="glasu", dataset="cora", data_root=str(data_root), clients=3, layers=4,
                hidden=32, dropout=0.0, lr=0.01, weight_decay=0.0, rounds=40, eval_every=40,
-               batch_size=16, fanout="3", backbone="gcnii", agg_layers="2", stale_steps=4,
+               batch_size=16, num_neighbors="3", backbone="gcnii", agg_layers="2", stale_steps=4,
                glasu_optimizer="adam")
     assert res.final["test_acc"] > 0.6  # 160 updates of batch 16 from 140 labels
     assert res.partition["columns"] == [478, 478, 477]
@@ -29,7 +29,7 @@ def test_glasu_learns_cora_and_counts_its_messages(data_root):
 
 
 SMALL = dict(dataset="sbm", sbm_nodes=150, clients=3, layers=2, hidden=8, rounds=3, eval_every=3,
-             lr=0.1, backbone="gcn", batch_size=16, fanout="3")
+             lr=0.1, backbone="gcn", batch_size=16, num_neighbors="3")
 
 
 def test_baselines_run_and_single_parties_send_nothing():
@@ -56,7 +56,7 @@ def test_baselines_run_and_single_parties_send_nothing():
     (dict(algorithm="glasu", agg_layers="1,3"), "ending with"),
     (dict(algorithm="glasu", grad_mode="exact"), "stale-steps 1"),
     (dict(algorithm="glasu", backbone="gcnii", aggregate="concat"), "aggregate mean"),
-    (dict(algorithm="glasu", fanout="3,2"), "one fanout"),
+    (dict(algorithm="glasu", num_neighbors="3,2"), "same number of neighbours"),
     (dict(algorithm="glasu", setting="horizontal"), "vertical"),
     (dict(algorithm="fedgcn", setting="vertical"), "horizontal"),
 ])

@@ -1,4 +1,4 @@
-"""Mini-batch local training of FedGCN/FedAvg (--batch-size, --fanouts): with every neighbour
+"""Mini-batch local training of FedGCN/FedAvg (--batch-size, --num-neighbors): with every neighbour
 and every training node in the batch a step is the full-batch step; sampling is seeded by
 (seed, client, round), so runs repeat and resume exactly; the sampled GCN layer is unbiased."""
 
@@ -54,7 +54,7 @@ def _pair(hops: int, model: str = "gcn", variant: str = "eq33", **minibatch):
                                                (0, "sage", "eq33")])
 def test_full_fanout_whole_batch_equals_full_batch(hops, model, variant):
     """Same weights in -> same updates out (two local steps), and the same predictions."""
-    full, mini = _pair(hops, model, variant, batch_size=10_000)  # fanouts: every neighbour
+    full, mini = _pair(hops, model, variant, batch_size=10_000)  # num_neighbors: every neighbour
     weights = full.weights
     for k in full.runtime.client_ids:
         a, b = full.runtime.local_client(k), mini.runtime.local_client(k)
@@ -72,14 +72,15 @@ def test_full_fanout_whole_batch_equals_full_batch(hops, model, variant):
 def test_fanouts_and_batch_really_sample():
     """A small batch with small fan-outs differs from the full step; the sampled blocks of
     a 1/2-hop client skip the first layer (its aggregation arrived exactly)."""
-    full, mini = _pair(2, batch_size=8, fanouts="3,2")
+    full, mini = _pair(2, batch_size=8, num_neighbors="2,3")
     w = full.weights
     a, b = full.runtime.local_client(0), mini.runtime.local_client(0)
     gap = (a.fit(w, 1)["weights"]["convs.0.lin.weight"]
            - b.fit(w, 1)["weights"]["convs.0.lin.weight"]).abs().max()
     assert float(gap) > 1e-4
-    assert sampled_fanouts([3, 2], 2, pre_aggregated=True) == [2]
-    assert sampled_fanouts([3, 2], 2, pre_aggregated=False) == [3, 2]
+    # first layer first: a pre-aggregated input layer drops the input-most (last) hop's number
+    assert sampled_fanouts([2, 3], 2, pre_aggregated=True) == [2]
+    assert sampled_fanouts([2, 3], 2, pre_aggregated=False) == [2, 3]
 
 
 def _run(graph, cfg, **kwargs):
@@ -90,7 +91,7 @@ def _run(graph, cfg, **kwargs):
 def _cfg(tmp_path=None, **values) -> Config:
     extra = {"checkpoint_every": 1, "out": str(tmp_path)} if tmp_path is not None else {}
     return Config.from_dict({"progress": False, "dataset": "sbm", "clients": 4, "rounds": 5,
-                             "partition": "iid", "batch_size": 12, "fanouts": "4,3",
+                             "partition": "iid", "batch_size": 12, "num_neighbors": "3,4",
                              "oracle_eval": False, **extra, **values})
 
 
@@ -145,24 +146,24 @@ def test_sampled_gcn_layer_is_unbiased():
 
 def test_config_rules():
     with pytest.raises(ConfigError, match="batch-size"):
-        Config.from_dict({"algorithm": "fedgcn", "fanouts": "10,5"})
-    with pytest.raises(ConfigError, match="fanouts"):
-        Config.from_dict({"algorithm": "fedgcn", "batch_size": 64, "fanouts": "10,5,2"})
-    Config.from_dict({"algorithm": "fedgcn", "batch_size": 64, "fanouts": "10,5"})
-    Config.from_dict({"algorithm": "centralized", "batch_size": 64, "fanouts": "10,5"})
+        Config.from_dict({"algorithm": "fedgcn", "num_neighbors": "10,5"})
+    with pytest.raises(ConfigError, match="num_neighbors"):
+        Config.from_dict({"algorithm": "fedgcn", "batch_size": 64, "num_neighbors": "10,5,2"})
+    Config.from_dict({"algorithm": "fedgcn", "batch_size": 64, "num_neighbors": "10,5"})
+    Config.from_dict({"algorithm": "centralized", "batch_size": 64, "num_neighbors": "10,5"})
 
 
-def test_cli_batch_size_and_fanouts(cli, tmp_path):
+def test_cli_batch_size_and_num_neighbors(cli, tmp_path):
     out = tmp_path / "run"
     res = cli("run", "--algorithm", "fedgcn", "--hops", "1", "--sbm-nodes", "300",
               "--sbm-features", "16", "--clients", "3", "--rounds", "3", "--batch-size", "256",
-              "--fanouts", "10,5", "--no-progress", "--out", out)
+              "--num-neighbors", "10,5", "--no-progress", "--out", out)
     assert res.code == 0, res.err
     result = json.loads((out / "result.json").read_text())
-    assert result["config"]["batch_size"] == 256 and result["config"]["fanouts"] == "10,5"
+    assert result["config"]["batch_size"] == 256 and result["config"]["num_neighbors"] == "10,5"
     assert 0.0 <= result["summary"]["test_acc"]["mean"] <= 1.0
     res = cli("run", "--algorithm", "centralized", "--sbm-nodes", "300", "--sbm-features", "16",
-              "--rounds", "2", "--batch-size", "64", "--fanouts", "5,5", "--no-progress")
+              "--rounds", "2", "--batch-size", "64", "--num-neighbors", "5,5", "--no-progress")
     assert res.code == 0, res.err
 
 
@@ -208,7 +209,7 @@ def test_minibatch_scales_the_received_rows_in_place_once(hops):
     the step is the same as before."""
     graph = random_graph(nodes=150, seed=4)
     part = random_partition(graph.num_nodes, 3, seed=4)
-    server = fedgcn_federation(graph, part, hops=hops, batch_size=8, fanouts="3,3", dropout=0.0)
+    server = fedgcn_federation(graph, part, hops=hops, batch_size=8, num_neighbors="3,3", dropout=0.0)
     server.pretrain()
     client = server.runtime.local_client(0)
     raw = client.received_sums.clone()

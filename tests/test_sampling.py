@@ -67,13 +67,14 @@ def test_blocks_shape_prefix_and_fanout_order():
     g = random_graph(300, seed=5)
     csr = CSRGraph.from_edge_index(g.edge_index, g.num_nodes)
     seeds = torch.tensor([0, 5, 17, 42])
-    blocks = sample_blocks(csr, seeds, [4, 2], torch.Generator().manual_seed(0))
+    blocks = sample_blocks(csr, seeds, [2, 4], torch.Generator().manual_seed(0))
     assert len(blocks) == 2
     top, bottom = blocks[1], blocks[0]
     assert torch.equal(top.dst_ids, seeds)
     assert torch.equal(bottom.dst_ids, top.src_ids)  # layer 1's outputs are layer 2's inputs
     deg = g.degrees()
-    # DGL order: the seeds draw fanouts[-1] = 2, the next hop draws fanouts[0] = 4
+    # PyG order (first layer first): the seeds draw num_neighbors[0] = 2 one-hop neighbours,
+    # each of those draws num_neighbors[1] = 4
     assert torch.equal(torch.bincount(top.edge_index[1], minlength=4), deg[seeds].clamp(max=2))
     assert torch.equal(torch.bincount(bottom.edge_index[1], minlength=bottom.num_dst),
                        deg[bottom.dst_ids].clamp(max=4))

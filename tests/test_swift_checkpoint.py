@@ -14,7 +14,7 @@ from fedgl.checkpoint import CHECKPOINT_FILE, load_checkpoint
 
 BASE = dict(dataset="sbm", sbm_nodes=240, sbm_alpha=0.1, sbm_features=16, clients=3,
             partition="random", model="sage", hidden=8,
-            dropout=0.3, batch_size=12, fanouts="4,3", rounds=7, eval_every=2, lr=0.02,
+            dropout=0.3, batch_size=12, num_neighbors="3,4", rounds=7, eval_every=2, lr=0.02,
             progress=False)
 CASES = {
     "swift-fedgnn": dict(period=2, cross_clients=2),

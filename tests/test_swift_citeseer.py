@@ -18,7 +18,7 @@ def citeseer(data_root):
 def test_swift_fedgnn_learns_citeseer_and_counts_its_traffic(citeseer):
     from fedgl.algorithms.swift_fedgnn.runner import run_repeat
 
-    cfg = _cfg(clients=10, partition="metis", hidden=32, batch_size=256, fanouts="15,10",
+    cfg = _cfg(clients=10, partition="metis", hidden=32, batch_size=256, num_neighbors="10,15",
                lr=0.01, rounds=30, eval_every=30, period=5, cross_clients=5, bandwidth="1Gbps")
     res = run_repeat(citeseer, cfg, repeat=0, seed=0, progress=_progress())
     last = res.history[-1]
@@ -43,7 +43,7 @@ def test_reproduction_trends_on_citeseer(citeseer):
     from fedgl.algorithms.minibatch_baselines.runner import run_fedgnn_g
     from fedgl.algorithms.swift_fedgnn.runner import run_repeat
 
-    cfg = _cfg(clients=10, partition="metis", hidden=256, batch_size=256, fanouts="15,10",
+    cfg = _cfg(clients=10, partition="metis", hidden=256, batch_size=256, num_neighbors="10,15",
                lr=1e-3, rounds=100, eval_every=10, period=5, cross_clients=5, oracle_eval=False)
     swift = run_repeat(citeseer, cfg, repeat=0, seed=0, progress=_progress())
     g = run_fedgnn_g(citeseer, cfg, repeat=0, seed=0, progress=_progress())

@@ -9,7 +9,7 @@ import fedgl
 from fedgl.errors import ConfigError
 
 SMALL = dict(dataset="sbm", sbm_nodes=150, clients=3, model="sage", hidden=8, batch_size=8,
-             fanouts="3,2", rounds=2, eval_every=2, progress=False)
+             num_neighbors="2,3", rounds=2, eval_every=2, progress=False)
 
 
 @pytest.mark.parametrize("algorithm", ["fedgnn-g", "local-only", "llcg", "fedgnn-pns", "swift"])
@@ -25,7 +25,7 @@ def test_every_minibatch_algorithm_runs_through_the_api(algorithm):
     (dict(cross_clients=5), "cross_clients"),
     (dict(period=0), "period"),
     (dict(model="gat"), "model"),
-    (dict(fanouts="3,2,1"), "fanouts"),
+    (dict(num_neighbors="3,2,1"), "num_neighbors"),
     (dict(server_optimizer="rmsprop"), "server_optimizer"),
     (dict(local_steps=5), "local_steps"),
 ])
@@ -44,7 +44,7 @@ def test_fedgcn_runs_on_metis_and_random_partitions(method):
 
 def test_bounded_cross_evaluation_scores_a_fixed_subset():
     """``eval_max_nodes`` caps the labelled nodes scored per split per client (the same subset
-    at every evaluation); ``eval_fanouts`` samples the evaluation neighbourhood."""
+    at every evaluation); ``eval_num_neighbors`` samples the evaluation neighbourhood."""
     from fedgl.algorithms.minibatch import server as server_mod
 
     seen: list = []
@@ -58,7 +58,7 @@ def test_bounded_cross_evaluation_scores_a_fixed_subset():
     try:
         full = fedgl.run(algorithm="local-only", partition="random", **{**SMALL, "rounds": 4})
         fedgl.run(algorithm="local-only", partition="random", eval_max_nodes=3,
-                  eval_fanouts="2,2", **{**SMALL, "rounds": 4})
+                  eval_num_neighbors="2,2", **{**SMALL, "rounds": 4})
     finally:
         mp.undo()
     assert len(seen) == 4
@@ -67,5 +67,5 @@ def test_bounded_cross_evaluation_scores_a_fixed_subset():
         assert all(t <= 3 for t in totals) and sum(totals) > 0
         assert all(t >= min(3, f) for t, f in zip(totals, seen[0][k], strict=True))
     assert full.repeats[0].history[-1]["val_acc"] >= 0.0
-    with pytest.raises(ConfigError, match="fanouts"):
-        fedgl.run(algorithm="local-only", eval_fanouts="2,2,2", **SMALL)
+    with pytest.raises(ConfigError, match="eval_num_neighbors"):
+        fedgl.run(algorithm="local-only", eval_num_neighbors="2,2,2", **SMALL)

@@ -70,7 +70,7 @@ def test_full_fanout_cross_client_equals_centralised(model, tol):
     batches with the same weights."""
     g, part = random_graph(120, seed=0), random_partition(120, 4)
     s = MiniBatchSettings(model=model, hidden=16, layers=2, dropout=0.0, batch_size=10,
-                          fanouts=(-1, -1))
+                          num_neighbors=(-1, -1))
     srv, rt, ref, w = _federation(g, part, s, _Fixed(range(4), [-1, -1]))
     begun, res, _ = _one_cross_iteration(srv, rt, w, set(range(4)))
     fb = full_block(g.edge_index, g.num_nodes)
@@ -92,14 +92,14 @@ def test_full_fanout_cross_client_equals_centralised(model, tol):
 
 
 def test_sampled_cross_client_equals_single_process_on_the_same_sample(monkeypatch):
-    """With fan-outs (3, 2) the federated computation equals PyG's layers run in one process on
+    """With num_neighbors (2, 3) the federated computation equals PyG's layers run in one process on
     the very blocks the server sampled; the chosen clients' losses and the summed gradients
     agree, and the uninvolved clients' local gradients are added as usual."""
     g, part = random_graph(150, seed=1), random_partition(150, 5, seed=1)
     s = MiniBatchSettings(model="sage", hidden=8, layers=2, dropout=0.0, batch_size=6,
-                          fanouts=(3, 2))
+                          num_neighbors=(2, 3))
     chosen = [1, 3]
-    srv, rt, ref, w = _federation(g, part, s, _Fixed(chosen, [3, 2]))
+    srv, rt, ref, w = _federation(g, part, s, _Fixed(chosen, [2, 3]))
     begun, res, blocks = _one_cross_iteration(srv, rt, w, set(chosen), monkeypatch)
     lp = block_forward(ref, "mean", g.x[blocks[0].src_ids], blocks)
     seeds_group = blocks[-1].src_group[: blocks[-1].num_dst]
@@ -121,7 +121,7 @@ def test_sampled_cross_client_equals_single_process_on_the_same_sample(monkeypat
 def _cfg(**kw):
     base = dict(clients=4, partition="iid", beta=1.0, min_client_size=1, metis_max_degree=0,
                 model="sage", hidden=8,
-                layers=2, dropout=0.0, batch_size=8, fanouts="3,2", lr=0.01, weight_decay=5e-4,
+                layers=2, dropout=0.0, batch_size=8, num_neighbors="2,3", lr=0.01, weight_decay=5e-4,
                 device="cpu", rounds=6, eval_every=3, runtime="local", bandwidth="", latency="",
                 oracle_eval=True, repeats=1, server_optimizer="adam", eval_mode="cross",
                 period=2, cross_clients=2, cross_at_start=True)
@@ -162,7 +162,7 @@ def test_local_training_ignores_other_clients_data():
     """K = 0: perturbing every feature of other clients leaves client 0's upload unchanged."""
     g, part = random_graph(100, seed=3), random_partition(100, 3, seed=3)
     s = MiniBatchSettings(model="sage", hidden=8, layers=2, dropout=0.0, batch_size=5,
-                          fanouts=(3, 3))
+                          num_neighbors=(3, 3))
     a, _, _, w = _federation(g, part, s, PeriodicSchedule(1, 0, [3, 3]))
     noisy = g.with_features(g.x + 5.0 * (torch.from_numpy(part.owner) != 0).float()[:, None])
     b, _, _, _ = _federation(noisy, part, s, PeriodicSchedule(1, 0, [3, 3]))
@@ -199,7 +199,7 @@ def test_bytes_on_a_tiny_graph_equal_the_hand_count():
     g = graph_from_edges([(0, 1), (1, 2), (2, 3)], 4, num_features=3, num_classes=2)
     part = Partition(torch.tensor([0, 0, 1, 1]).numpy(), 2)
     s = MiniBatchSettings(model="sage", hidden=2, layers=2, dropout=0.0, batch_size=0,
-                          fanouts=(-1, -1))
+                          num_neighbors=(-1, -1))
     srv, rt, _, w = _federation(g, part, s, _Fixed([0], [-1, -1]))
     assert sum(v.numel() for v in w.values()) == 24
     led = rt.ledger
@@ -219,7 +219,7 @@ def test_pns_cache_holds_exact_remote_sums_and_the_interval_shrinks():
     hits = [t for t in range(22) if sched.step(t, 3, gen).refresh_cache]
     assert hits == [0, 10, 15, 17, 18, 19, 20, 21]
     g, part = random_graph(90, seed=4), random_partition(90, 3, seed=4)
-    s = MiniBatchSettings(model="sage", hidden=8, layers=2, batch_size=5, fanouts=(3, 3))
+    s = MiniBatchSettings(model="sage", hidden=8, layers=2, batch_size=5, num_neighbors=(3, 3))
     srv, rt, _, _ = _federation(g, part, s, ShrinkingSchedule(5, 1.0))
     srv.pns_fanout = -1
     srv._refresh_cache(0)
@@ -257,7 +257,7 @@ def test_llcg_and_pns_runs_and_simulated_time():
 
 def test_chunked_cross_evaluation_equals_one_exchange():
     g, part = random_graph(120, seed=6), random_partition(120, 3, seed=6)
-    s = MiniBatchSettings(model="gcn", hidden=8, layers=2, batch_size=8, fanouts=(3, 3))
+    s = MiniBatchSettings(model="gcn", hidden=8, layers=2, batch_size=8, num_neighbors=(3, 3))
     srv, rt, _, _ = _federation(g, part, s, PeriodicSchedule(1, 0, [3, 3]))
     whole = srv.evaluate()
     srv.eval_batch = 7

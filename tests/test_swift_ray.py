@@ -10,7 +10,7 @@ from tests.helpers import interrupt_at
 ray = pytest.importorskip("ray")
 
 BASE = dict(algorithm="swift-fedgnn", dataset="sbm", sbm_nodes=200, clients=3, partition="metis",
-            model="sage", hidden=8, batch_size=8, fanouts="3,2", lr=0.01, rounds=4, eval_every=2,
+            model="sage", hidden=8, batch_size=8, num_neighbors="2,3", lr=0.01, rounds=4, eval_every=2,
             period=2, cross_clients=2, dropout=0.0, progress=False, bandwidth="1Gbps")
 
 

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from fedgl import progress
-from fedgl.config import Config, parse_fanouts
+from fedgl.config import Config, parse_num_neighbors
 from fedgl.data.client_data import ClientData
 from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
@@ -178,7 +178,7 @@ class GNNClient(ABC):
 
         cfg = self.config
         si = self._sampled_inputs()
-        fanouts = parse_fanouts(getattr(cfg, "fanouts", ""), cfg.layers)
+        fanouts = parse_num_neighbors(getattr(cfg, "num_neighbors", ""), cfg.layers)
         gen = torch.Generator().manual_seed(
             (client_seed(self.seed, self.data.client_id) * 31 + round * 1_000_033 + 5)
             % (2**63 - 1))

@@ -8,7 +8,7 @@ step
 1. draws ``batch_size`` of the client's training nodes uniformly without replacement
    (:func:`fedgl.data.sampling.uniform_batch`),
 2. samples their neighbourhood on the client's own rows with the project's one sampler
-   (:func:`fedgl.data.sampling.sample_blocks`, fan-outs input layer first), and
+   (:func:`fedgl.data.sampling.sample_blocks`, ``num_neighbors`` first layer first), and
 3. runs the model on the sampled blocks and takes one step on the batch's mean loss.
 
 **GCN on a sampled block.** The full layer is ``h_i' = W (w_ii h_i + Σ_{j∈N(i)} w_ij h_j) + b``
@@ -23,7 +23,8 @@ always kept). With every neighbour sampled the factor is 1 and the layer is the 
 
 **Pre-aggregated inputs** (FedGCN 1/2-hop: row i holds the exact ``(ÂX)_i`` from the
 pre-training sums) need no sampling for the first layer: only layers 2..L are sampled, with
-``fanouts[1:]``.
+the first ``L - 1`` hops' numbers, ``num_neighbors[:-1]`` (the seeds' hops, nearest first; the
+input-most hop, whose aggregation came pre-computed, is not drawn).
 
 With the full fan-out and a batch of every training node, one step equals the full-batch step
 (``tests/test_minibatch_fedgcn.py``). The sampler's randomness comes from a generator seeded by
@@ -94,19 +95,19 @@ def own_subgraph_keys(node_ids: Tensor, edge_index: Tensor, chunk: int = 1 << 22
     return torch.cat(parts) if parts else torch.empty(0, dtype=torch.int64)
 
 
-def sampled_fanouts(fanouts: list[int], layers: int, pre_aggregated: bool) -> list[int]:
-    """The fan-outs of the sampled layers (input side first): all of them, or without the first
-    layer's when its aggregation came pre-computed."""
-    return list(fanouts[1:]) if pre_aggregated else list(fanouts[:layers])
+def sampled_fanouts(num_neighbors: list[int], layers: int, pre_aggregated: bool) -> list[int]:
+    """The numbers of the sampled hops (first layer first): all ``layers`` of them, or without
+    the input-most hop (the last) when the first layer's aggregation came pre-computed."""
+    return list(num_neighbors[:layers - 1]) if pre_aggregated else list(num_neighbors[:layers])
 
 
 def minibatch_forward(model: torch.nn.Module, kind: str, si: SampledInputs, seeds: Tensor,
-                      fanouts: list[int], sample_gen: torch.Generator,
+                      num_neighbors: list[int], sample_gen: torch.Generator,
                       dropout_gen: torch.Generator | None) -> Tensor:
     """Log-probabilities of the rows ``seeds`` (unique), computed on their sampled
     neighbourhood (see module docstring). ``kind``: ``gcn`` or ``sage``."""
     layers = len(model.convs)
-    fans = sampled_fanouts(fanouts, layers, si.pre_aggregated)
+    fans = sampled_fanouts(num_neighbors, layers, si.pre_aggregated)
     blocks = sample_blocks(si.csr, seeds, fans, sample_gen)
     dev = si.x.device
     ids = blocks[0].src_ids if blocks else seeds

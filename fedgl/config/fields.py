@@ -87,9 +87,11 @@ def at_most(name: str, value: float, high: float, why: str = "") -> None:
         raise ConfigError(f"{name} must be <= {high:g} (got {value:g}){'; ' + why if why else ''}")
 
 
-def parse_fanouts(text: str, layers: int) -> list[int]:
-    """``"15,10"`` -> ``[15, 10]``; one number applies to every layer; ``""``, ``"0"`` or ``"-1"``
-    mean all neighbours (``-1``). The list has ``layers`` entries, outermost layer first."""
+def parse_num_neighbors(text: str, layers: int, key: str = "num_neighbors") -> list[int]:
+    """``"15,10"`` -> ``[15, 10]``: neighbours sampled per hop, **first layer first** as PyG's
+    ``NeighborLoader(num_neighbors=[15, 10])`` (15 one-hop neighbours of each seed, then 10 of
+    each of those). One number applies to every layer; ``""``, ``"0"``, ``"-1"`` or ``"all"``
+    mean all neighbours (``-1``). The list has ``layers`` entries."""
     text = str(text).strip()
     if text in ("", "0", "-1", "all"):
         return [-1] * layers
@@ -97,13 +99,13 @@ def parse_fanouts(text: str, layers: int) -> list[int]:
     try:
         values = [int(p) for p in parts]
     except ValueError:
-        raise ConfigError(f"fanouts must be comma-separated integers, e.g. 15,10 (got '{text}')"
-                          ) from None
+        raise ConfigError(f"{key} must be comma-separated integers, first layer first, e.g. "
+                          f"15,10 (got '{text}')") from None
     if any(v == 0 or v < -1 for v in values):
-        raise ConfigError(f"fanouts must be positive (or -1 for all neighbours); got '{text}'")
+        raise ConfigError(f"{key} must be positive (or -1 for all neighbours); got '{text}'")
     if len(values) == 1:
         return values * layers
     if len(values) != layers:
-        raise ConfigError(f"fanouts '{text}' gives {len(values)} numbers for {layers} layers; "
-                          f"give one per layer or a single number")
+        raise ConfigError(f"{key} '{text}' gives {len(values)} numbers for {layers} layers; "
+                          f"give one per layer (first layer first) or a single number")
     return values

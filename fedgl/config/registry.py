@@ -10,7 +10,9 @@ An algorithm package declares itself in a small ``spec.py``::
         name="fedgat", setting="horizontal", summary="FedGAT: polynomial attention",
         entry="fedgl.algorithms.fedgat.runner:run_fedgat",   # imported only when fedgat runs
         options=FedGATOptions, runtimes=("local", "ray"), privacy=(),
-        unread=("model", "hidden")))
+        unread=("model", "hidden"),
+        defaults={"rounds": 150, "dropout": 0.0},          # its paper's recipe
+        key_help={"rounds": "FedAvg rounds T of E local steps"}))
 
 and one line in :data:`BUILTIN` maps its name to that module, so looking an algorithm up imports
 only its ``spec.py`` (an options dataclass and this module), and running it imports its entry
@@ -27,8 +29,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from fedgl.config import plugins
@@ -78,6 +80,13 @@ class AlgorithmSpec:
     unread: tuple[str, ...] = ()      # common keys the algorithm ignores (off default: an error)
     checkpoints: bool = True          # supports --checkpoint-every / --resume
     aliases: tuple[str, ...] = ()
+    #: the algorithm's own defaults of common keys (its paper's recipe: model, hidden, optimiser,
+    #: lr, rounds, batch, fan-outs, partition...); they replace the section defaults for this
+    #: algorithm, and a value the user gives (flag, YAML, API) still wins
+    defaults: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    #: what a common key means for this algorithm, where it differs from the generic help
+    #: (e.g. ``rounds`` counts FedSGD iterations for the mini-batch algorithms)
+    key_help: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
         if self.setting not in ("horizontal", "vertical"):
@@ -87,6 +96,12 @@ class AlgorithmSpec:
             raise ValueError(f"{self.name}: unknown privacy features {sorted(unknown)}")
         if self.options is not None and not dataclasses.is_dataclass(self.options):
             raise ValueError(f"{self.name}: options must be a dataclass")
+        unread = set(self.defaults) & set(self.unread_keys())
+        if unread:
+            raise ValueError(f"{self.name}: defaults given for keys it does not read: "
+                             f"{sorted(unread)}")
+        object.__setattr__(self, "defaults", dict(self.defaults))
+        object.__setattr__(self, "key_help", dict(self.key_help))
 
     def unread_keys(self) -> tuple[str, ...]:
         """Common keys this algorithm ignores: its own list plus the other setting's keys."""

@@ -5,6 +5,10 @@ Built from flat keys (``rounds: 50``, ``--rounds 50``), nested sections (``optim
 (``cfg.optim.rounds``, ``cfg.section("model").hidden``, ``cfg.options.degree``). One rule covers
 every algorithm: a key the chosen algorithm does not read is an error naming the algorithm that
 reads it (a key left at its default is accepted and ignored, so old result files still load).
+
+Defaults, lowest first: the section's field default, then the chosen algorithm's own default
+(``AlgorithmSpec.defaults``: its paper's recipe, e.g. GLASU's hidden 64 and Adam at lr 0.01),
+then the values given (YAML file, then flags or keyword arguments).
 """
 
 from __future__ import annotations
@@ -34,7 +38,12 @@ from fedgl.errors import ConfigError
 COMMON_KEYS: dict[str, str] = {f.name: name for name, cls in SECTIONS.items()
                                for f in dataclasses.fields(cls)}
 #: other spellings accepted for a key
-KEY_ALIASES: dict[str, str] = {"fanout": "fanouts"}
+KEY_ALIASES: dict[str, str] = {}
+#: keys renamed when fan-outs moved to PyG's order (first layer first); an old key given by the
+#: user is refused with the fix (its list was read the other way round), while a config fedgl
+#: stored under the old name is translated (:meth:`Config.from_stored`)
+RENAMED_KEYS: dict[str, str] = {"fanouts": "num_neighbors", "fanout": "num_neighbors",
+                                "eval_fanouts": "eval_num_neighbors"}
 DEFAULT_ALGORITHM = "fedgcn"
 
 
@@ -66,11 +75,15 @@ class Config:
     """
 
     def __init__(self, algorithm: str = DEFAULT_ALGORITHM, **keys: Any) -> None:
-        built = _build(algorithm, keys, "config")
+        self._install(_build(algorithm, keys, "config"))
+        self.validate()
+
+    def _install(self, built: tuple[AlgorithmSpec, dict[str, Section], Any, frozenset[str]]
+                 ) -> None:
         object.__setattr__(self, "_spec", built[0])
         object.__setattr__(self, "_sections", built[1])
         object.__setattr__(self, "_options", built[2])
-        self.validate()
+        object.__setattr__(self, "_given", built[3])
 
     # ------------------------------------------------------------------ construction
     @classmethod
@@ -82,12 +95,16 @@ class Config:
         flat = _flatten(values, source)
         algorithm = flat.pop("algorithm", DEFAULT_ALGORITHM)
         cfg = cls.__new__(cls)
-        spec, sections, options = _build(algorithm, flat, source)
-        object.__setattr__(cfg, "_spec", spec)
-        object.__setattr__(cfg, "_sections", sections)
-        object.__setattr__(cfg, "_options", options)
+        cfg._install(_build(algorithm, flat, source))
         cfg.validate()
         return cfg
+
+    @classmethod
+    def from_stored(cls, values: dict[str, Any], *, source: str = "stored config") -> Config:
+        """A config fedgl wrote itself (a checkpoint's or result's flat keys), translating keys
+        renamed since: ``fanouts``/``eval_fanouts`` were written input layer first, so they become
+        ``num_neighbors``/``eval_num_neighbors`` reversed, the same sampled neighbourhoods."""
+        return cls.from_dict(migrate_stored(values), source=source)
 
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
@@ -122,7 +139,12 @@ class Config:
         return cls.from_dict(flat, source=source)
 
     def replace(self, **changes: Any) -> Config:
-        """A validated copy with ``changes`` (flat keys) applied."""
+        """A validated copy with ``changes`` (flat keys) applied. A change of ``algorithm`` keeps
+        only the keys that were given, so the new algorithm's own defaults apply to the rest."""
+        new = changes.get("algorithm")
+        if new is not None and canonical_name(str(new)) != self.algorithm:
+            full = self.to_dict()
+            return Config.from_dict({**{k: full[k] for k in self._given if k in full}, **changes})
         return Config.from_dict({**self.to_dict(), **changes})
 
     # ------------------------------------------------------------------ access
@@ -138,6 +160,11 @@ class Config:
     def options(self) -> Any:
         """The chosen algorithm's options dataclass instance (None if it has none)."""
         return self._options
+
+    @property
+    def given_keys(self) -> frozenset[str]:
+        """The keys given when this config was built (the rest are defaults)."""
+        return self._given
 
     @property
     def setting(self) -> str:
@@ -255,7 +282,7 @@ class Config:
     def _check_unread(self, spec: AlgorithmSpec) -> None:
         for key in spec.unread_keys():
             section = self._sections[COMMON_KEYS[key]]
-            if getattr(section, key) != _field_default(type(section), key):
+            if getattr(section, key) != _default(spec, key):
                 raise ConfigError(f"{key} is not read by {spec.name}; drop --{_flag(key)} (see "
                                   f"`fedgl run --algorithm {spec.name} --help`)")
 
@@ -321,6 +348,9 @@ def _field_default(cls: type, name: str) -> Any:
 
 
 def _default(spec: AlgorithmSpec, key: str) -> Any:
+    """The default of ``key`` for ``spec``: the algorithm's own, else the section's."""
+    if key in spec.defaults:
+        return spec.defaults[key]
     if key in COMMON_KEYS:
         return _field_default(SECTIONS[COMMON_KEYS[key]], key)
     return _field_default(spec.options, key) if spec.options else None
@@ -342,6 +372,8 @@ def _flatten(values: dict[str, Any], source: str) -> dict[str, Any]:
         if isinstance(value, dict) and (key in SECTIONS or raw_key in names):
             for inner_key, inner in value.items():
                 inner_name = _canonical_key(inner_key)
+                if inner_name in RENAMED_KEYS:
+                    _refuse_renamed(inner_name, inner)
                 if key in SECTIONS and COMMON_KEYS.get(inner_name) != key:
                     raise ConfigError(f"{source}: '{inner_key}' is not a key of section '{key}'"
                                       f"{_where(inner_name)}")
@@ -360,20 +392,35 @@ def _where(name: str) -> str:
     return ""
 
 
+def spec_defaults(spec: AlgorithmSpec) -> dict[str, Any]:
+    """The algorithm's own defaults of common keys (checked: each must be a common key)."""
+    for key in spec.defaults:
+        if key not in COMMON_KEYS:
+            raise ValueError(f"{spec.name}: default for '{key}', which is not a common key; "
+                             "declare it in the algorithm's options instead")
+    return dict(spec.defaults)
+
+
 def _build(algorithm: Any, flat: dict[str, Any], source: str
-           ) -> tuple[AlgorithmSpec, dict[str, Section], Any]:
+           ) -> tuple[AlgorithmSpec, dict[str, Section], Any, frozenset[str]]:
     if not isinstance(algorithm, str):
         raise ConfigError(f"algorithm must be a name, e.g. fedgcn (got {algorithm!r})")
     spec = get_spec(canonical_name(algorithm))
     section_values: dict[str, dict[str, Any]] = {name: {} for name in SECTIONS}
+    for key, value in spec_defaults(spec).items():
+        section_values[COMMON_KEYS[key]][key] = value
     option_values: dict[str, Any] = {}
     own = set(spec.option_names())
+    given: set[str] = set()
     for raw_key, value in flat.items():
         key = _canonical_key(raw_key)
+        if key in RENAMED_KEYS:
+            _refuse_renamed(key, value)
         if isinstance(value, Section):   # Config(data=DataConfig(...))
             if SECTIONS.get(key) is not type(value):
                 raise ConfigError(f"{source}: '{raw_key}' is not a section")
             section_values[key].update(dataclasses.asdict(value))
+            given.update(section_values[key])
             continue
         if str(raw_key).startswith("__options_of__"):
             owner, _, key = str(raw_key)[len("__options_of__"):].partition(":")
@@ -385,8 +432,10 @@ def _build(algorithm: Any, flat: dict[str, Any], source: str
                                   f"{_suggest(key, spec.option_names())}")
         if key in COMMON_KEYS:
             section_values[COMMON_KEYS[key]][key] = value
+            given.add(key)
         elif key in own:
             option_values[key] = value
+            given.add(key)
         else:
             _refuse_foreign(key, value, spec, source)
     sections = {}
@@ -396,7 +445,34 @@ def _build(algorithm: Any, flat: dict[str, Any], source: str
         except TypeError as exc:  # pragma: no cover - keys are routed by COMMON_KEYS
             raise ConfigError(f"{source}: {exc}") from None
     options = spec.options(**option_values) if spec.options is not None else None
-    return spec, sections, options
+    return spec, sections, options, frozenset(given)
+
+
+def _reversed_list(value: Any) -> str:
+    parts = [p.strip() for p in str(value).split(",")]
+    return ",".join(reversed(parts))
+
+
+def migrate_stored(values: dict[str, Any]) -> dict[str, Any]:
+    """Flat keys of a config written before fan-outs moved to PyG's order, in today's keys."""
+    out = dict(values)
+    for old, new in (("fanouts", "num_neighbors"), ("eval_fanouts", "eval_num_neighbors")):
+        if old in out and new not in out:
+            out[new] = _reversed_list(out.pop(old))
+    return out
+
+
+def _refuse_renamed(key: str, value: Any) -> None:
+    """An old fan-out key: one line with the new key and the reversed list."""
+    new = RENAMED_KEYS[key]
+    text = str(value).strip()
+    if "," in text:
+        fix = (f"reverse your list: --{_flag(key)} {text} is --{_flag(new)} "
+               f"{_reversed_list(text)}")
+    else:
+        fix = f"--{_flag(new)} {text or '(empty)'} means the same"
+    raise ConfigError(f"{key} is now {new}, first layer first as PyG's NeighborLoader ({fix}; "
+                      "see docs/decisions.md)")
 
 
 def _refuse_foreign(key: str, value: Any, spec: AlgorithmSpec, source: str) -> None:

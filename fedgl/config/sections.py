@@ -12,7 +12,14 @@ import difflib
 import re
 from dataclasses import dataclass, fields
 
-from fedgl.config.fields import at_least, at_most, check_fields, choice, option, parse_fanouts
+from fedgl.config.fields import (
+    at_least,
+    at_most,
+    check_fields,
+    choice,
+    option,
+    parse_num_neighbors,
+)
 from fedgl.errors import ConfigError
 
 NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-products",
@@ -196,13 +203,16 @@ class OptimConfig(Section):
     """Rounds, local steps and the local optimiser."""
 
     title = "optimisation"
-    rounds: int = option(300, "communication rounds T (centralised: T x local_steps steps)")
+    rounds: int = option(300, "communication rounds T (centralised: T x local_steps steps; the "
+                              "mini-batch FedSGD algorithms: iterations; per algorithm: "
+                              "fedgl run --algorithm X --help)")
     local_steps: int = option(3, "local SGD steps E per round")
     lr: float = option(0.5, "learning rate η")
     weight_decay: float = option(5e-4, "L2 regularisation")
     batch_size: int = option(0, "training nodes per mini-batch (0: full batch)")
-    fanouts: str = option("", "neighbours sampled per layer, e.g. 15,10 (one number: every "
-                              "layer; empty: all)")
+    num_neighbors: str = option("", "neighbours sampled per hop, first layer first as PyG's "
+                                    "NeighborLoader: 15,10 = 15 one-hop, then 10 two-hop "
+                                    "neighbours per node (one number: every layer; empty: all)")
 
     def check(self) -> None:
         at_least("rounds", self.rounds, 0)
@@ -217,7 +227,7 @@ class OptimConfig(Section):
         at_most("batch_size", self.batch_size, MAX_NODES)
         if self.weight_decay < 0:
             raise ConfigError(f"weight_decay must be >= 0 (got {self.weight_decay})")
-        parse_fanouts(self.fanouts, max(1, len(self.fanouts.split(","))))
+        parse_num_neighbors(self.num_neighbors, max(1, len(self.num_neighbors.split(","))))
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,11 @@ is done for all frontier nodes at once: every candidate edge gets an i.i.d. unif
 ordered by (target, key), and the first ``f`` of each target's run are kept, so each
 ``f``-subset of a node's neighbours is equally likely. No Python loop runs over nodes.
 
-Fan-out order follows DGL's ``NeighborSampler`` (the convention of the Swift-FedGNN paper's
-scripts): ``fanouts[l]`` is the fan-out of model layer ``l`` counted from the input, so with
-``[15, 10]`` the seeds draw 10 one-hop neighbours and each of those draws 15. ``-1`` = all.
+Fan-out order is PyG's ``NeighborLoader(num_neighbors=...)`` (fedgl's one convention: config,
+CLI, API and results): ``num_neighbors[k]`` is the number drawn at hop ``k + 1`` from the seeds,
+first layer first, so with ``[15, 10]`` the seeds draw 15 one-hop neighbours and each of those
+draws 10. ``-1`` = all. (DGL's ``NeighborSampler`` lists the same numbers input layer first:
+DGL's ``[10, 15]``.)
 
 Blocks: ``blocks[l]`` feeds layer ``l`` (input first). Its source nodes are the layer's inputs,
 its destination nodes are the first ``num_dst`` of them (the destination set is a prefix of the
@@ -205,16 +207,17 @@ def expand_nodes(csr: CSRGraph, nodes: Tensor, fanout: int,
             [a + b for a, b in zip(counts, new_counts, strict=True)])
 
 
-def sample_blocks(csr: CSRGraph, seeds: Tensor, fanouts: list[int],
+def sample_blocks(csr: CSRGraph, seeds: Tensor, num_neighbors: Sequence[int],
                   generator: torch.Generator | None = None,
                   groups: Tensor | None = None) -> list[Block]:
-    """Blocks of an ``len(fanouts)``-layer model for ``seeds`` (input layer first; see module
-    docstring for the fan-out order and for ``groups``). Seeds must be unique within a group."""
+    """Blocks of an ``len(num_neighbors)``-layer model for ``seeds``. ``num_neighbors`` is per
+    hop, first layer (one-hop) first, as PyG's; the blocks come input layer first (see the module
+    docstring, also for ``groups``). Seeds must be unique within a group."""
     n = max(csr.num_nodes, 1)
     dst_ids = seeds.long()
     dst_group = torch.zeros_like(dst_ids) if groups is None else groups.long()
     blocks: list[Block] = []
-    for fanout in reversed(fanouts):
+    for fanout in num_neighbors:     # hop 1 (the seeds' neighbours) first
         pos, nbr = sample_neighbors(csr, dst_ids, fanout, generator)
         nbr_group = dst_group[pos]
         dst_key = dst_group * n + dst_ids

@@ -1,6 +1,7 @@
 """Registers BNS-GCN (alias bds-gcn) (imports no algorithm code)."""
 
 from fedgl.algorithms.bns_gcn.options import BNSGCNOptions
+from fedgl.algorithms.recipes import FEDGCN_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 register(AlgorithmSpec(
@@ -8,4 +9,5 @@ register(AlgorithmSpec(
     summary="BNS-GCN: per round, a random share ρ of boundary nodes' features and hidden "
             "states exchanged through the server at every step",
     entry="fedgl.algorithms.bns_gcn.runner:run_repeat", options=BNSGCNOptions,
-    unread=("batch_size", "fanouts", "clients_per_round")))
+    unread=("batch_size", "num_neighbors", "clients_per_round"),
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))

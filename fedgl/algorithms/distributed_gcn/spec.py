@@ -1,6 +1,7 @@
 """Registers Distributed GCN (imports no algorithm code)."""
 
 from fedgl.algorithms.distributed_gcn.options import DistributedGCNOptions
+from fedgl.algorithms.recipes import FEDGCN_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 register(AlgorithmSpec(
@@ -8,4 +9,5 @@ register(AlgorithmSpec(
     summary="Distributed GCN: every boundary node's features and hidden states exchanged "
             "through the server at every step",
     entry="fedgl.algorithms.distributed_gcn.runner:run_repeat", options=DistributedGCNOptions,
-    unread=("batch_size", "fanouts", "clients_per_round")))
+    unread=("batch_size", "num_neighbors", "clients_per_round"),
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))

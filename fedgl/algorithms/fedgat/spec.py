@@ -2,22 +2,24 @@
 algorithm code)."""
 
 from fedgl.algorithms.fedgat.options import FedGATOptions, GATOptions
+from fedgl.algorithms.recipes import FEDGAT_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 # the GAT algorithms size their layers by heads x gat_hidden and train full-batch
-_GAT_UNREAD = ("model", "hidden", "batch_size", "fanouts", "clients_per_round")
+_GAT_UNREAD = ("model", "hidden", "batch_size", "num_neighbors", "clients_per_round")
+_HELP = {"rounds": ROUNDS_HELP["fedavg"]}
 
 register(AlgorithmSpec(
     name="fedgat", setting="horizontal",
     summary="FedGAT: first-layer attention by a Chebyshev polynomial from matrices sent once",
     entry="fedgl.algorithms.fedgat.runner:run_fedgat", options=FedGATOptions,
-    unread=_GAT_UNREAD))
+    unread=_GAT_UNREAD, defaults=FEDGAT_PAPER, key_help=_HELP))
 
 register(AlgorithmSpec(
     name="distgat", setting="horizontal",
     summary="DistGAT: federated GAT with every cross-client edge dropped (FedGAT's baseline)",
     entry="fedgl.algorithms.fedgat.dist_gat:run_distgat", options=GATOptions,
-    unread=_GAT_UNREAD))
+    unread=_GAT_UNREAD, defaults=FEDGAT_PAPER, key_help=_HELP))
 
 register(AlgorithmSpec(
     name="centralized-gat", setting="horizontal",
@@ -25,4 +27,4 @@ register(AlgorithmSpec(
     entry="fedgl.algorithms.fedgat.centralized_gat:run_centralized_gat", options=GATOptions,
     runtimes=("local",), checkpoints=False,
     # federation keys are accepted (and ignored) so that one set of keys runs a comparison
-    unread=_GAT_UNREAD))
+    unread=_GAT_UNREAD, defaults=FEDGAT_PAPER, key_help=_HELP))

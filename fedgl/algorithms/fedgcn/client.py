@@ -62,7 +62,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
     """A FedGCN party. Holds only its :class:`ClientData` and, after pre-training, the sums it
     received (rows for its own nodes, and with 2-hop for its remote neighbours)."""
 
-    minibatch_capable = True  # --batch-size/--fanouts: sampled local steps on its own inputs
+    minibatch_capable = True  # --batch-size/--num-neighbors: sampled local steps on its own inputs
 
     def __init__(self, data: ClientData, config: Config, seed: int) -> None:
         super().__init__(data, config, seed)

@@ -1,13 +1,15 @@
 """Registers FedGCN and its centralised reference (imports no algorithm code)."""
 
 from fedgl.algorithms.fedgcn.options import FedGCNOptions
+from fedgl.algorithms.recipes import FEDGCN_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 register(AlgorithmSpec(
     name="fedgcn", setting="horizontal",
     summary="FedGCN: one pre-training exchange of 0/1/2-hop neighbour sums, then FedAvg",
     entry="fedgl.algorithms.fedgcn.runner:run_fedgcn", options=FedGCNOptions,
-    privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors")))
+    privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors"),
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))
 
 register(AlgorithmSpec(
     name="centralized", setting="horizontal",
@@ -15,5 +17,6 @@ register(AlgorithmSpec(
     entry="fedgl.algorithms.fedgcn.centralized:run_centralized", runtimes=("local",),
     checkpoints=False,
     # federation keys are accepted (and ignored) so that one set of keys runs a comparison;
-    # batch_size and fanouts are read (mini-batch centralised GCN/SAGE)
-    unread=("clients_per_round",)))
+    # batch_size and num_neighbors are read (mini-batch centralised GCN/SAGE)
+    unread=("clients_per_round",),
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))

@@ -1,10 +1,12 @@
 """Registers FedSage+ (imports no algorithm code)."""
 
 from fedgl.algorithms.fedsage_plus.options import FedSagePlusOptions
+from fedgl.algorithms.recipes import FEDGCN_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 register(AlgorithmSpec(
     name="fedsage-plus", setting="horizontal", aliases=("fedsage+",),
     summary="FedSage+: federatedly trained neighbour generators mend local subgraphs, then FedAvg",
     entry="fedgl.algorithms.fedsage_plus.runner:run_repeat", options=FedSagePlusOptions,
-    unread=("batch_size", "fanouts", "clients_per_round")))
+    unread=("batch_size", "num_neighbors", "clients_per_round"),
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))

@@ -35,7 +35,7 @@ from fedgl.algorithms.glasu.options import (
 from fedgl.algorithms.glasu.server import GlasuServer
 from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
 from fedgl.checkpoint import Checkpointer, RepeatProgress
-from fedgl.config import parse_fanouts
+from fedgl.config import parse_num_neighbors
 from fedgl.data.graph import GraphData
 from fedgl.data.vertical import VerticalClientData, split_stats, vertical_shard, vertical_split
 from fedgl.errors import ConfigError, DataError
@@ -50,10 +50,10 @@ from fedgl.results import RepeatResult
 
 def parse_fanout(text: Any, layers: int) -> int:
     """GLASU's one fanout for every layer ("" or -1: all neighbours)."""
-    values = parse_fanouts(str(text), layers)
+    values = parse_num_neighbors(str(text), layers)
     if len(set(values)) != 1:
         raise ConfigError(f"GLASU samples the same number of neighbours at every layer; give one "
-                          f"fanout, e.g. --fanout 3 (got {text!r})")
+                          f"number, e.g. --num-neighbors 3 (got {text!r})")
     return int(values[0])
 
 
@@ -80,7 +80,7 @@ def glasu_params(cfg: Any, options: GlasuModelOptions, num_classes: int,
                 dropout=float(cfg.dropout), lr=float(cfg.lr),
                 weight_decay=float(cfg.weight_decay), optimizer=options.glasu_optimizer,
                 momentum=options.glasu_momentum, batch_size=int(getattr(cfg, "batch_size", 16)),
-                fanout=parse_fanout(getattr(cfg, "fanouts", "3"), layers),
+                fanout=parse_fanout(getattr(cfg, "num_neighbors", "3"), layers),
                 label_holders=options.label_holders, gcnii_alpha=options.gcnii_alpha,
                 gcnii_lambda=options.gcnii_lambda)
     if mode != "glasu":  # every layer aggregates, exact gradients, one step a round

@@ -2,32 +2,36 @@
 and standalone (imports no algorithm code)."""
 
 from fedgl.algorithms.glasu.options import GlasuModelOptions, GlasuOptions
+from fedgl.algorithms.recipes import GLASU_BASELINES, GLASU_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 # GLASU trains mini-batches with its own local-update count (stale_steps), sizes layers by
 # hidden, and picks its backbone with --backbone
 _UNREAD = ("model", "local_steps", "clients_per_round")
 _RUNNER = "fedgl.algorithms.glasu.runner"
+_BASE_HELP = {"rounds": ROUNDS_HELP["glasu_baseline"]}
 
 register(AlgorithmSpec(
     name="glasu", setting="vertical",
     summary="GLASU: vertical split GNN with lazy aggregation at K of L layers and Q stale updates",
-    entry=f"{_RUNNER}:run_repeat", options=GlasuOptions, unread=_UNREAD))
+    entry=f"{_RUNNER}:run_repeat", options=GlasuOptions, unread=_UNREAD,
+    defaults=GLASU_PAPER, key_help={"rounds": ROUNDS_HELP["glasu"]}))
 
 register(AlgorithmSpec(
     name="glasu-simulated", setting="vertical",
     summary="GLASU's simulated centralised baseline: every client has every edge, aggregation "
             "at every layer, exact gradients",
-    entry=f"{_RUNNER}:run_simulated", options=GlasuModelOptions, unread=_UNREAD))
+    entry=f"{_RUNNER}:run_simulated", options=GlasuModelOptions, unread=_UNREAD,
+    defaults=GLASU_BASELINES, key_help=_BASE_HELP))
 
 register(AlgorithmSpec(
     name="glasu-centralized", setting="vertical",
     summary="GLASU's centralised baseline: one party with every feature column and edge",
     entry=f"{_RUNNER}:run_centralized", options=GlasuModelOptions, runtimes=("local",),
-    unread=_UNREAD))
+    unread=_UNREAD, defaults=GLASU_BASELINES, key_help=_BASE_HELP))
 
 register(AlgorithmSpec(
     name="glasu-standalone", setting="vertical",
     summary="GLASU's standalone baseline: each client trains alone on its columns and edges",
     entry=f"{_RUNNER}:run_standalone", options=GlasuModelOptions, checkpoints=False,
-    runtimes=("local",), unread=_UNREAD))
+    runtimes=("local",), unread=_UNREAD, defaults=GLASU_BASELINES, key_help=_BASE_HELP))

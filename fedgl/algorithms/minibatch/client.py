@@ -96,7 +96,7 @@ class MiniBatchClient:
         batch = self._batch
         if batch is None or batch.numel() == 0:
             return float("nan"), 0
-        blocks = sample_blocks(self.csr, batch, list(self.s.fanouts), self.generator)
+        blocks = sample_blocks(self.csr, batch, list(self.s.num_neighbors), self.generator)
         loss = F.nll_loss(self._forward_local(blocks), self.data.y[batch])
         loss.backward()
         return float(loss.detach()), int(batch.numel())

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedgl.config.fields import option, parse_fanouts
+from fedgl.config.fields import option, parse_num_neighbors
 from fedgl.errors import ConfigError
 
 OPTIMIZERS = ("adam", "sgd")
@@ -26,8 +26,9 @@ class MiniBatchOptions:
     eval_max_nodes: int = option(
         0, "cross evaluation: at most this many labelled nodes per split per client, a fixed "
            "seeded uniform subset (0: all; bounds evaluation on large graphs)")
-    eval_fanouts: str = option(
-        "", "cross evaluation fan-outs (DGL order, as --fanouts); empty: all neighbours (exact)")
+    eval_num_neighbors: str = option(
+        "", "cross evaluation: neighbours sampled per hop, first layer first (as "
+            "--num-neighbors); empty: all neighbours (exact)")
 
     def validate(self, cfg: Any) -> None:
         if self.server_optimizer not in OPTIMIZERS:
@@ -41,7 +42,8 @@ class MiniBatchOptions:
         if self.eval_max_nodes < 0:
             raise ConfigError(f"eval_max_nodes must be >= 0 (got {self.eval_max_nodes}); "
                               "0 means all")
-        parse_fanouts(self.eval_fanouts, int(getattr(cfg, "layers", 2)))
+        parse_num_neighbors(self.eval_num_neighbors, int(getattr(cfg, "layers", 2)),
+                            "eval_num_neighbors")
         if getattr(cfg, "model", "sage") not in ("sage", "gin", "gcn"):
             raise ConfigError(f"model {cfg.model!r} has no mini-batch form; use --model sage, "
                               "gin or gcn")

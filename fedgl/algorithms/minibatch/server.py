@@ -41,7 +41,8 @@ from fedgl.models.blocks import aggregation_kind
 
 @dataclass
 class Step:
-    """What iteration t does: ``cross`` clients train cross-client on a sample with ``fanouts``;
+    """What iteration t does: ``cross`` clients train cross-client on a sample with ``fanouts``
+    (neighbours per hop, first layer first, as ``num_neighbors``);
     ``refresh_cache``: first refresh every client's cached remote layer-1 sums (FedGNN-PNS)."""
 
     cross: list[int] = field(default_factory=list)
@@ -285,7 +286,7 @@ class FedSGDServer:
                 rt.call("minibatch.load", {"weights": self.weights}, phase="eval")
                 ids = rt.call("minibatch.eval_nodes", phase="eval")
                 seeds = torch.cat([ids[k]["ids"] for k in sorted(ids)])
-                fan = list(self.s.eval_fanouts) or [-1] * self.s.layers
+                fan = list(self.s.eval_num_neighbors) or [-1] * self.s.layers
                 res = {}
                 step = self.eval_batch or max(1, seeds.numel())
                 for chunk in torch.split(seeds, step):

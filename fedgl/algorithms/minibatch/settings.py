@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from fedgl.config import parse_fanouts
+from fedgl.config import parse_num_neighbors
 
 
 @dataclass
@@ -17,11 +17,11 @@ class MiniBatchSettings:
     layers: int = 2
     dropout: float = 0.0
     batch_size: int = 256
-    fanouts: tuple[int, ...] = (15, 10)
+    num_neighbors: tuple[int, ...] = (10, 15)     # per hop, first layer first (PyG's order)
     lr: float = 1e-3
     weight_decay: float = 5e-4
     device: str = "cpu"
-    eval_fanouts: tuple[int, ...] = ()
+    eval_num_neighbors: tuple[int, ...] = ()
     eval_max_nodes: int = 0
 
     @classmethod
@@ -29,11 +29,12 @@ class MiniBatchSettings:
         if isinstance(cfg, MiniBatchSettings):
             return cfg
         layers = int(cfg.layers)
-        fan = getattr(cfg, "fanouts", "")
-        eval_fan = str(getattr(cfg, "eval_fanouts", "") or "")
+        fan = getattr(cfg, "num_neighbors", "")
+        eval_fan = str(getattr(cfg, "eval_num_neighbors", "") or "")
         return cls(model=cfg.model, hidden=int(cfg.hidden), layers=layers,
                    dropout=float(cfg.dropout), batch_size=int(getattr(cfg, "batch_size", 0)),
-                   fanouts=tuple(parse_fanouts(fan, layers)), lr=float(cfg.lr),
+                   num_neighbors=tuple(parse_num_neighbors(fan, layers)), lr=float(cfg.lr),
                    weight_decay=float(cfg.weight_decay), device=getattr(cfg, "device", "cpu"),
-                   eval_fanouts=tuple(parse_fanouts(eval_fan, layers)) if eval_fan else (),
+                   eval_num_neighbors=(tuple(parse_num_neighbors(eval_fan, layers, "eval_num_neighbors"))
+                                       if eval_fan else ()),
                    eval_max_nodes=int(getattr(cfg, "eval_max_nodes", 0) or 0))

@@ -23,13 +23,13 @@ def _run(graph: GraphData, cfg: Any, schedule: Any, name: str, kw: dict, **extra
 def run_fedgnn_g(graph: GraphData, cfg: Any, **kw: Any) -> RepeatResult:
     """FedGNN-G: every client trains cross-client in every iteration (I = 1, K = M)."""
     s = MiniBatchSettings.from_config(cfg)
-    return _run(graph, cfg, PeriodicSchedule(1, int(cfg.clients), list(s.fanouts)), "fedgnn-g", kw)
+    return _run(graph, cfg, PeriodicSchedule(1, int(cfg.clients), list(s.num_neighbors)), "fedgnn-g", kw)
 
 
 def run_local_only(graph: GraphData, cfg: Any, **kw: Any) -> RepeatResult:
     """Local-only FedSGD: no cross-client training (K = 0)."""
     s = MiniBatchSettings.from_config(cfg)
-    return _run(graph, cfg, PeriodicSchedule(1, 0, list(s.fanouts)), "local-only", kw)
+    return _run(graph, cfg, PeriodicSchedule(1, 0, list(s.num_neighbors)), "local-only", kw)
 
 
 def run_llcg(graph: GraphData, cfg: Any, **kw: Any) -> RepeatResult:

@@ -6,6 +6,7 @@ from fedgl.algorithms.minibatch_baselines.options import (
     LocalOnlyOptions,
     PNSOptions,
 )
+from fedgl.algorithms.recipes import ROUNDS_HELP, SWIFT_PAPER
 from fedgl.config.registry import AlgorithmSpec, register
 
 _UNREAD = ("local_steps", "clients_per_round", "aggregation")
@@ -23,4 +24,5 @@ for name, fn, options, summary in (
 ):
     register(AlgorithmSpec(name=name, setting="horizontal", summary=summary,
                            entry=f"{_RUNNER}:{fn}", options=options, runtimes=("local", "ray"),
-                           privacy=(), unread=_UNREAD))
+                           privacy=(), unread=_UNREAD, defaults=SWIFT_PAPER,
+                           key_help={"rounds": ROUNDS_HELP["fedsgd"]}))

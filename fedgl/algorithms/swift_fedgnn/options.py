@@ -1,4 +1,4 @@
-"""Swift-FedGNN's own options (common keys: model, hidden, layers, batch_size, fanouts, lr,
+"""Swift-FedGNN's own options (common keys: model, hidden, layers, batch_size, num_neighbors, lr,
 weight_decay, rounds = the number of iterations T)."""
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 
 def swift_schedule(options: Any, settings: MiniBatchSettings) -> PeriodicSchedule:
     return PeriodicSchedule(int(options.period), int(options.cross_clients),
-                            list(settings.fanouts), bool(options.cross_at_start))
+                            list(settings.num_neighbors), bool(options.cross_at_start))
 
 
 SwiftServer = FedSGDServer

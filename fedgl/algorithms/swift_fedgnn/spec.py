@@ -1,5 +1,6 @@
 """Registers Swift-FedGNN (imports no algorithm code)."""
 
+from fedgl.algorithms.recipes import ROUNDS_HELP, SWIFT_PAPER
 from fedgl.algorithms.swift_fedgnn.options import SwiftOptions
 from fedgl.config.registry import AlgorithmSpec, register
 
@@ -12,4 +13,4 @@ register(AlgorithmSpec(
             "cross-client neighbours aggregated through the server",
     entry="fedgl.algorithms.swift_fedgnn.runner:run_repeat", options=SwiftOptions,
     runtimes=("local", "ray"), privacy=(), unread=MINIBATCH_UNREAD,
-    aliases=("swift",)))
+    aliases=("swift",), defaults=SWIFT_PAPER, key_help={"rounds": ROUNDS_HELP["fedsgd"]}))
