@@ -208,7 +208,7 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         runtime.close()
         server = None
         result.extra.update(privacy)
-        if privacy:
+        if privacy and getattr(cfg, "leakage_report", True):
             result.extra["leakage"] = leakage_report(graph, part, cfg)
         return result
     finally:

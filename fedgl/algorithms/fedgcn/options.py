@@ -29,6 +29,10 @@ class FedGCNOptions:
                                               "many consecutive global ids (upload, sum, reply "
                                               "per block; bounds every party's memory; same "
                                               "sums for any value)")
+    leakage_report: bool = option(True, "after each repeat the experimenter's leakage report "
+                                        "(who can reconstruct which features, with the full "
+                                        "graph; tens of seconds on Cora): "
+                                        "--no-leakage-report skips it")
 
     def validate(self, cfg: Any) -> None:
         from fedgl.algorithms.minibatch_checks import check_minibatch
