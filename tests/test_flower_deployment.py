@@ -193,3 +193,41 @@ def test_client_refuses_a_weaker_run(deployment_files: Path) -> None:
     assert "refused the run" in proc.stderr and "runs 'robust'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (root / "out-refuse" / "result.json").exists()
+
+
+@needs_flwr
+def test_client_killed_mid_run_is_dropped(deployment_files: Path) -> None:
+    """``on_client_failure: drop``: a client whose process dies during training is dropped and
+    the others finish the run; the event is recorded."""
+    import time
+
+    from fedgl.deployment.loopback import Loopback
+
+    root = deployment_files
+    out = root / "out-killed"
+    with Loopback(root / "fed-killed", root / "shards", root / "keys", 3) as fed:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
+             str(root / "keys" / "roster.json"), "--insecure", "--out", str(out), "--dataset",
+             "cora", "--clients", "3", "--hops", "2", "--rounds", "4", "--no-progress",
+             "--on-client-failure", "drop", "--message-timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            log = fed.folder / "client-2.log"
+            deadline = time.monotonic() + 600
+            while "train.fedavg__fit" not in log.read_text():
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.5)
+            fed.kill_client(2)
+            _, err = server.communicate(timeout=900)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    assert server.returncode == 0, err[-2000:]
+    rep = json.loads((out / "result.json").read_text())["repeats"][0]
+    assert rep["final"]["rounds"] == 4
+    dropped = [e for e in rep["extra"]["failures"] if e["action"] == "dropped"]
+    assert [e["client"] for e in dropped] == [2]
+    uploads = rep["ledger"]["bytes_per_client"]["train"]["up"]
+    assert uploads.get("2", 0) < uploads["0"] == uploads["1"]   # 2 stopped, 0 and 1 went on
