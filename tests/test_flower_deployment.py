@@ -107,6 +107,32 @@ def test_party_needs_its_own_roster_key(tmp_path: Path) -> None:
     assert "no run set up" in head["refused"]
 
 
+@needs_flwr
+def test_client_and_server_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
+    from fedgl.cli import main
+    from fedgl.deployment.commands import free_port
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_shard(1), tmp_path / "shard")
+    nowhere = f"127.0.0.1:{free_port()}"
+    client = ["client", "--superlink", nowhere, "--data", str(manifest), "--roster", str(roster),
+              "--insecure"]
+    cases = [
+        (client + ["--key", str(tmp_path / "keys" / "client-2.key")], "not client 1's roster key"),
+        (client + ["--key", str(tmp_path / "keys" / "client-1.key")], "is unreachable"),
+        (client[:-1] + ["--key", str(tmp_path / "keys" / "client-1.key")], "--insecure"),
+        (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
+          "3", "--algorithm", "glasu", "--out", str(tmp_path / "o")], "does not run deployed"),
+        (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
+          "4", "--out", str(tmp_path / "o")], "the roster"),
+    ]
+    for argv, needle in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("fedgl: error: ") and needle in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
 # ---------------------------------------------------------------------- loopback federation
 @pytest.fixture(scope="module")
 def deployment_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:

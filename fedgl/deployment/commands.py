@@ -51,6 +51,17 @@ def check_address(address: str, flag: str = "--superlink") -> str:
     return address
 
 
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """A TCP connection to the SuperLink within ``timeout`` (Flower would retry for ever)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(f"the SuperLink at {address} is unreachable ({reason}); start "
+                          "`flower-superlink` there first or fix --superlink") from None
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -101,11 +112,13 @@ def cmd_client(args: Any) -> int:
 
     superlink = check_address(args.superlink)
     tls = _tls_flags(args.insecure, args.root_certificates)
+    _flower_bin("flower-supernode")
     party = Party(args.data, args.key, args.roster,
                   Safety(args.secure_sum, args.secagg_threshold, args.min_contributors),
                   device=args.device, threads=args.threads)
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
+    check_reachable(superlink)
     private = Path(tempfile.mkdtemp(prefix="fedgl-party-"))
     private.chmod(0o700)
     sock_path = private / "party.sock"
@@ -220,6 +233,8 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
     if out.exists() and (out / "result.json").exists() and not args.overwrite:
         raise ConfigError(f"'{out}' already holds results; choose another --out or pass "
                           "--overwrite")
+    _flower_bin("flwr")
+    check_reachable(superlink)
     work = Path(tempfile.mkdtemp(prefix="fedgl-server-"))
     try:
         app = write_app(work / "app")
