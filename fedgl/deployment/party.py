@@ -36,10 +36,13 @@ from fedgl.federation.flower.local_link import LinkError, recv_frame, send_frame
 from fedgl.federation.protocol import Endpoint, handler_table
 from fedgl.privacy.identity import Identity, Roster, frame
 
-#: algorithms that run deployed: client and server classes (module:qualname)
+#: algorithms that run deployed: their client class (module:qualname) and the server side's
+#: driver in :mod:`fedgl.deployment.server_app` ("fedavg": a FedAvg server class, given here;
+#: "minibatch": the mini-batch FedSGD server with the algorithm's schedule)
 DEPLOYABLE = {
     "fedgcn": ("fedgl.algorithms.fedgcn.client:FedGCNClient",
                "fedgl.algorithms.fedgcn.server:FedGCNServer"),
+    "swift-fedgnn": ("fedgl.algorithms.minibatch.client:MiniBatchClient", "minibatch"),
 }
 HELLO_CONTEXT = "fedgl-flower-hello/1"
 
@@ -163,7 +166,7 @@ class Party:
         client_cls = load_class(deployable(cfg.algorithm)[0])
         role = client_cls(self.shard, copy.deepcopy(cfg), seed)
         mode = cfg.secure_sum
-        if mode != "none" or cfg.encrypt_models:
+        if (mode != "none" or cfg.encrypt_models) and hasattr(role, "install_identity"):
             role.install_identity(self.identity, self.roster,
                                   mode if mode in ("mask", "robust") else "auth",
                                   self.safety.secagg_threshold, cfg.secure_models)

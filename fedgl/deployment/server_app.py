@@ -117,7 +117,69 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
         raise ConfigError(f"the clients' shards disagree on (features, classes): {sorted(widths)}; "
                           "write every shard from one dataset with `fedgl shard`")
     (num_features, num_classes), = widths
-    server_cls = load_class(deployable(cfg.algorithm)[1])
+    driver = deployable(cfg.algorithm)[1]
+    if driver == "minibatch":
+        rep = _run_minibatch(runtime, cfg, facts, seed, num_features, num_classes, t0)
+    else:
+        rep = _run_fedavg(runtime, cfg, facts, seed, num_features, num_classes, t0, driver)
+    rep.extra["runtime"] = "flower"
+    rep.extra["failures"] = list(runtime.events)
+    rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
+                           "calls": runtime.calls, **rep.extra.get("flower", {})}
+    recorded = cfg.to_dict()
+    recorded["runtime"] = "flower"
+    return RunResult(recorded, environment(seed, cfg.device), [rep])
+
+
+def _stats(facts: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    return {"clients": len(facts),
+            "nodes_per_client": [facts[k]["num_nodes"] for k in sorted(facts)]}
+
+
+def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
+                   seed: int, num_features: int, num_classes: int, t0: float) -> Any:
+    """Swift-FedGNN's FedSGD server (mini-batch, server-mediated cross-client steps)."""
+    from types import SimpleNamespace
+
+    from fedgl.algorithms.minibatch.runner import initial_weights, minibatch_extra
+    from fedgl.algorithms.minibatch.server import FedSGDServer
+    from fedgl.algorithms.minibatch.settings import MiniBatchSettings
+    from fedgl.algorithms.swift_fedgnn.server import swift_schedule
+    from fedgl.federation.network import NetworkModel
+
+    s = MiniBatchSettings.from_config(cfg)
+    widths = SimpleNamespace(num_features=num_features, num_classes=num_classes)
+    ledger = runtime.ledger
+    ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                               getattr(cfg, "latency", ""))
+    # the shards partition every node, so their sizes add up to the graph's
+    num_nodes = sum(int(f["num_nodes"]) for f in facts.values())
+    server = FedSGDServer(runtime, s, initial_weights(widths, s, seed), swift_schedule(cfg, s),
+                          seed=seed, optimizer=cfg.server_optimizer, num_nodes=num_nodes,
+                          eval_mode=cfg.eval_mode, eval_batch=int(getattr(cfg, "eval_batch", 0)))
+    setup_seconds = time.perf_counter() - t0
+    server.setup()
+    history: list[dict] = []
+    comm_bytes: list[int] = []
+    for t, weights, metrics in server.iterations(0, int(cfg.eval_every), int(cfg.rounds)):
+        if metrics.pop("communicating"):
+            comm_bytes.append(metrics["iteration_bytes"])
+        history.append({"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
+                        **network_columns(ledger)})
+        divergence(t + 1, weights, history[-1]["train_loss"], cfg)
+    seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+               "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
+               "total": time.perf_counter() - t0}
+    rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
+    rep.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
+    return rep
+
+
+def _run_fedavg(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
+                seed: int, num_features: int, num_classes: int, t0: float, server_path: str
+                ) -> Any:
+    """A FedAvg-style algorithm (FedGCN): pre-training exchange, then FedAvg rounds."""
+    server_cls = load_class(server_path)
     server = wire_server(runtime, server_cls, initial_weights_for(num_features, num_classes, cfg,
                                                                    seed), cfg, seed,
                          secure_mode=cfg.secure_sum, secagg_threshold=cfg.secagg_threshold,
@@ -138,18 +200,11 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
                "total": time.perf_counter() - t0}
-    stats = {"clients": len(facts),
-             "nodes_per_client": [facts[k]["num_nodes"] for k in sorted(facts)]}
-    rep = finish_repeat(0, seed, stats, history, ledger.summary(), seconds)
-    rep.extra["runtime"] = "flower"
-    rep.extra["failures"] = list(runtime.events)
+    rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
     if hasattr(server, "result_extra"):
         rep.extra.update(server.result_extra())
-    rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
-                           "per_round": per_round, "calls": runtime.calls}
-    recorded = cfg.to_dict()
-    recorded["runtime"] = "flower"
-    return RunResult(recorded, environment(seed, cfg.device), [rep])
+    rep.extra["flower"] = {"per_round": per_round}
+    return rep
 
 
 def _bytes_now(runtime: FlowerRuntime) -> dict[str, int]:
