@@ -15,8 +15,6 @@ import threading
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from fedgl.config import Config
 from fedgl.errors import ConfigError, RunAborted
 
@@ -80,6 +78,8 @@ def _tls_flags(insecure: bool, root_certificates: str | None) -> list[str]:
 # ---------------------------------------------------------------------- shard
 def cmd_shard(cfg: Config, out: Path) -> list[Path]:
     """Write one shard per client of ``cfg``'s dataset and partition into ``out``."""
+    import numpy as np
+
     from fedgl.data.client_data import split_graph
     from fedgl.data.datasets import load_graph
     from fedgl.data.shard_format import write_shard
