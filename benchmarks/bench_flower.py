@@ -11,6 +11,7 @@ ServerApp's process (from its result) and every client process (VmHWM)."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
 import subprocess
@@ -55,8 +56,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-flower-") as tmp:
         root = Path(tmp)
         write_keys(root / "keys", args.clients)
-        assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
-                           "--out", str(root / "shards")]) == 0
+        with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
+            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
+                               "--out", str(root / "shards")]) == 0
         client_args = ["--secure-sum", args.secure_sum]
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()
                  if not isinstance(v, bool)]
