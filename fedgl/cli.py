@@ -220,6 +220,9 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
                                       "client only, never to the server).")
     keys.add_argument("--clients", type=int, required=True)
     keys.add_argument("--out", required=True, metavar="DIR")
+    from fedgl.deployment.commands import add_parsers
+
+    add_parsers(sub, _add_config_flags, algorithm)
     return parser
 
 
@@ -249,6 +252,8 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_keys(args)
         if args.command == "plugins":
             return _cmd_plugins()
+        if args.command in ("shard", "client", "server"):
+            return _cmd_deployment(args)
         if args.command == "sweep":
             from fedgl.sweep import load_sweep, parse_only, sweep
 
@@ -311,6 +316,30 @@ def _cmd_keys(args: argparse.Namespace) -> int:
                           "are never overwritten)")
     print(f"roster written to {write_keys(out, args.clients)}; give client-<k>.key to client k "
           "only")
+    return 0
+
+
+def _cmd_deployment(args: argparse.Namespace) -> int:
+    """``fedgl shard`` / ``client`` / ``server`` (docs/deployment.md)."""
+    from fedgl.deployment import commands
+
+    if args.command == "client":
+        return commands.cmd_client(args)
+    from fedgl.api import as_config
+
+    overrides = _overrides(args)
+    cfg = as_config(args.config_file, **overrides) if args.config_file else as_config(**overrides)
+    if args.command == "shard":
+        out = Path(args.shard_out)
+        _check_writable_folder(out, "--out")
+        paths = commands.cmd_shard(cfg, out)
+        print(f"{len(paths)} shards written to {out}; give client-<k>.json and client-<k>.npz "
+              "to client k only")
+        return 0
+    if not cfg.out:
+        raise ConfigError("fedgl server needs --out DIR (the results folder)")
+    done = commands.cmd_server(cfg, args)
+    print(f"deployed run finished; results in {done['out']}")
     return 0
 
 

@@ -36,9 +36,15 @@ from fedgl.results import RepeatResult
 
 
 def initial_weights(graph: GraphData, cfg: Config, seed: int) -> dict[str, torch.Tensor]:
+    return initial_weights_for(graph.num_features, graph.num_classes, cfg, seed)
+
+
+def initial_weights_for(num_features: int, num_classes: int, cfg: Config,
+                        seed: int) -> dict[str, torch.Tensor]:
+    """The seeded initial global model for the given input and output widths (a deployed
+    server knows only these, from the clients)."""
     torch.manual_seed(seed)
-    model = build_model(cfg.model, graph.num_features, cfg.hidden, graph.num_classes,
-                        cfg.layers, cfg.dropout)
+    model = build_model(cfg.model, num_features, cfg.hidden, num_classes, cfg.layers, cfg.dropout)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -88,9 +94,20 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
             for k, client in clients.items():
                 client.install_identity(*identities[k])
         runtime = LocalRuntime(clients, Ledger(), batch=cfg.batch_clients)
+    return wire_server(runtime, server_cls, initial_weights(graph, cfg, seed), cfg, seed,
+                       secure_mode=mode, secagg_threshold=secagg_threshold,
+                       secure_models=secure_models)
+
+
+def wire_server(runtime: Runtime, server_cls: type[FedAvgServer], init: dict[str, torch.Tensor],
+                cfg: Config, seed: int, *, secure_mode: str, secagg_threshold: int,
+                secure_models: bool) -> FedAvgServer:
+    """The server of ``server_cls`` over a started ``runtime`` (any transport: local, Ray, a
+    Flower deployment), with the configured client sampling, secure-sum mode and network
+    model. Closes the runtime if the server cannot be built."""
+    mode = secure_mode
     try:
-        server = server_cls(runtime, FedAvg(cfg.aggregation), initial_weights(graph, cfg, seed),
-                            copy.deepcopy(cfg))
+        server = server_cls(runtime, FedAvg(cfg.aggregation), init, copy.deepcopy(cfg))
     except BaseException:
         runtime.close()
         raise

@@ -1,0 +1,108 @@
+"""The Flower deployment against the local runtime: wall time of a FedGCN run on Cora, and the
+bytes per round the deployment carried (Flower's serialised messages) beside the ledger's
+(fedgl's encoded messages and their payload values). Prints one JSON object.
+
+    FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --clients 3 --rounds 5
+
+Needs ``fedgl[flower]``. Everything runs on 127.0.0.1: one SuperLink and one ``fedgl client``
+process per client (party + SuperNode). Peak RSS: the local run's process, the deployed
+ServerApp's process (from its result) and every client process (VmHWM)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def vm_hwm_mb(pid: int) -> float | None:
+    """Peak resident memory of a live process (Linux /proc), MB."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024.0
+    except OSError:
+        return None
+    return None
+
+
+def main() -> None:
+    from fedgl.api import run
+    from fedgl.cli import main as fedgl_main
+    from fedgl.deployment.loopback import Loopback
+    from fedgl.privacy.identity import write_keys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--hops", type=int, default=2)
+    ap.add_argument("--secure-sum", default="none")
+    args = ap.parse_args()
+    keys = {"algorithm": "fedgcn", "dataset": "cora", "clients": args.clients, "hops": args.hops,
+            "rounds": args.rounds, "secure_sum": args.secure_sum, "progress": False,
+            "oracle_eval": False, "batch_clients": False}
+
+    t0 = time.perf_counter()
+    local = run(**keys).repeats[0]
+    local_wall = time.perf_counter() - t0
+    local_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+    with tempfile.TemporaryDirectory(prefix="bench-flower-") as tmp:
+        root = Path(tmp)
+        write_keys(root / "keys", args.clients)
+        with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
+            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
+                               "--out", str(root / "shards")]) == 0
+        client_args = ["--secure-sum", args.secure_sum]
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()
+                 if not isinstance(v, bool)]
+        flags += ["--no-progress", "--no-oracle-eval", "--no-batch-clients"]
+        with Loopback(root / "fed", root / "shards", root / "keys", args.clients,
+                      client_args) as fed:
+            t0 = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
+                                   fed.address, "--roster", str(root / "keys" / "roster.json"),
+                                   "--insecure", "--out", str(root / "out"), *flags],
+                                  capture_output=True, text=True, check=False)
+            deployed_wall = time.perf_counter() - t0
+            client_rss = {name: vm_hwm_mb(p.pid) for name, p in fed.procs.items()
+                          if name.startswith("client-")}
+        if proc.returncode != 0:
+            raise SystemExit(proc.stderr[-2000:])
+        rep = json.loads((root / "out" / "result.json").read_text())["repeats"][0]
+
+    flower = rep["extra"]["flower"]
+    out = {
+        "setting": keys,
+        "same_history": [h["test_acc"] for h in rep["history"]] ==
+                        [h["test_acc"] for h in local.history],
+        "same_ledger_bytes": rep["ledger"]["bytes"] == local.ledger["bytes"],
+        "same_wire_bytes": rep["ledger"]["wire_bytes"] == local.ledger["wire_bytes"],
+        "final_test_acc": {"local": local.final["test_acc"], "flower": rep["final"]["test_acc"]},
+        "wall_seconds": {"local_run": round(local_wall, 2),
+                         "flower_server_command": round(deployed_wall, 2),
+                         "flower_run_total": round(rep["seconds"]["total"], 2),
+                         "flower_pretrain": round(rep["seconds"]["pretrain"], 2),
+                         "flower_train": round(rep["seconds"]["train"], 2),
+                         "flower_eval": round(rep["seconds"]["eval"], 2)},
+        "pretrain_bytes": {"ledger_values": sum(rep["ledger"]["bytes"]["pretrain"].values()),
+                           "ledger_wire": sum(rep["ledger"]["wire_bytes"]["pretrain"].values()),
+                           "flower": sum(flower["bytes"]["pretrain"].values())},
+        "per_round": flower["per_round"],
+        "flower_calls": flower["calls"],
+        "peak_rss_mb": {"local_process": round(local_rss, 1),
+                        "flower_serverapp": round(rep["peak_rss_mb"], 1),
+                        "flower_clients": {k: (round(v, 1) if v else None)
+                                           for k, v in client_rss.items()}},
+    }
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,160 @@
+"""The on-disk client shard of a deployment: one organisation's data, no pickle.
+
+A shard is two files in one folder, named for the client:
+
+``client-<k>.json`` (the manifest, UTF-8 JSON)::
+
+    {"format": "fedgl-shard/1", "setting": "horizontal", "client_id": 3,
+     "num_classes": 7, "num_nodes": 812, "num_features": 1433,
+     "arrays": {"x": {"dtype": "float32", "shape": [812, 1433]}, ...},
+     "npz": "client-3.npz", "npz_sha256": "<hex>", "source": {...}}
+
+``client-<k>.npz`` (numpy's zip of ``.npy`` arrays, read with ``allow_pickle=False``):
+
+- horizontal (:class:`~fedgl.data.client_data.ClientData`): ``node_ids`` (int64, the client's
+  own global node ids, sorted), ``x`` (features of those nodes), ``y`` (labels),
+  ``train_mask`` / ``val_mask`` / ``test_mask`` (bool), ``edge_index`` (int64 ``[2, E]``: every
+  edge into an owned node, columns ``(source, destination)`` in global ids; a source the client
+  does not own is a remote endpoint known by id only, never by its features).
+- vertical (:class:`~fedgl.data.vertical.VerticalClientData`): ``columns`` (the global ids of the
+  feature columns held), ``x`` (``[num_nodes, len(columns)]``), ``edge_index`` (the client's
+  own edge set over the shared node set) and, at a client holding labels, ``y`` and the masks.
+
+The manifest names every array with its dtype and shape and the npz file's SHA-256; a reader
+refuses a shard whose files disagree with it. ``source`` records how the shard was made (dataset,
+partition, seed): provenance only, never read back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from fedgl.data.client_data import ClientData
+from fedgl.data.vertical import VerticalClientData
+from fedgl.errors import DataError
+
+FORMAT = "fedgl-shard/1"
+HORIZONTAL = ("node_ids", "x", "y", "train_mask", "val_mask", "test_mask", "edge_index")
+VERTICAL = ("columns", "x", "edge_index", "y", "train_mask", "val_mask", "test_mask")
+
+
+def shard_paths(folder: str | Path, client_id: int) -> tuple[Path, Path]:
+    """The manifest and array file of client ``client_id`` in ``folder``."""
+    folder = Path(folder)
+    return folder / f"client-{client_id}.json", folder / f"client-{client_id}.npz"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def write_shard(shard: ClientData | VerticalClientData, folder: str | Path,
+                source: dict[str, Any] | None = None) -> Path:
+    """Write one client's shard (manifest and arrays) into ``folder``; returns the manifest."""
+    import io
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    vertical = isinstance(shard, VerticalClientData)
+    names = VERTICAL if vertical else HORIZONTAL
+    arrays = {n: getattr(shard, n).detach().cpu().contiguous().numpy() for n in names
+              if getattr(shard, n) is not None}
+    buf = io.BytesIO()
+    np.savez(buf, **arrays)
+    data = buf.getvalue()
+    manifest_path, npz_path = shard_paths(folder, shard.client_id)
+    manifest = {
+        "format": FORMAT, "setting": "vertical" if vertical else "horizontal",
+        "client_id": int(shard.client_id), "num_classes": int(shard.num_classes),
+        "num_nodes": int(shard.num_nodes), "num_features": int(shard.num_features),
+        "arrays": {n: {"dtype": str(a.dtype), "shape": list(a.shape)} for n, a in arrays.items()},
+        "npz": npz_path.name, "npz_sha256": hashlib.sha256(data).hexdigest(),
+        "source": dict(source or {}),
+    }
+    _write_atomic(npz_path, data)
+    _write_atomic(manifest_path, (json.dumps(manifest, indent=2) + "\n").encode())
+    return manifest_path
+
+
+def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest of the shard at ``path`` (its ``.json`` file), checked for form."""
+    path = Path(path)
+    if path.is_dir():
+        found = sorted(path.glob("client-*.json"))
+        if len(found) != 1:
+            raise DataError(f"--data '{path}' is a folder with {len(found)} shard manifests; "
+                            "name the client's own client-<k>.json")
+        path = found[0]
+    try:
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise DataError(f"shard manifest '{path}' does not exist; write shards with "
+                        "`fedgl shard`") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise DataError(f"shard manifest '{path}' is unreadable ({type(exc).__name__}); write "
+                        "it again with `fedgl shard`") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise DataError(f"'{path}' is not a {FORMAT} shard manifest; write it with `fedgl shard`")
+    for key in ("client_id", "num_classes", "num_nodes"):
+        if not isinstance(manifest.get(key), int) or isinstance(manifest.get(key), bool):
+            raise DataError(f"shard manifest '{path}' lacks an integer '{key}'")
+    if manifest.get("setting") not in ("horizontal", "vertical"):
+        raise DataError(f"shard manifest '{path}' has no valid 'setting'")
+    manifest["_path"] = str(path)
+    return manifest
+
+
+def read_shard(path: str | Path) -> ClientData | VerticalClientData:
+    """Load the shard whose manifest is ``path`` (or the one manifest in folder ``path``)."""
+    manifest = read_manifest(path)
+    where = Path(manifest["_path"])
+    npz_path = where.parent / str(manifest.get("npz", ""))
+    if npz_path.parent != where.parent or not npz_path.is_file():
+        raise DataError(f"shard arrays '{npz_path}' are missing; copy client-<k>.npz next to "
+                        "its manifest")
+    data = npz_path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != manifest.get("npz_sha256"):
+        raise DataError(f"shard arrays '{npz_path}' do not match the manifest's SHA-256; copy "
+                        "both files again")
+    import io
+
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as npz:
+            arrays = {n: npz[n] for n in npz.files}
+    except (ValueError, OSError) as exc:
+        raise DataError(f"shard arrays '{npz_path}' are unreadable ({exc})") from None
+    declared = manifest.get("arrays", {})
+    if set(arrays) != set(declared):
+        raise DataError(f"shard '{where}' arrays {sorted(arrays)} differ from the manifest's")
+    for name, arr in arrays.items():
+        spec = declared[name]
+        if str(arr.dtype) != spec.get("dtype") or list(arr.shape) != spec.get("shape"):
+            raise DataError(f"shard '{where}': array '{name}' is {arr.dtype}{list(arr.shape)}, "
+                            f"the manifest says {spec.get('dtype')}{spec.get('shape')}")
+    tensors = {n: torch.from_numpy(np.array(a)) for n, a in arrays.items()}
+    common = {"client_id": manifest["client_id"], "num_classes": manifest["num_classes"]}
+    try:
+        if manifest["setting"] == "vertical":
+            return VerticalClientData(num_nodes=manifest["num_nodes"], **common,
+                                      **{n: tensors.get(n) for n in VERTICAL})
+        missing = [n for n in HORIZONTAL if n not in tensors]
+        if missing:
+            raise DataError(f"shard '{where}' lacks arrays {missing}")
+        shard = ClientData(**common, **{n: tensors[n] for n in HORIZONTAL})
+    except TypeError as exc:
+        raise DataError(f"shard '{where}' does not hold a client's data ({exc})") from None
+    if shard.num_nodes != manifest["num_nodes"]:
+        raise DataError(f"shard '{where}': {shard.num_nodes} nodes, the manifest says "
+                        f"{manifest['num_nodes']}")
+    return shard

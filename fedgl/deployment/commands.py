@@ -1,0 +1,338 @@
+"""``fedgl shard``, ``fedgl client`` and ``fedgl server``: a deployment, command by command
+(docs/deployment.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from fedgl.config import Config
+from fedgl.errors import ConfigError, RunAborted
+
+APP_NAME = "fedgl-deployment"
+#: seconds between the SuperNode's checks for a ClientApp task (Flower's default is 1 s)
+TASK_POLL_INTERVAL = "0.1"
+
+
+def _flower_bin(name: str) -> str:
+    """A Flower executable from this Python's environment (or PATH)."""
+    here = Path(sys.executable).parent / name
+    found = str(here) if here.is_file() else shutil.which(name)
+    if not found:
+        raise ConfigError(f"'{name}' is not installed; install the extra: pip install "
+                          "'fedgl[flower]'")
+    return found
+
+
+def _flower_env(flwr_home: Path) -> dict[str, str]:
+    env = dict(os.environ)
+    env["FLWR_HOME"] = str(flwr_home)
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", TASK_POLL_INTERVAL)
+    env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
+    return env
+
+
+def check_address(address: str, flag: str = "--superlink") -> str:
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ConfigError(f"{flag} '{address}' must look like HOST:PORT, e.g. 127.0.0.1:9093")
+    return address
+
+
+def check_reachable(address: str, timeout: float = 10.0) -> None:
+    """A TCP connection to the SuperLink within ``timeout`` (Flower would retry for ever)."""
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        reason = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or str(exc))
+        raise ConfigError(f"the SuperLink at {address} is unreachable ({reason}); start "
+                          "`flower-superlink` there first or fix --superlink") from None
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _tls_flags(insecure: bool, root_certificates: str | None) -> list[str]:
+    if insecure == bool(root_certificates):
+        raise ConfigError("give either --root-certificates CA.pem (TLS) or --insecure (a trial "
+                          "on one machine)")
+    if root_certificates and not Path(root_certificates).is_file():
+        raise ConfigError(f"--root-certificates '{root_certificates}' does not exist")
+    return ["--insecure"] if insecure else ["--root-certificates", str(root_certificates)]
+
+
+# ---------------------------------------------------------------------- shard
+def cmd_shard(cfg: Config, out: Path) -> list[Path]:
+    """Write one shard per client of ``cfg``'s dataset and partition into ``out``."""
+    import numpy as np
+
+    from fedgl.data.client_data import split_graph
+    from fedgl.data.datasets import load_graph
+    from fedgl.data.shard_format import write_shard
+    from fedgl.data.shards import make_partition
+
+    if cfg.spec.setting != "horizontal":
+        raise ConfigError(f"fedgl shard writes horizontal shards; '{cfg.algorithm}' is "
+                          f"{cfg.spec.setting} (not deployable yet)")
+    if out.exists() and any(out.glob("client-*.json")):
+        raise ConfigError(f"'{out}' already holds shards; choose an empty --out folder")
+    graph = load_graph(cfg)
+    if cfg.clients > graph.num_nodes:
+        raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {graph.num_nodes} nodes")
+    part = make_partition(graph, cfg, cfg.seed)
+    source = {"dataset": cfg.dataset, "partition": cfg.partition, "beta": cfg.beta,
+              "clients": cfg.clients, "seed": cfg.seed}
+    paths = [write_shard(d, out, source) for d in split_graph(graph, part)]
+    (out / "federation.json").write_text(json.dumps(
+        {**source, "num_features": graph.num_features, "num_classes": graph.num_classes,
+         "nodes_per_client": [int(n) for n in np.bincount(part.owner, minlength=cfg.clients)]},
+        indent=2) + "\n")
+    return paths
+
+
+# ---------------------------------------------------------------------- client
+def cmd_client(args: Any) -> int:
+    """Start this organisation's party and its Flower SuperNode; run until the SuperNode ends
+    (or Ctrl-C / SIGTERM), then stop both."""
+    from fedgl.deployment.party import Party, Safety
+
+    superlink = check_address(args.superlink)
+    tls = _tls_flags(args.insecure, args.root_certificates)
+    _flower_bin("flower-supernode")
+    party = Party(args.data, args.key, args.roster,
+                  Safety(args.secure_sum, args.secagg_threshold, args.min_contributors),
+                  device=args.device, threads=args.threads)
+    if args.auth_key and not Path(args.auth_key).is_file():
+        raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
+    check_reachable(superlink)
+    private = Path(tempfile.mkdtemp(prefix="fedgl-party-"))
+    private.chmod(0o700)
+    sock_path = private / "party.sock"
+    flwr_home = Path(args.flwr_home) if args.flwr_home else private / "flwr"
+    flwr_home.mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    server = threading.Thread(target=party.serve, args=(sock_path, stop), daemon=True)
+    server.start()
+    cmd = [_flower_bin("flower-supernode"), *tls, "--superlink", superlink,
+           "--node-config", f'fedgl-party="{sock_path}"',
+           "--port", str(args.runtime_port or free_port())]
+    if args.auth_key:
+        cmd += ["--auth-supernode-private-key", str(args.auth_key)]
+    print(f"client {party.client_id}: shard {party.manifest['_path']} "
+          f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
+    proc = subprocess.Popen(cmd, env=_flower_env(flwr_home), start_new_session=True,
+                            preexec_fn=_die_with_parent)
+
+    def _stop(*_: object) -> None:  # no waiting here: the main thread is in proc.wait()
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+
+    previous = signal.signal(signal.SIGTERM, _stop)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        code = 130
+    finally:
+        _kill_group(proc)
+        signal.signal(signal.SIGTERM, previous)
+        stop.set()
+        server.join(timeout=5)
+        shutil.rmtree(private, ignore_errors=True)
+    return 0 if code in (0, -signal.SIGTERM, 130) else 1
+
+
+def _die_with_parent() -> None:
+    """In the SuperNode's process (Linux): be stopped when ``fedgl client`` dies, even by
+    SIGKILL, so no SuperNode outlives its party."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    """Stop the SuperNode and what it started (its process group)."""
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=10)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+# ---------------------------------------------------------------------- server
+APP_TOML = """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "{name}"
+version = "1.0.0"
+description = "fedgl's deployment: the fedgl ServerApp and the ClientApp relay"
+license = "MIT"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "fedgl"
+
+[tool.flwr.app.components]
+serverapp = "fedgl.deployment.server_app:app"
+clientapp = "fedgl.federation.flower.client_app:app"
+
+[tool.flwr.app.config]
+fedgl-job = ""
+"""
+
+
+def write_app(folder: Path) -> Path:
+    """The Flower app folder ``flwr run`` submits: only its pyproject.toml (the components are
+    fedgl's, installed on every machine)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "pyproject.toml").write_text(APP_TOML.format(name=APP_NAME))
+    return folder
+
+
+def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
+    """Submit the run to the SuperLink with ``flwr run`` and wait for it; the job's status."""
+    from fedgl.deployment.party import deployable, read_roster
+
+    superlink = check_address(args.superlink)
+    tls = _tls_flags(args.insecure, args.root_certificates)
+    deployable(cfg.algorithm)
+    roster = read_roster(args.roster)
+    if cfg.clients != len(roster.ids):
+        raise ConfigError(f"the config has {cfg.clients} clients but the roster "
+                          f"'{args.roster}' has {len(roster.ids)}; set --clients "
+                          f"{len(roster.ids)}")
+    if cfg.repeats != 1:
+        raise ConfigError("a deployed run is one repeat; set --repeats 1")
+    out = Path(cfg.out).absolute()
+    if out.exists() and (out / "result.json").exists() and not args.overwrite:
+        raise ConfigError(f"'{out}' already holds results; choose another --out or pass "
+                          "--overwrite")
+    _flower_bin("flwr")
+    check_reachable(superlink)
+    work = Path(tempfile.mkdtemp(prefix="fedgl-server-"))
+    try:
+        app = write_app(work / "app")
+        home = work / "flwr"
+        home.mkdir()
+        conn = {"address": superlink}
+        conn.update({"insecure": True} if tls == ["--insecure"] else
+                    {"root-certificates": str(Path(tls[1]).absolute())})
+        lines = ["[superlink]", 'default = "fedgl"', "", "[superlink.fedgl]"]
+        lines += [f"{k} = {json.dumps(v)}" for k, v in conn.items()]
+        (home / "config.toml").write_text("\n".join(lines) + "\n")
+        status = work / "status.json"
+        job = {"config": cfg.replace(out=str(out)).to_dict(), "roster": str(Path(args.roster)
+                                                                             .absolute()),
+               "out": str(out), "overwrite": bool(args.overwrite), "status": str(status),
+               "timeout": args.message_timeout, "join_timeout": args.join_timeout}
+        (work / "job.json").write_text(json.dumps(job))
+        cmd = [_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
+               "--run-config", f'fedgl-job="{work / "job.json"}"']
+        log = work / "flwr-run.log"
+        with open(log, "w") as f:
+            proc = subprocess.run(cmd, env=_flower_env(home), stdout=f, stderr=subprocess.STDOUT,
+                                  check=False)
+        if not status.is_file():
+            tail = log.read_text()[-600:].strip().splitlines()
+            raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
+                             f"{tail[-1] if tail else 'no output'}")
+        result = json.loads(status.read_text())
+        if not result.get("ok"):
+            if result.get("kind") in ("ConfigError", "DataError", "FedglError"):
+                raise ConfigError(result.get("error", "the server refused the run"))
+            raise RunAborted(result.get("error", "the deployed run failed"))
+        return {"out": str(out)}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------- parsers
+SHARD_KEYS = ("algorithm", "dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
+              "metis_max_degree", "min_client_size", "seed", "sbm_nodes", "sbm_classes",
+              "sbm_alpha", "sbm_mu", "sbm_features", "sbm_noise")
+
+
+def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -> None:
+    """The ``shard``, ``client`` and ``server`` sub-commands (cli.py calls this)."""
+    shard = sub.add_parser("shard", help="write one data shard per client (a deployment's "
+                           "organisations each get their own)",
+                           description="Partition a dataset and write client-<k>.json/.npz "
+                                       "per client (docs/deployment.md).")
+    shard.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
+    shard.add_argument("--out", dest="shard_out", required=True, metavar="DIR")
+    add_config_flags(shard, SHARD_KEYS)
+
+    client = sub.add_parser("client", help="run one organisation's client: its party and a "
+                            "Flower SuperNode", description="Join a Flower SuperLink with this "
+                            "organisation's own shard, identity key and roster.")
+    client.add_argument("--superlink", required=True, metavar="HOST:PORT")
+    client.add_argument("--data", required=True, metavar="SHARD",
+                        help="the client's shard manifest (client-<k>.json from fedgl shard)")
+    client.add_argument("--key", required=True, metavar="KEY", help="client-<k>.key (fedgl keys)")
+    client.add_argument("--roster", required=True, metavar="ROSTER", help="roster.json")
+    _add_tls(client)
+    client.add_argument("--auth-key", metavar="PEM", default=None,
+                        help="SuperNode authentication private key (Flower's "
+                             "--auth-supernode-private-key)")
+    client.add_argument("--secure-sum", choices=("none", "mask", "robust", "he"), default="none",
+                        help="this organisation's secure-sum mode; a run asking another is "
+                             "refused (default: none)")
+    client.add_argument("--secagg-threshold", type=int, default=0, metavar="T",
+                        help="robust secure sum: this client's Shamir threshold (0: clients // "
+                             "2 + 1); must be the run's")
+    client.add_argument("--min-contributors", type=int, default=1, metavar="K",
+                        help="refuse runs with a smaller min_contributors (default: 1)")
+    client.add_argument("--device", default=None)
+    client.add_argument("--threads", type=int, default=None)
+    client.add_argument("--flwr-home", default=None, metavar="DIR",
+                        help="Flower's folder for this SuperNode (default: a private temp folder)")
+    client.add_argument("--runtime-port", type=int, default=0, metavar="PORT",
+                        help="local port of the SuperNode's runtime API (default: a free one)")
+
+    server = sub.add_parser("server", help="run the deployed server: a Flower ServerApp on the "
+                            "SuperLink", description="Run CONFIG's algorithm over the clients "
+                            "connected to the SuperLink; writes --out as `fedgl run` does.")
+    server.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
+    server.add_argument("--superlink", required=True, metavar="HOST:PORT",
+                        help="the SuperLink's address (its --port)")
+    server.add_argument("--roster", required=True, metavar="ROSTER")
+    _add_tls(server)
+    server.add_argument("--overwrite", action="store_true")
+    server.add_argument("--join-timeout", type=float, default=300.0, metavar="S",
+                        help="seconds to wait for every roster client's SuperNode")
+    server.add_argument("--message-timeout", type=float, default=600.0, metavar="S",
+                        help="seconds to wait for a client's reply to one message")
+    add_config_flags(server, algorithm=algorithm)
+
+
+def _add_tls(parser: Any) -> None:
+    parser.add_argument("--root-certificates", default=None, metavar="CA.pem",
+                        help="CA certificate that signed the SuperLink's TLS certificate")
+    parser.add_argument("--insecure", action="store_true",
+                        help="no TLS (a trial on one machine only)")

@@ -1,0 +1,124 @@
+"""A whole deployment on one machine (127.0.0.1 only), for trials, tests and benchmarks: one
+SuperLink and one ``fedgl client`` process (party + SuperNode) per client, each given only its
+own shard and key. Every process is stopped on exit, even when the body fails."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import TracebackType
+
+from fedgl.deployment.commands import _die_with_parent, _flower_bin, _flower_env, free_port
+
+
+class Loopback:
+    """``with Loopback(folder, shards, keys, clients, extra_client_args) as fed: fed.address``;
+    ``tls=True``: the SuperLink serves TLS with trial certificates (:mod:`.tls`) and the clients
+    verify it (``fed.tls_flags`` are the flags ``fedgl server`` needs)."""
+
+    def __init__(self, folder: str | Path, shards: str | Path, keys: str | Path, clients: int,
+                 client_args: list[str] | None = None, start_timeout: float = 60.0, *,
+                 tls: bool = False) -> None:
+        self.folder = Path(folder)
+        self.shards = Path(shards)
+        self.keys = Path(keys)
+        self.clients = clients
+        self.client_args = list(client_args or [])
+        self.start_timeout = start_timeout
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.address = ""
+        self.tls = tls
+        self.tls_flags = ["--insecure"]
+
+    def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+        log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
+        proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def __enter__(self) -> Loopback:
+        self.folder.mkdir(parents=True, exist_ok=True)
+        try:
+            port = free_port()
+            self.address = f"127.0.0.1:{port}"
+            home = self.folder / "superlink-home"
+            home.mkdir(exist_ok=True)
+            link_tls = ["--insecure"]
+            if self.tls:
+                from fedgl.deployment.tls import trial_certificates
+
+                certs = trial_certificates(self.folder / "certs")
+                link_tls = ["--ssl-ca-certfile", str(certs["ca"]), "--ssl-certfile",
+                            str(certs["cert"]), "--ssl-keyfile", str(certs["key"])]
+                self.tls_flags = ["--root-certificates", str(certs["ca"])]
+            self._spawn("superlink", [_flower_bin("flower-superlink"), *link_tls, "--host",
+                                      "127.0.0.1", "--port", str(port),
+                                      "--disable-runtime-dependency-installation"],
+                        _flower_env(home))
+            self._wait_port(port)
+            env = dict(os.environ)
+            for k in range(self.clients):
+                self._spawn(f"client-{k}", [
+                    sys.executable, "-m", "fedgl.cli", "client", "--superlink", self.address,
+                    "--data", str(self.shards / f"client-{k}.json"),
+                    "--key", str(self.keys / f"client-{k}.key"),
+                    "--roster", str(self.keys / "roster.json"), *self.tls_flags,
+                    "--flwr-home", str(self.folder / f"node-{k}"), *self.client_args], env)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _wait_port(self, port: int) -> None:
+        import socket
+
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self.procs["superlink"].poll() is not None:
+                raise RuntimeError(f"the SuperLink exited; see {self.folder / 'superlink.log'}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                return
+            except OSError:
+                time.sleep(0.2)
+        raise RuntimeError(f"the SuperLink did not listen on {port} within "
+                           f"{self.start_timeout:g} s")
+
+    def kill_client(self, k: int) -> None:
+        """Kill client k's process (party and SuperNode) at once, as a crash would."""
+        proc = self.procs[f"client-{k}"]
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+    def close(self) -> None:
+        """Stop the clients (each stops its SuperNode), then the SuperLink; SIGKILL stragglers."""
+        order = sorted(self.procs, key=lambda n: n == "superlink")
+        for name in order:
+            proc = self.procs[name]
+            if proc.poll() is None:
+                try:
+                    os.killpg(proc.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.monotonic() + 20
+        for name in order:
+            proc = self.procs[name]
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+        self.procs.clear()
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.close()

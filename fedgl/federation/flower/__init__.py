@@ -1,0 +1,13 @@
+"""The Flower transport: fedgl's protocol between separate organisations.
+
+Each organisation runs its own *party* (:mod:`fedgl.deployment.party`: its client role built
+from its own shard and identity key, listening on a local socket only it can open) and a Flower
+SuperNode beside it. The SuperNode runs :mod:`.client_app`, a relay that hands every Flower
+message's fedgl bytes to the party and returns the party's encoded reply. The server side is a
+Flower ServerApp whose :class:`~fedgl.federation.flower.runtime.FlowerRuntime` implements the
+same ``call(msg_type, args, phase=, clients=)`` as the local runtime, so every fedgl server runs
+over it unchanged.
+
+Nothing here is imported unless a deployment runs (``flwr`` is the optional extra
+``fedgl[flower]``).
+"""

@@ -1,0 +1,108 @@
+"""fedgl's Flower ClientApp: a relay between the SuperNode and the organisation's party.
+
+Flower starts a fresh ClientApp process for every message, so the client role (its data, keys
+and protocol state) cannot live here: it lives in the party process (``fedgl client`` starts
+both), which listens on the Unix socket named by the node config key ``fedgl-party``. This app
+registers one Flower handler per protocol message type the party's role declares (message type
+``<category>.<fedgl type with "." as "__">``; category ``query`` for pre-training, ``train``,
+``evaluate``), forwards each message's fedgl bytes and phase to the party and returns its
+encoded reply, or the party's one-line refusal. The set-up handshake (``query.fedgl_hello``:
+prove the client id by signing the server's challenge; ``query.fedgl_setup``: build the role)
+is relayed the same way. This module imports no torch and holds no data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.clientapp import ClientApp
+
+from fedgl.federation.flower.local_link import LinkError, ask
+
+PARTY_KEY = "fedgl-party"
+CATEGORY = {"pretrain": "query", "train": "train", "eval": "evaluate"}
+HELLO, SETUP = "fedgl_hello", "fedgl_setup"
+
+
+def flower_action(msg_type: str) -> str:
+    """The Flower action name of a fedgl message type (a Python identifier)."""
+    return msg_type.replace(".", "__")
+
+
+def flower_type(msg_type: str, phase: str) -> str:
+    """The Flower message type that carries fedgl message ``msg_type`` in ``phase``."""
+    return f"{CATEGORY[phase]}.{flower_action(msg_type)}"
+
+
+def body_record(body: bytes) -> ArrayRecord:
+    """fedgl bytes as a Flower array record (Flower chunks large arrays on the wire)."""
+    return ArrayRecord({"message": Array(np.frombuffer(body, dtype=np.uint8))})
+
+
+def record_body(content: RecordDict) -> bytes:
+    return content.array_records["fedgl"]["message"].numpy().tobytes()
+
+
+def _party(context: Context) -> str:
+    path = context.node_config.get(PARTY_KEY)
+    if not isinstance(path, str) or not path:
+        raise LinkError(f"this SuperNode has no node config '{PARTY_KEY}'; start it with "
+                        "`fedgl client`")
+    return path
+
+
+def _reply(message: Message, header: dict[str, Any], body: bytes = b"") -> Message:
+    content = RecordDict({"fedgl-meta": ConfigRecord({k: v for k, v in header.items()
+                                                      if isinstance(v, str | int | float | bool)})})
+    if body:
+        content["fedgl"] = body_record(body)
+    return Message(content, reply_to=message)
+
+
+def _forward(op: str):
+    def handle(message: Message, context: Context) -> Message:
+        meta = message.content.config_records.get("fedgl-meta", ConfigRecord())
+        header = {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
+        header.update(op=op, node_id=int(context.node_id), run_id=int(context.run_id))
+        body = record_body(message.content) if "fedgl" in message.content.array_records else b""
+        try:
+            head, reply = ask(_party(context), header, body)
+        except LinkError as exc:
+            head, reply = {"refused": f"client relay: {exc}"}, b""
+        return _reply(message, head, reply)
+
+    return handle
+
+
+class RelayClientApp(ClientApp):
+    """A ClientApp whose handlers are the party's declared message types."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._registered: set[str] = set()
+        self._add("query", HELLO, "hello")
+        self._add("query", SETUP, "setup")
+
+    def _add(self, category: str, action: str, op: str) -> None:
+        name = f"{category}.{action}"
+        if name not in self._registered:
+            getattr(self, category)(action)(_forward(op))
+            self._registered.add(name)
+
+    def __call__(self, message: Message, context: Context) -> Message:
+        if message.metadata.message_type.split(".")[-1] not in (HELLO, SETUP):
+            try:
+                head, _ = ask(_party(context), {"op": "types"})
+            except LinkError as exc:
+                return _reply(message, {"refused": f"client relay: {exc}"})
+            for msg_type, phases in head.get("types", {}).items():
+                for phase in phases:
+                    if phase in CATEGORY:
+                        self._add(CATEGORY[phase], flower_action(msg_type), "message")
+        return super().__call__(message, context)
+
+
+#: the component named in the deployment app's ``[tool.flwr.app.components] clientapp``
+app = RelayClientApp()

@@ -1,0 +1,138 @@
+"""FlowerRuntime: the server side of the deployment, over a Flower ``Grid``.
+
+The same interface as :class:`~fedgl.federation.runtime.LocalRuntime`:
+``call(msg_type, args, phase=, clients=)`` encodes each client's fedgl message
+(:mod:`~fedgl.federation.codec`), sends it inside a Flower ``Message`` to the SuperNode of that
+client (one Flower message type per fedgl type, see :mod:`.client_app`), waits for every reply
+and decodes it. The ledger counts payload values and fedgl wire bytes exactly as the local
+runtime does; :attr:`FlowerRuntime.flower_bytes` adds what Flower itself carried (the serialised
+Flower objects of every message, i.e. fedgl's bytes plus Flower's framing), by phase and
+direction, so the two can be compared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from typing import Any
+
+from flwr.app import ConfigRecord, Message, RecordDict
+
+from fedgl.errors import RunAborted
+from fedgl.federation.codec import Encoded, WireError, decode, encode
+from fedgl.federation.flower.client_app import body_record, flower_type, record_body
+from fedgl.federation.ledger import Ledger
+from fedgl.federation.messages import payload_nbytes
+from fedgl.federation.protocol import ProtocolViolation
+from fedgl.federation.runtime import _per_client_args
+
+
+def flower_nbytes(message: Message) -> int | None:
+    """Bytes of the serialised Flower objects that carry ``message`` (message, records,
+    arrays); None where this Flower version does not expose them."""
+    try:
+        from flwr.supercore.inflatable.inflatable_object import get_all_nested_objects
+
+        return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
+    except Exception:  # noqa: BLE001 - a measurement only; never fails a run
+        return None
+
+
+def refusal(reply: Message, client: int) -> str | None:
+    """The one-line reason a reply is not a fedgl answer (a Flower error or a refusal)."""
+    if reply.has_error():
+        return f"client {client}: Flower error {reply.error.code}: {reply.error.reason[:300]}"
+    meta = reply.content.config_records.get("fedgl-meta")
+    if meta is not None and "refused" in meta:
+        return str(meta["refused"])
+    return None
+
+
+class FlowerRuntime:
+    """fedgl clients behind Flower SuperNodes: ``nodes`` maps client id -> Flower node id (the
+    mapping the clients proved with their roster keys, :mod:`fedgl.deployment.server_app`)."""
+
+    def __init__(self, grid: Any, nodes: Mapping[int, int], ledger: Ledger | None = None, *,
+                 timeout: float = 600.0, on_client_failure: str = "abort") -> None:
+        self.grid = grid
+        self.nodes = dict(nodes)
+        self.ledger = ledger if ledger is not None else Ledger()
+        self.events: list[dict[str, Any]] = []
+        self.on_client_restart: Any = None
+        self.timeout = timeout
+        self.on_client_failure = on_client_failure
+        self._dropped: set[int] = set()
+        #: Flower-serialised bytes by phase and direction (fedgl bytes + Flower's framing)
+        self.flower_bytes: dict[str, dict[str, int]] = defaultdict(lambda: {"up": 0, "down": 0})
+        self.calls = 0
+
+    @property
+    def client_ids(self) -> list[int]:
+        return sorted(k for k in self.nodes if k not in self._dropped)
+
+    def close(self) -> None:
+        """The SuperNodes and parties belong to the organisations: nothing to stop here."""
+
+    def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
+             *, phase: str, clients: list[int] | None = None) -> dict[int, Any]:
+        """Send fedgl message ``method`` to ``clients`` through Flower; their decoded replies."""
+        targets = [k for k in (self.client_ids if clients is None else clients)
+                   if k not in self._dropped]
+        per_client = _per_client_args(args, targets)
+        shared = encode(method, args) if targets and per_client[targets[0]] is args else None
+        down: dict[int, int] = {}
+        up: dict[int, int] = {}
+        wall = time.perf_counter()
+        messages, owner = [], {}
+        for k in targets:
+            enc = shared if shared is not None else encode(method, per_client[k])
+            down[k] = payload_nbytes(per_client[k])
+            self.ledger.record(phase, "down", k, down[k], wire=enc.nbytes)
+            content = RecordDict({"fedgl-meta": ConfigRecord({"phase": phase}),
+                                  "fedgl": body_record(enc.to_bytes())})
+            msg = Message(content, dst_node_id=self.nodes[k], message_type=flower_type(method, phase))
+            self.flower_bytes[phase]["down"] += flower_nbytes(msg) or 0
+            messages.append(msg)
+            owner[self.nodes[k]] = k
+        replies = {}
+        for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
+            k = owner.get(reply.metadata.src_node_id)
+            if k is not None:
+                replies[k] = reply
+        self.calls += 1
+        results: dict[int, Any] = {}
+        for k in targets:
+            reply = replies.get(k)
+            if reply is None:
+                self._failed(k, method, phase, f"no reply within {self.timeout:g} s")
+                continue
+            why = refusal(reply, k)
+            if why is not None:
+                if reply.has_error():
+                    self._failed(k, method, phase, why)
+                    continue
+                raise ProtocolViolation(why)
+            self.flower_bytes[phase]["up"] += flower_nbytes(reply) or 0
+            raw = record_body(reply.content)
+            try:
+                results[k] = decode(Encoded.from_bytes(raw))[1]
+            except WireError as exc:
+                raise ProtocolViolation(f"client {k} sent an unreadable reply ({exc})") from None
+            up[k] = payload_nbytes(results[k])
+            self.ledger.record(phase, "up", k, up[k], wire=len(raw))
+        # the clients computed in their own processes: per-client compute time is not seen here
+        self.ledger.record_call(phase, down, up, dict.fromkeys(results, 0.0),
+                                time.perf_counter() - wall)
+        return results
+
+    def _failed(self, k: int, method: str, phase: str, why: str) -> None:
+        event = {"client": k, "method": method, "phase": phase, "time": time.time(),
+                 "error": why[:300]}
+        if self.on_client_failure == "drop":
+            self._dropped.add(k)
+            self.events.append({**event, "action": "dropped"})
+            return
+        self.events.append({**event, "action": "aborted"})
+        raise RunAborted(f"client {k} failed during '{method}' ({why}); policy "
+                         f"{self.on_client_failure}")

@@ -1,0 +1,271 @@
+"""The cross-organisation deployment on Flower: shards on disk, parties built from their own
+shard and key, and a loopback federation (one SuperLink, one SuperNode process per client, all
+on 127.0.0.1) that reproduces the local runtime's accuracy and protocol bytes exactly."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedgl.config import Config
+from fedgl.data.client_data import ClientData
+from fedgl.data.shard_format import read_shard, shard_paths, write_shard
+from fedgl.errors import ConfigError, DataError
+from fedgl.privacy.identity import write_keys
+
+needs_flwr = pytest.mark.skipif(importlib.util.find_spec("flwr") is None,
+                                reason="flwr is not installed (pip install 'fedgl[flower]')")
+
+
+def tiny_shard(client_id: int = 1) -> ClientData:
+    g = torch.Generator().manual_seed(client_id)
+    ids = torch.tensor([2, 5, 9])
+    return ClientData(client_id=client_id, node_ids=ids, x=torch.rand(3, 4, generator=g),
+                      y=torch.tensor([0, 1, 1]), train_mask=torch.tensor([True, False, True]),
+                      val_mask=torch.tensor([False, True, False]),
+                      test_mask=torch.tensor([False, False, False]),
+                      edge_index=torch.tensor([[5, 7, 2], [2, 5, 9]]), num_classes=2)
+
+
+# ---------------------------------------------------------------------- shard files
+def test_shard_roundtrip_is_exact(tmp_path: Path) -> None:
+    shard = tiny_shard()
+    manifest = write_shard(shard, tmp_path, {"dataset": "tiny"})
+    back = read_shard(manifest)
+    assert isinstance(back, ClientData) and back.client_id == 1 and back.num_classes == 2
+    for name, tensor in shard.tensors().items():
+        assert torch.equal(getattr(back, name), tensor), name
+        assert getattr(back, name).dtype == tensor.dtype
+    meta = json.loads(manifest.read_text())
+    assert meta["format"] == "fedgl-shard/1" and meta["arrays"]["x"]["shape"] == [3, 4]
+    assert read_shard(tmp_path).client_id == 1   # the one manifest in a folder
+
+
+def test_tampered_or_mismatched_shard_is_refused(tmp_path: Path) -> None:
+    manifest, npz = shard_paths(tmp_path, 1)
+    write_shard(tiny_shard(), tmp_path)
+    data = bytearray(npz.read_bytes())
+    data[-40] ^= 0xFF
+    npz.write_bytes(bytes(data))
+    with pytest.raises(DataError, match="SHA-256"):
+        read_shard(manifest)
+    manifest.write_text("{\"format\": \"other\"}")
+    with pytest.raises(DataError, match="not a fedgl-shard/1"):
+        read_shard(manifest)
+
+
+def test_shard_command_writes_own_nodes_only(tmp_path: Path, data_root: Path) -> None:
+    from fedgl.cli import main
+    from fedgl.data.datasets import load_graph
+
+    out = tmp_path / "shards"
+    assert main(["shard", "--dataset", "cora", "--clients", "3", "--out", str(out)]) == 0
+    graph = load_graph(Config.from_dict({"dataset": "cora"}))
+    seen = []
+    for k in range(3):
+        shard = read_shard(out / f"client-{k}.json")
+        ids = shard.node_ids
+        seen.append(ids)
+        assert torch.equal(shard.x, graph.x[ids]) and torch.equal(shard.y, graph.y[ids])
+        assert bool(shard.owns(shard.edge_index[1]).all())   # every edge ends at an own node
+    assert torch.equal(torch.sort(torch.cat(seen)).values, torch.arange(graph.num_nodes))
+    assert main(["shard", "--dataset", "cora", "--clients", "3", "--out", str(out)]) == 2
+
+
+# ---------------------------------------------------------------------- the party
+@needs_flwr
+def test_party_needs_its_own_roster_key(tmp_path: Path) -> None:
+    from fedgl.deployment.party import Party, Safety, hello_message
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_shard(1), tmp_path / "shard")
+    with pytest.raises(ConfigError, match="not client 1's roster key"):
+        Party(manifest, tmp_path / "keys" / "client-2.key", roster)
+    write_keys(tmp_path / "other", 1)   # a roster without client 1
+    with pytest.raises(ConfigError, match="not in the roster"):
+        Party(manifest, tmp_path / "keys" / "client-1.key", tmp_path / "other" / "roster.json")
+
+    party = Party(manifest, tmp_path / "keys" / "client-1.key", roster, Safety("robust"))
+    hello = party.hello({"challenge": "ab" * 32, "node_id": 2**64 - 5, "run_id": 7})
+    msg = hello_message(bytes.fromhex("ab" * 32), 2**64 - 5, 7, party.roster)
+    assert party.roster.verify(1, msg, bytes.fromhex(hello["signature"]))
+    assert not party.roster.verify(1, hello_message(b"x" * 32, 2**64 - 5, 7, party.roster),
+                                   bytes.fromhex(hello["signature"]))
+    # the server cannot lower the client's own safety settings
+    cfg = Config.from_dict({"algorithm": "fedgcn", "clients": 3, "secure_sum": "none"})
+    head, _ = party.answer({"op": "setup"}, json.dumps({"config": cfg.to_dict(), "seed": 0})
+                           .encode())
+    assert "runs 'robust'" in head["refused"]
+    assert party.endpoint is None
+    head, _ = party.answer({"op": "message", "phase": "train"}, b"FGW1")
+    assert "no run set up" in head["refused"]
+
+
+@needs_flwr
+def test_client_and_server_bad_input_is_one_line(tmp_path: Path, capsys) -> None:
+    from fedgl.cli import main
+    from fedgl.deployment.commands import free_port
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_shard(1), tmp_path / "shard")
+    nowhere = f"127.0.0.1:{free_port()}"
+    client = ["client", "--superlink", nowhere, "--data", str(manifest), "--roster", str(roster),
+              "--insecure"]
+    cases = [
+        (client + ["--key", str(tmp_path / "keys" / "client-2.key")], "not client 1's roster key"),
+        (client + ["--key", str(tmp_path / "keys" / "client-1.key")], "is unreachable"),
+        (client[:-1] + ["--key", str(tmp_path / "keys" / "client-1.key")], "--insecure"),
+        (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
+          "3", "--algorithm", "glasu", "--out", str(tmp_path / "o")], "does not run deployed"),
+        (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
+          "4", "--out", str(tmp_path / "o")], "the roster"),
+    ]
+    for argv, needle in cases:
+        assert main(argv) == 2, argv
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("fedgl: error: ") and needle in err[0], err
+    assert not (tmp_path / "o").exists()
+
+
+# ---------------------------------------------------------------------- loopback federation
+@pytest.fixture(scope="module")
+def deployment_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
+    from fedgl.cli import main
+
+    if importlib.util.find_spec("flwr") is None:
+        pytest.skip("flwr is not installed (pip install 'fedgl[flower]')")
+    root = tmp_path_factory.mktemp("deploy")
+    write_keys(root / "keys", 3)
+    assert main(["shard", "--dataset", "cora", "--clients", "3", "--out",
+                 str(root / "shards")]) == 0
+    return root
+
+
+RUN = {"algorithm": "fedgcn", "dataset": "cora", "clients": 3, "hops": 2, "rounds": 2,
+       "local_steps": 2, "progress": False, "oracle_eval": False, "batch_clients": False}
+
+
+def deployed_run(root: Path, name: str, keys: dict, client_args: list[str],
+                 tls: bool = False) -> dict:
+    from fedgl.deployment.loopback import Loopback
+
+    out = root / f"out-{name}"
+    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
+             for k, v in keys.items() if v is not False]
+    flags += [f"--no-{k.replace('_', '-')}" for k, v in keys.items() if v is False]
+    with Loopback(root / f"fed-{name}", root / "shards", root / "keys", 3, client_args,
+                  tls=tls) as fed:
+        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
+                               fed.address, "--roster", str(root / "keys" / "roster.json"),
+                               *fed.tls_flags, "--out", str(out), "--join-timeout", "120",
+                               "--message-timeout", "300", *flags],
+                              capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((out / "result.json").read_text())
+
+
+def assert_same_as_local(deployed: dict, keys: dict) -> None:
+    from fedgl.api import run
+
+    local = run(**keys).repeats[0]
+    rep = deployed["repeats"][0]
+    assert rep["extra"]["runtime"] == "flower"
+    columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
+    assert [{c: h.get(c) for c in columns} for h in rep["history"]] == \
+        [{c: h.get(c) for c in columns} for h in local.history]
+    assert rep["ledger"]["bytes"] == local.ledger["bytes"]
+    assert rep["ledger"]["wire_bytes"] == local.ledger["wire_bytes"]
+    assert rep["ledger"]["messages"] == local.ledger["messages"]
+    # what Flower carried: fedgl's wire bytes plus Flower's framing, measured per round
+    for row in rep["extra"]["flower"].get("per_round", []):
+        assert row["flower_bytes"] >= row["ledger_wire_bytes"] > 0
+
+
+@needs_flwr
+def test_loopback_fedgcn_two_hop_over_tls_equals_local(deployment_files: Path) -> None:
+    """Flower's TLS (trial certificates): the SuperLink serves TLS, clients and server verify."""
+    deployed = deployed_run(deployment_files, "plain", RUN, [], tls=True)
+    assert_same_as_local(deployed, RUN)
+    assert deployed["repeats"][0]["extra"]["flower"]["refused_nodes"] == []
+
+
+@needs_flwr
+def test_loopback_fedgcn_robust_secure_sum_equals_local(deployment_files: Path) -> None:
+    keys = {**RUN, "secure_sum": "robust"}
+    deployed = deployed_run(deployment_files, "robust", keys, ["--secure-sum", "robust"])
+    assert_same_as_local(deployed, keys)
+
+
+@needs_flwr
+def test_loopback_swift_fedgnn_equals_local(deployment_files: Path) -> None:
+    """Swift-FedGNN: local mini-batch steps and, every ``period`` iterations, the server-mediated
+    cross-client step, over Flower."""
+    keys = {"algorithm": "swift-fedgnn", "dataset": "cora", "clients": 3, "rounds": 6,
+            "eval_every": 3, "period": 3, "cross_clients": 2, "progress": False,
+            "oracle_eval": False}
+    deployed = deployed_run(deployment_files, "swift", keys, [])
+    assert_same_as_local(deployed, keys)
+    assert deployed["repeats"][0]["extra"]["communicating_iterations"] == 2
+
+
+@needs_flwr
+def test_client_refuses_a_weaker_run(deployment_files: Path) -> None:
+    """Clients started with --secure-sum robust refuse a run that asks for none: one line."""
+    from fedgl.deployment.loopback import Loopback
+
+    root = deployment_files
+    with Loopback(root / "fed-refuse", root / "shards", root / "keys", 3,
+                  ["--secure-sum", "robust"]) as fed:
+        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
+                               fed.address, "--roster", str(root / "keys" / "roster.json"),
+                               "--insecure", "--out", str(root / "out-refuse"), "--dataset",
+                               "cora", "--clients", "3", "--rounds", "1", "--no-progress"],
+                              capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 1
+    assert "refused the run" in proc.stderr and "runs 'robust'" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    assert not (root / "out-refuse" / "result.json").exists()
+
+
+@needs_flwr
+def test_client_killed_mid_run_is_dropped(deployment_files: Path) -> None:
+    """``on_client_failure: drop``: a client whose process dies during training is dropped and
+    the others finish the run; the event is recorded."""
+    import time
+
+    from fedgl.deployment.loopback import Loopback
+
+    root = deployment_files
+    out = root / "out-killed"
+    with Loopback(root / "fed-killed", root / "shards", root / "keys", 3) as fed:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
+             str(root / "keys" / "roster.json"), "--insecure", "--out", str(out), "--dataset",
+             "cora", "--clients", "3", "--hops", "2", "--rounds", "4", "--no-progress",
+             "--on-client-failure", "drop", "--message-timeout", "60"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            log = fed.folder / "client-2.log"
+            deadline = time.monotonic() + 600
+            while "train.fedavg__fit" not in log.read_text():
+                assert time.monotonic() < deadline and server.poll() is None
+                time.sleep(0.5)
+            fed.kill_client(2)
+            _, err = server.communicate(timeout=900)
+        finally:
+            if server.poll() is None:
+                server.kill()
+                server.wait()
+    assert server.returncode == 0, err[-2000:]
+    rep = json.loads((out / "result.json").read_text())["repeats"][0]
+    assert rep["final"]["rounds"] == 4
+    dropped = [e for e in rep["extra"]["failures"] if e["action"] == "dropped"]
+    assert [e["client"] for e in dropped] == [2]
+    uploads = rep["ledger"]["bytes_per_client"]["train"]["up"]
+    assert uploads.get("2", 0) < uploads["0"] == uploads["1"]   # 2 stopped, 0 and 1 went on
