@@ -188,6 +188,7 @@ def assert_same_as_local(deployed: dict, keys: dict) -> None:
 
 
 @needs_flwr
+@pytest.mark.slow   # each loopback federation takes minutes on 2 cores; the robust one runs always
 def test_loopback_fedgcn_two_hop_over_tls_equals_local(deployment_files: Path) -> None:
     """Flower's TLS (trial certificates): the SuperLink serves TLS, clients and server verify."""
     deployed = deployed_run(deployment_files, "plain", RUN, [], tls=True)
@@ -197,12 +198,16 @@ def test_loopback_fedgcn_two_hop_over_tls_equals_local(deployment_files: Path) -
 
 @needs_flwr
 def test_loopback_fedgcn_robust_secure_sum_equals_local(deployment_files: Path) -> None:
+    """The default run's deployment check: three client processes, each with only its own shard
+    and key, over Flower's TLS, FedGCN 2-hop with the robust secure sum = the local runtime."""
     keys = {**RUN, "secure_sum": "robust"}
-    deployed = deployed_run(deployment_files, "robust", keys, ["--secure-sum", "robust"])
+    deployed = deployed_run(deployment_files, "robust", keys, ["--secure-sum", "robust"],
+                            tls=True)
     assert_same_as_local(deployed, keys)
 
 
 @needs_flwr
+@pytest.mark.slow
 def test_loopback_swift_fedgnn_equals_local(deployment_files: Path) -> None:
     """Swift-FedGNN: local mini-batch steps and, every ``period`` iterations, the server-mediated
     cross-client step, over Flower."""
@@ -215,6 +220,7 @@ def test_loopback_swift_fedgnn_equals_local(deployment_files: Path) -> None:
 
 
 @needs_flwr
+@pytest.mark.slow
 def test_client_refuses_a_weaker_run(deployment_files: Path) -> None:
     """Clients started with --secure-sum robust refuse a run that asks for none: one line."""
     from fedgl.deployment.loopback import Loopback
@@ -234,6 +240,7 @@ def test_client_refuses_a_weaker_run(deployment_files: Path) -> None:
 
 
 @needs_flwr
+@pytest.mark.slow
 def test_client_killed_mid_run_is_dropped(deployment_files: Path) -> None:
     """``on_client_failure: drop``: a client whose process dies during training is dropped and
     the others finish the run; the event is recorded."""
