@@ -235,3 +235,13 @@ def test_paper_code_one_hop_clients_receive_their_neighbours_rows():
     assert [c["received_rows"] for c in eq33["per_client"]] == [1, 3]
     assert [c["received_rows"] for c in wide["per_client"]] == [3, 4]
     assert wide["total"] == two_hop["total"]
+
+
+def test_the_leakage_report_can_be_skipped():
+    import fedgl
+
+    small = dict(dataset="sbm", sbm_nodes=120, sbm_features=6, clients=3, rounds=1, hops=1,
+                 progress=False, oracle_eval=False)
+    assert "leakage" in fedgl.run(**small).repeats[0].extra
+    skipped = fedgl.run(**small, leakage_report=False).repeats[0].extra
+    assert "leakage" not in skipped and "privacy" in skipped
