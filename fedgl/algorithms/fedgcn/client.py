@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedgl.algorithms.base import GNNClient, ModelInputs
+from fedgl.algorithms.base import GNNClient, ModelInputs, local_subgraph_inputs
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows, held_subgraph_degrees
 from fedgl.algorithms.fedgcn.sparse_sums import (
     DEFAULT_CHUNK_ROWS,
@@ -429,11 +429,11 @@ class FedGCNClient(GNNClient, SecureModelParty):
         d = self.data
         n_own = d.num_nodes
         if self.hops == 0:
-            return self._local_subgraph_inputs(d.x, pre_aggregated=False)
+            return local_subgraph_inputs(d, d.x)
         if not self.neighbour_rows:
             # Eq. (33): layer 1 on the received (ÂX) rows, later layers on the local graph A_k.
             agg = self._aggregates(self.deg_tilde)
-            return self._local_subgraph_inputs(agg, pre_aggregated=True)
+            return local_subgraph_inputs(d, agg, pre_aggregated=True)
         # Eq. (34): rows V_k ∪ N(V_k); later layers on the known edges with the true degrees
         # (1-hop paper-code: with the degrees of the held subgraph, fedgcn/one_hop.py).
         row_ids = self._touched()
@@ -474,7 +474,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def _lean_sampled_inputs(self):
         """Mini-batch inputs of 0/1-hop (own nodes, own-own edges) built straight into a CSR,
         in edge chunks, never as an edge list with weights: the same rows, edges and local
-        degrees as :meth:`_local_subgraph_inputs` (a products-sized single party fits)."""
+        degrees as :func:`~fedgl.algorithms.base.local_subgraph_inputs` (a products-sized single
+        party fits)."""
         from fedgl.algorithms.sampled import SampledInputs, index_dtype, own_subgraph_keys
         from fedgl.data.sampling import CSRGraph
 
@@ -494,17 +495,6 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return SampledInputs(x.to(self.device), csr,
                              norm.to(self.device) if self.config.model == "gcn" else None,
                              own, own[train.cpu()], self._y[train], self.hops == 1)
-
-    def _local_subgraph_inputs(self, x: Tensor, *, pre_aggregated: bool) -> ModelInputs:
-        """Rows = own nodes; edges = own-own edges normalised with local degrees (graph A_k)."""
-        d = self.data
-        j, i = d.edge_index
-        own_src = d.owns(j)
-        ei = torch.stack([d.global_to_local(j[own_src]), d.global_to_local(i[own_src])])
-        local_deg = torch.bincount(ei[1], minlength=d.num_nodes) + 1
-        ei, w = gcn_edge_weights(ei, d.num_nodes, local_deg)
-        return ModelInputs(x, ei, w, torch.arange(d.num_nodes), pre_aggregated=pre_aggregated,
-                           node_norm=local_deg.to(torch.float32).pow(-0.5))
 
 
 def _split(flat: Tensor, sizes: Tensor) -> list[np.ndarray]:
