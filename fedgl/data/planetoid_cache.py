@@ -19,7 +19,6 @@ cache never holds half a dataset. :func:`fetch` is the only network access (test
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 
+from fedgl.data.cache import sha256_file
 from fedgl.errors import DataError
 
 SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
@@ -71,14 +71,6 @@ def fetch(url: str, dest: Path, timeout: float = 60.0) -> None:
             out.write(block)
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
-
-
 def cache_folder(folder_name: str) -> Path:
     """``<user cache>/planetoid/<Name>/raw``."""
     from fedgl.data.cache import cache_root
@@ -116,7 +108,7 @@ def verified_cache(key: str, folder_name: str) -> Path | None:
                         f"{MANIFEST} with their checksums): refused unread; {fix}")
     for s in present:
         path = folder / f"ind.{key}.{s}"
-        if not path.is_file() or sha256_of(path) != expected[s]:
+        if not path.is_file() or sha256_file(path) != expected[s]:
             raise DataError(f"'{path}' in fedgl's cache does not match the SHA-256 of the "
                             f"published file (planted, edited or damaged): refused unread; {fix}")
     return folder if len(present) == len(SUFFIXES) else None
@@ -141,7 +133,7 @@ def download(key: str, folder_name: str, check: Callable[[Path], object]) -> Pat
                                 f"{str(exc).splitlines()[0] if str(exc) else 'no detail'}); put "
                                 f"the {folder_name} files under the data root or set FEDGL_DATA"
                                 ) from None
-            sums[s] = sha256_of(dest)
+            sums[s] = sha256_file(dest)
             pinned = PINNED_SHA256.get(key, {}).get(s)
             if pinned is not None and sums[s] != pinned:
                 raise DataError(f"the downloaded {url} does not match the SHA-256 of the "
