@@ -4,7 +4,6 @@ on 127.0.0.1) that reproduces the local runtime's accuracy and protocol bytes ex
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -18,9 +17,13 @@ from fedgl.data.client_data import ClientData
 from fedgl.data.shard_format import read_shard, shard_paths, write_shard
 from fedgl.errors import ConfigError, DataError
 from fedgl.privacy.identity import write_keys
-
-needs_flwr = pytest.mark.skipif(importlib.util.find_spec("flwr") is None,
-                                reason="flwr is not installed (pip install 'fedgl[flower]')")
+from tests.flower_helpers import (
+    RUN,
+    assert_same_as_local,
+    deployed_run,
+    needs_flwr,
+    write_deployment_files,
+)
 
 
 def tiny_shard(client_id: int = 1) -> ClientData:
@@ -136,55 +139,7 @@ def test_client_and_server_bad_input_is_one_line(tmp_path: Path, capsys) -> None
 # ---------------------------------------------------------------------- loopback federation
 @pytest.fixture(scope="module")
 def deployment_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
-    from fedgl.cli import main
-
-    if importlib.util.find_spec("flwr") is None:
-        pytest.skip("flwr is not installed (pip install 'fedgl[flower]')")
-    root = tmp_path_factory.mktemp("deploy")
-    write_keys(root / "keys", 3)
-    assert main(["shard", "--dataset", "cora", "--clients", "3", "--out",
-                 str(root / "shards")]) == 0
-    return root
-
-
-RUN = {"algorithm": "fedgcn", "dataset": "cora", "clients": 3, "hops": 2, "rounds": 2,
-       "local_steps": 2, "progress": False, "oracle_eval": False, "batch_clients": False}
-
-
-def deployed_run(root: Path, name: str, keys: dict, client_args: list[str],
-                 tls: bool = False) -> dict:
-    from fedgl.deployment.loopback import Loopback
-
-    out = root / f"out-{name}"
-    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
-             for k, v in keys.items() if v is not False]
-    flags += [f"--no-{k.replace('_', '-')}" for k, v in keys.items() if v is False]
-    with Loopback(root / f"fed-{name}", root / "shards", root / "keys", 3, client_args,
-                  tls=tls) as fed:
-        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
-                               fed.address, "--roster", str(root / "keys" / "roster.json"),
-                               *fed.tls_flags, "--out", str(out), "--join-timeout", "120",
-                               "--message-timeout", "300", *flags],
-                              capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads((out / "result.json").read_text())
-
-
-def assert_same_as_local(deployed: dict, keys: dict) -> None:
-    from fedgl.api import run
-
-    local = run(**keys).repeats[0]
-    rep = deployed["repeats"][0]
-    assert rep["extra"]["runtime"] == "flower"
-    columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
-    assert [{c: h.get(c) for c in columns} for h in rep["history"]] == \
-        [{c: h.get(c) for c in columns} for h in local.history]
-    assert rep["ledger"]["bytes"] == local.ledger["bytes"]
-    assert rep["ledger"]["wire_bytes"] == local.ledger["wire_bytes"]
-    assert rep["ledger"]["messages"] == local.ledger["messages"]
-    # what Flower carried: fedgl's wire bytes plus Flower's framing, measured per round
-    for row in rep["extra"]["flower"].get("per_round", []):
-        assert row["flower_bytes"] >= row["ledger_wire_bytes"] > 0
+    return write_deployment_files(tmp_path_factory.mktemp("deploy"))
 
 
 @needs_flwr
