@@ -199,3 +199,17 @@ def test_loopback_glasu_equals_local(tmp_path: Path, data_root: Path) -> None:
     deployed = deployed_run(root, "glasu", GLASU_RUN, [])
     assert_vertical_same_as_local(deployed, GLASU_RUN)
     assert len(deployed["repeats"][0]["history"]) == GLASU_RUN["rounds"]
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_loopback_glasu_labels_at_one_client_equals_local(tmp_path: Path, data_root: Path) -> None:
+    """Labels at client 0 only (GLASU appendix B.2: it draws the batches and sends the others
+    the top gradient; only its shard holds labels) with concatenated embeddings, over Flower."""
+    keys = {**GLASU_RUN, "label_holders": "one", "backbone": "gcn", "aggregate": "concat"}
+    root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu", "--label-holders",
+                                                "one"))
+    assert [read_shard(root / "shards" / f"client-{m}.json").has_labels for m in range(3)] == \
+        [True, False, False]
+    deployed = deployed_run(root, "glasu-one", keys, [])
+    assert_vertical_same_as_local(deployed, keys)

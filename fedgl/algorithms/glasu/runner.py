@@ -268,7 +268,7 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
         parts = vertical_split(graph, clients, labels=labels, seed=seed, full_edges=full, **split)
         keeps = (checkpointer is not None or resume_from is not None) and getattr(cfg, "out", "")
         feds = [_federation(parts, params, cfg, seed,
-                            Path(cfg.out) / STATE_FOLDER if keeps else None)]
+                            Path(cfg.out).absolute() / STATE_FOLDER if keeps else None)]
     setup_seconds = time.perf_counter() - t0
     name = "glasu" if mode == "glasu" else f"glasu-{mode}"
     try:
