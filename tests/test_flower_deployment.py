@@ -125,7 +125,8 @@ def test_client_and_server_bad_input_is_one_line(tmp_path: Path, capsys) -> None
         (client + ["--key", str(tmp_path / "keys" / "client-1.key")], "is unreachable"),
         (client[:-1] + ["--key", str(tmp_path / "keys" / "client-1.key")], "--insecure"),
         (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
-          "3", "--algorithm", "glasu", "--out", str(tmp_path / "o")], "does not run deployed"),
+          "3", "--algorithm", "glasu-simulated", "--out", str(tmp_path / "o")],
+         "does not run deployed"),
         (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
           "4", "--out", str(tmp_path / "o")], "the roster"),
     ]

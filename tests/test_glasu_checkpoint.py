@@ -39,3 +39,40 @@ def test_standalone_does_not_checkpoint(tmp_path):
     with pytest.raises(fedgl.ConfigError, match="checkpoint"):
         fedgl.run(**dict(BASE, algorithm="glasu-standalone"), checkpoint_every=2,
                   out=str(tmp_path / "run"))
+
+
+def test_each_client_keeps_its_own_state(tmp_path):
+    """The server's checkpoint holds its batch stream and one digest per client, no client
+    weights; each client's state lies in its own folder, and a client whose file is not the one
+    the server recorded refuses to resume (one line)."""
+    import torch
+
+    from fedgl.checkpoint import load_checkpoint
+
+    cfg = dict(BASE, algorithm="glasu", agg_layers="2", stale_steps=2)
+    out = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        fedgl.run(**cfg, checkpoint_every=2, out=str(out), on_round=interrupt_at(3))
+    saved = load_checkpoint(out).progress.weights
+    assert set(saved) == {"server_generator", "clients"}
+    assert set(saved["clients"]) == {"0", "1", "2"}
+    for m, entry in saved["clients"].items():
+        assert set(entry) == {"round", "digest"} and entry["round"] == 2
+        own = out / "glasu-state" / f"client-{m}" / f"glasu-client-{m}-round-2.pt"
+        state = torch.load(own, weights_only=True)
+        assert set(state) == {"model", "optimizer", "generator", "round"}
+        assert sorted(p.name for p in own.parent.iterdir()) == [own.name]   # its file only
+    victim = out / "glasu-state" / "client-1" / "glasu-client-1-round-2.pt"
+    good = victim.read_bytes()
+    state = torch.load(victim, weights_only=True)
+    state["model"] = {k: v + 1 for k, v in state["model"].items()}
+    torch.save(state, victim)
+    with pytest.raises(fedgl.DataError, match="client 1's saved state for round 2 is not the one"):
+        fedgl.run(resume=out, progress=False)
+    victim.unlink()
+    with pytest.raises(fedgl.DataError, match="client 1 has no saved state for round 2"):
+        fedgl.run(resume=out, progress=False)
+    victim.write_bytes(good)
+    resumed = fedgl.run(resume=out, progress=False).repeats[0]
+    assert resumed.final["rounds"] == BASE["rounds"]
+    assert not (out / "glasu-state").exists()   # the finished run's folder holds results only

@@ -16,9 +16,16 @@ A shard is two files in one folder, named for the client:
   ``train_mask`` / ``val_mask`` / ``test_mask`` (bool), ``edge_index`` (int64 ``[2, E]``: every
   edge into an owned node, columns ``(source, destination)`` in global ids; a source the client
   does not own is a remote endpoint known by id only, never by its features).
-- vertical (:class:`~fedgl.data.vertical.VerticalClientData`): ``columns`` (the global ids of the
-  feature columns held), ``x`` (``[num_nodes, len(columns)]``), ``edge_index`` (the client's
-  own edge set over the shared node set) and, at a client holding labels, ``y`` and the masks.
+- vertical (:class:`~fedgl.data.vertical.VerticalClientData`, manifest ``"setting":
+  "vertical"``; GLASU): ``columns`` (int64 ``[d_m]``, the sorted global ids of the feature
+  columns held), ``x`` (``[num_nodes, d_m]``: every node's values in those columns; row ``i`` is
+  global node ``i``), ``edge_index`` (int64 ``[2, E_m]``: the client's own edge set over the
+  shared node set, both directions of each kept undirected edge) and, only at a client holding
+  labels (every client, or client 0 with ``label_holders: one``), ``y`` (int64 ``[num_nodes]``)
+  and ``train_mask`` / ``val_mask`` / ``test_mask`` (bool ``[num_nodes]``): all four or none.
+  ``num_features`` in the manifest is ``d_m``; ``labels`` says whether the client holds them.
+  The server holds no data in the vertical setting (it learns the training node ids from a
+  label holder during the run).
 
 The manifest names every array with its dtype and shape and the npz file's SHA-256; a reader
 refuses a shard whose files disagree with it. ``source`` records how the shard was made (dataset,
@@ -78,6 +85,7 @@ def write_shard(shard: ClientData | VerticalClientData, folder: str | Path,
         "format": FORMAT, "setting": "vertical" if vertical else "horizontal",
         "client_id": int(shard.client_id), "num_classes": int(shard.num_classes),
         "num_nodes": int(shard.num_nodes), "num_features": int(shard.num_features),
+        **({"labels": shard.has_labels} if vertical else {}),
         "arrays": {n: {"dtype": str(a.dtype), "shape": list(a.shape)} for n, a in arrays.items()},
         "npz": npz_path.name, "npz_sha256": hashlib.sha256(data).hexdigest(),
         "source": dict(source or {}),
@@ -146,6 +154,7 @@ def read_shard(path: str | Path) -> ClientData | VerticalClientData:
     common = {"client_id": manifest["client_id"], "num_classes": manifest["num_classes"]}
     try:
         if manifest["setting"] == "vertical":
+            _check_vertical(where, manifest, tensors)
             return VerticalClientData(num_nodes=manifest["num_nodes"], **common,
                                       **{n: tensors.get(n) for n in VERTICAL})
         missing = [n for n in HORIZONTAL if n not in tensors]
@@ -158,3 +167,43 @@ def read_shard(path: str | Path) -> ClientData | VerticalClientData:
         raise DataError(f"shard '{where}': {shard.num_nodes} nodes, the manifest says "
                         f"{manifest['num_nodes']}")
     return shard
+
+
+def _check_vertical(where: Path, manifest: dict[str, Any], t: dict[str, torch.Tensor]) -> None:
+    """A vertical shard's arrays must be the documented set, with consistent shapes."""
+    n = manifest["num_nodes"]
+    labels = ("y", "train_mask", "val_mask", "test_mask")
+    unknown = sorted(set(t) - set(VERTICAL))
+    missing = [a for a in ("columns", "x", "edge_index") if a not in t]
+    if unknown or missing:
+        raise DataError(f"shard '{where}' is not a vertical shard (arrays {sorted(t)}; it needs "
+                        "columns, x, edge_index and optionally y and the masks); write it with "
+                        "`fedgl shard --algorithm glasu`")
+    held = [a for a in labels if a in t]
+    if held and len(held) != len(labels):
+        raise DataError(f"shard '{where}' holds {held} but a label holder holds y and all three "
+                        "masks; write it again with `fedgl shard`")
+    if bool(held) != bool(manifest.get("labels", bool(held))):
+        raise DataError(f"shard '{where}': the manifest's 'labels' disagrees with its arrays")
+    cols, x, edges = t["columns"], t["x"], t["edge_index"]
+    problems = []
+    if cols.dtype != torch.int64 or cols.dim() != 1 or (
+            cols.numel() > 1 and not bool((cols[1:] > cols[:-1]).all())) or (
+            cols.numel() and int(cols.min()) < 0):
+        problems.append("columns must be sorted distinct int64 column ids")
+    if x.dim() != 2 or list(x.shape) != [n, cols.numel()]:
+        problems.append(f"x is {list(x.shape)}, not [num_nodes={n}, columns={cols.numel()}]")
+    if manifest.get("num_features", cols.numel()) != cols.numel():
+        problems.append(f"the manifest's num_features {manifest.get('num_features')} is not the "
+                        f"{cols.numel()} columns held")
+    if edges.dtype != torch.int64 or edges.dim() != 2 or edges.size(0) != 2 or (
+            edges.numel() and not (0 <= int(edges.min()) and int(edges.max()) < n)):
+        problems.append(f"edge_index must be int64 [2, E] with node ids below {n}")
+    if held:
+        if t["y"].dim() != 1 or t["y"].numel() != n or t["y"].dtype != torch.int64:
+            problems.append(f"y must be int64 [{n}]")
+        if any(t[m].dtype != torch.bool or list(t[m].shape) != [n] for m in labels[1:]):
+            problems.append(f"the masks must be bool [{n}]")
+    if problems:
+        raise DataError(f"shard '{where}': {'; '.join(problems)}; write it again with "
+                        "`fedgl shard`")

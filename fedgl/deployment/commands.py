@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import shutil
@@ -85,12 +86,16 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
     from fedgl.data.shard_format import write_shard
     from fedgl.data.shards import make_partition
 
-    if cfg.spec.setting != "horizontal":
-        raise ConfigError(f"fedgl shard writes horizontal shards; '{cfg.algorithm}' is "
-                          f"{cfg.spec.setting} (not deployable yet)")
+    if cfg.spec.setting not in ("horizontal", "vertical"):
+        raise ConfigError(f"fedgl shard writes horizontal or vertical shards; '{cfg.algorithm}' "
+                          f"is {cfg.spec.setting}")
     if out.exists() and any(out.glob("client-*.json")):
         raise ConfigError(f"'{out}' already holds shards; choose an empty --out folder")
     graph = load_graph(cfg)
+    if cfg.spec.setting == "vertical":
+        from fedgl.deployment.drivers_vertical import write_vertical_shards
+
+        return write_vertical_shards(graph, cfg, out)
     if cfg.clients > graph.num_nodes:
         raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {graph.num_nodes} nodes")
     part = make_partition(graph, cfg, cfg.seed)
@@ -275,7 +280,7 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
 # ---------------------------------------------------------------------- parsers
 SHARD_KEYS = ("algorithm", "dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
               "metis_max_degree", "min_client_size", "seed", "sbm_nodes", "sbm_classes",
-              "sbm_alpha", "sbm_mu", "sbm_features", "sbm_noise")
+              "sbm_alpha", "sbm_mu", "sbm_features", "sbm_noise", "feature_split", "edge_share")
 
 
 def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -> None:
@@ -283,10 +288,23 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     shard = sub.add_parser("shard", help="write one data shard per client (a deployment's "
                            "organisations each get their own)",
                            description="Partition a dataset and write client-<k>.json/.npz "
-                                       "per client (docs/deployment.md).")
+                                       "per client (docs/deployment.md). Horizontal algorithms "
+                                       "(the default): each client's own nodes with their "
+                                       "features, labels and incident edges. --algorithm glasu "
+                                       "(vertical): each client's own feature columns of every "
+                                       "node and its own edge set (--feature-split, "
+                                       "--edge-share), labels per --label-holders; the same "
+                                       "split a local GLASU run makes for that seed.")
     shard.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
     shard.add_argument("--out", dest="shard_out", required=True, metavar="DIR")
     add_config_flags(shard, SHARD_KEYS)
+    shard.add_argument("--algorithm", dest="algorithm", default=argparse.SUPPRESS, metavar="NAME",
+                       help="the algorithm the shards are for: a horizontal one (default "
+                            "fedgcn) or glasu (vertical shards)")
+    shard.add_argument("--label-holders", dest="label_holders", choices=("all", "one"),
+                       default=argparse.SUPPRESS,
+                       help="vertical (glasu): labels and masks at every client (all, the "
+                            "default) or at client 0 only (one)")
 
     client = sub.add_parser("client", help="run one organisation's client: its party and a "
                             "Flower SuperNode", description="Join a Flower SuperLink with this "

@@ -38,11 +38,14 @@ from fedgl.privacy.identity import Identity, Roster, frame
 
 #: algorithms that run deployed: their client class (module:qualname) and the server side's
 #: driver in :mod:`fedgl.deployment.server_app` ("fedavg": a FedAvg server class, given here;
-#: "minibatch": the mini-batch FedSGD server with the algorithm's schedule)
+#: "minibatch": the mini-batch FedSGD server with the algorithm's schedule; "vertical": GLASU's
+#: server, :mod:`fedgl.deployment.drivers_vertical`, whose client entry is a factory taking the
+#: same ``(shard, config, seed)``)
 DEPLOYABLE = {
     "fedgcn": ("fedgl.algorithms.fedgcn.client:FedGCNClient",
                "fedgl.algorithms.fedgcn.server:FedGCNServer"),
     "swift-fedgnn": ("fedgl.algorithms.minibatch.client:MiniBatchClient", "minibatch"),
+    "glasu": ("fedgl.deployment.drivers_vertical:glasu_client", "vertical"),
 }
 HELLO_CONTEXT = "fedgl-flower-hello/1"
 

@@ -112,6 +112,10 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
                  seed: int, extra: dict[str, Any]) -> RunResult:
     """One repeat of ``cfg.algorithm``'s server over the deployed clients."""
     t0 = time.perf_counter()
+    if deployable(cfg.algorithm)[1] == "vertical":  # GLASU: clients hold column blocks
+        from fedgl.deployment.drivers_vertical import run_vertical
+
+        return run_vertical(runtime, cfg, facts, seed, extra, t0)
     widths = {(f["num_features"], f["num_classes"]) for f in facts.values()}
     if len(widths) != 1:
         raise ConfigError(f"the clients' shards disagree on (features, classes): {sorted(widths)}; "

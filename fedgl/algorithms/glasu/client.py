@@ -17,6 +17,13 @@ respect to each aggregate and returns each client its share.
 
 from __future__ import annotations
 
+import hashlib
+import io
+import os
+import pickle
+import tempfile
+from pathlib import Path
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -29,7 +36,7 @@ from fedgl.data.sampling import CSRGraph, expand_nodes
 from fedgl.data.vertical import VerticalClientData
 from fedgl.errors import DataError
 from fedgl.evaluation import SPLITS
-from fedgl.federation.protocol import Any_, Arr, Int, MapOf, Opt, Str, handles
+from fedgl.federation.protocol import Arr, Int, Opt, Str, handles
 
 #: an aggregated hidden representation or its gradient: one row per sampled node
 HIDDEN = Arr(ndim=2)
@@ -46,8 +53,11 @@ class GlasuClient:
     # computation (glasu/batched.py; the same messages, each client's own random stream)
     BATCHABLE = ("sample", "forward", "local_updates")
 
-    def __init__(self, data: VerticalClientData, params: GlasuParams, seed: int) -> None:
+    def __init__(self, data: VerticalClientData, params: GlasuParams, seed: int, *,
+                 state_dir: str | Path | None = None) -> None:
         self.data = data
+        #: the client's own folder for its checkpointed state (``glasu.save_state``)
+        self.state_dir = state_dir
         self.p = params
         self.m = data.client_id
         self.gen = torch.Generator().manual_seed(seed * 1_000_003 + 7919 * self.m + 1)
@@ -75,8 +85,12 @@ class GlasuClient:
 
     @classmethod
     def from_shard(cls, data: VerticalClientData, params: dict, seed: int) -> GlasuClient:
-        """Built where the client runs (a Ray actor) from its shard and the plain parameters."""
-        return cls(data, GlasuParams(**{**params, "agg": tuple(params["agg"])}), seed)
+        """Built where the client runs (a Ray actor) from its shard and the plain parameters
+        (``state_dir``: its own checkpoint folder on that machine, if any)."""
+        params = dict(params)
+        state_dir = params.pop("state_dir", None)
+        return cls(data, GlasuParams(**{**params, "agg": tuple(params["agg"])}), seed,
+                   state_dir=state_dir)
 
     @staticmethod
     def sample_many(group: list[GlasuClient], nodes: Tensor, top: int, cache: dict
@@ -317,21 +331,56 @@ class GlasuClient:
         return out
 
     # ------------------------------------------------------------------ checkpoints
-    @handles("glasu.checkpoint_state", phases=("train",))
-    def checkpoint_state(self) -> dict:
-        """Everything that carries over between rounds: weights, optimiser moments and the
-        random stream (sampling, dropout). Round state is rebuilt by the next round."""
-        return {"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
-                "generator": self.gen.get_state()}
+    def _state_file(self, round_: int) -> Path:
+        if self.state_dir is None:
+            raise DataError(f"GLASU client {self.m} has no state folder to keep its checkpoint "
+                            "in; checkpoint with --out set (local) or give the party one")
+        return Path(self.state_dir) / f"glasu-client-{self.m}-round-{round_}.pt"
 
-    @handles("glasu.restore_state", phases=("train",), schema={"state": MapOf(Str(max_len=256), Any_())})
-    def restore_state(self, state: dict) -> None:
+    @handles("glasu.save_state", phases=("train",), schema={"round": Int(0, 2**31)})
+    def save_state(self, round: int) -> dict:  # noqa: A002 - the message's field name
+        """Checkpoint: keep everything that carries over between rounds (weights, optimiser
+        moments, the random stream of sampling and dropout) in the client's *own* state folder,
+        and return only its SHA-256, which the server stores to check the restore. The file of
+        the previous checkpoint is kept until this one exists (a crash in between leaves the
+        server's last checkpoint restorable); older ones are removed."""
+        path = self._state_file(round)
+        buf = io.BytesIO()
+        torch.save({"model": self.model.state_dict(), "optimizer": self.opt.state_dict(),
+                    "generator": self.gen.get_state(), "round": int(round)}, buf)
+        data = buf.getvalue()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+        kept = sorted(path.parent.glob(f"glasu-client-{self.m}-round-*.pt"),
+                      key=lambda p: p.stat().st_mtime_ns)
+        for old in kept[:-2]:
+            old.unlink(missing_ok=True)
+        return {"digest": hashlib.sha256(data).hexdigest()}
+
+    @handles("glasu.load_state", phases=("train",),
+             schema={"round": Int(0, 2**31), "digest": Str(max_len=64)})
+    def load_state(self, round: int, digest: str) -> None:  # noqa: A002 - the field name
+        """Resume: restore the state this client saved at ``round`` from its own folder, once
+        its SHA-256 is the one the server's checkpoint recorded."""
+        path = self._state_file(round)
         try:
+            data = path.read_bytes()
+        except OSError:
+            raise DataError(f"GLASU client {self.m} has no saved state for round {round} "
+                            f"('{path}'); start the run again") from None
+        if hashlib.sha256(data).hexdigest() != digest:
+            raise DataError(f"GLASU client {self.m}'s saved state for round {round} is not the "
+                            "one the server's checkpoint recorded; start the run again")
+        try:
+            state = torch.load(io.BytesIO(data), weights_only=True)
             self.model.load_state_dict(state["model"])
             self.opt.load_state_dict(state["optimizer"])
             self.gen.set_state(state["generator"])
-        except (KeyError, RuntimeError, ValueError, TypeError) as exc:
-            raise DataError(f"checkpoint's GLASU client {self.m} does not fit the config "
+        except (KeyError, RuntimeError, ValueError, TypeError, pickle.UnpicklingError) as exc:
+            raise DataError(f"GLASU client {self.m}'s saved state does not fit the config "
                             f"({str(exc).splitlines()[0][:120]}); start the run again") from None
 
     def parameters_dict(self) -> dict[str, Tensor]:

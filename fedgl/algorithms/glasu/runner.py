@@ -11,8 +11,11 @@
 
 A single party has no one to talk to: its notional aggregation (the identity for ``M = 1``) runs
 in-process through :class:`SelfRuntime`, which counts nothing. Checkpoints (``--checkpoint-every``,
-all modes but standalone) hold every party's weights, optimiser state and random streams, so a
-resumed run continues exactly as the uninterrupted one. Round ``t`` of every mode is one
+all modes but standalone) keep each party's state at that party: every client saves its weights,
+optimiser state and random stream in its own state folder (``<out>/glasu-state/client-<m>``
+here) and returns a digest; the server's checkpoint holds only its own batch stream and those
+digests, and on resume each client restores its own file once the digest matches, so a resumed
+run continues exactly as the uninterrupted one. Round ``t`` of every mode is one
 sampling + joint inference + ``Q`` local updates; benchmarks equalise model updates by giving
 ``Q = 1`` modes ``Q`` times the rounds.
 """
@@ -22,6 +25,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from fedgl.algorithms.glasu.client import GlasuClient
@@ -116,14 +120,26 @@ class SelfRuntime:
         """Nothing to release."""
 
 
+#: the clients' own checkpoint folders inside ``out`` (one trusted operator: local and Ray)
+STATE_FOLDER = "glasu-state"
+
+
+def _state_dir(root: Path | None, client: int) -> Path | None:
+    return None if root is None else root / f"client-{client}"
+
+
 def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
-                seed: int) -> GlasuServer:
+                seed: int, state_root: Path | None = None) -> GlasuServer:
     if params.clients == 1 and len(parts) == 1:
-        runtime: Any = SelfRuntime(GlasuClient(parts[0], params, seed))
+        runtime: Any = SelfRuntime(GlasuClient(parts[0], params, seed,
+                                               state_dir=_state_dir(state_root, 0)))
     elif getattr(cfg, "runtime", "local") == "ray":
-        runtime = _ray_runtime(parts, params, cfg, seed)
+        runtime = _ray_runtime(parts, params, cfg, seed, state_root)
     else:
-        runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed) for d in parts},
+        runtime = LocalRuntime({d.client_id: GlasuClient(d, params, seed,
+                                                         state_dir=_state_dir(state_root,
+                                                                              d.client_id))
+                                for d in parts},
                                batch=bool(getattr(cfg, "batch_clients", True)))
     server = GlasuServer(runtime, params, seed)
     try:
@@ -137,7 +153,7 @@ def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
 
 
 def _ray_runtime(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
-                 seed: int) -> Any:
+                 seed: int, state_root: Path | None = None) -> Any:
     """One actor per vertical client; each reads only its own shard file (its columns, edges
     and labels), written here by the driver (the data owners' side)."""
     import hashlib
@@ -151,38 +167,45 @@ def _ray_runtime(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
     specs = {d.client_id: ShardSpec(cfg.to_dict(), seed, d.client_id, "", "", "",
                                     shard_path=files[d.client_id][0],
                                     shard_sha256=files[d.client_id][1],
-                                    client_params=dataclasses.asdict(params))
+                                    client_params={**dataclasses.asdict(params),
+                                                   "state_dir": None if state_root is None else
+                                                   str(_state_dir(state_root, d.client_id))})
              for d in parts}
     return RayRuntime(specs, GlasuClient, cfg, Ledger())
 
 
-def party_state(server: GlasuServer) -> dict:
-    """Every party's carried-over state for a checkpoint: each client's weights, optimiser and
-    random stream, and the server's batch generator. (A deployment keeps each part at its
-    party; here one file holds them, fetched outside the counted training traffic.)"""
+def party_state(server: GlasuServer, round_: int) -> dict:
+    """The server's checkpoint of round ``round_``: its own batch stream, and per client only the
+    digest of the state that client saved in its own folder (``glasu.save_state``; exchanged
+    outside the counted training traffic, as an uninterrupted run has no such messages)."""
     runtime = server.runtime
     counted, runtime.ledger = runtime.ledger, Ledger()
     try:
-        states = runtime.call("glasu.checkpoint_state", None, phase="train")
+        saved = runtime.call("glasu.save_state", {"round": round_}, phase="train")
     finally:
         runtime.ledger = counted
     return {"server_generator": server.gen.get_state(),
-            "clients": {str(m): s for m, s in states.items()}}
+            "clients": {str(m): {"round": round_, "digest": str(s["digest"])}
+                        for m, s in saved.items()}}
 
 
 def _resume(server: GlasuServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
-    """Restore every party's state, the history and the ledger (the set-up exchange already
+    """Have every client restore its own saved state (checked against the digest the server
+    kept), restore the server's stream, the history and the ledger (the set-up exchange already
     re-ran on building the federation; the restored ledger counts it once, as uninterrupted)."""
     runtime = server.runtime
     saved = state.weights
     clients = saved.get("clients", {}) if isinstance(saved, dict) else {}
-    if sorted(clients) != sorted(str(m) for m in runtime.client_ids):
+    if sorted(clients) != sorted(str(m) for m in runtime.client_ids) or not all(
+            isinstance(c, dict) and "digest" in c for c in clients.values()):
         raise DataError(f"checkpoint holds GLASU clients {sorted(clients)}, the config builds "
                         f"{runtime.client_ids}; start the run again")
     network, counted = runtime.ledger.network, runtime.ledger
     runtime.ledger = Ledger()
     try:
-        runtime.call("glasu.restore_state", {m: {"state": clients[str(m)]} for m in runtime.client_ids},
+        runtime.call("glasu.load_state",
+                     {m: {"round": int(clients[str(m)]["round"]),
+                          "digest": str(clients[str(m)]["digest"])} for m in runtime.client_ids},
                      phase="train")
     finally:
         runtime.ledger = counted
@@ -211,7 +234,7 @@ def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, seed: int,
         history.append(row)
         progress.advance(_progress_info(row))
         if checkpointer is not None and checkpointer.every and t % checkpointer.every == 0:
-            checkpointer.round_done(RepeatProgress(repeat, seed, t, party_state(server), history,
+            checkpointer.round_done(RepeatProgress(repeat, seed, t, party_state(server, t), history,
                                                    server.runtime.ledger.state_dict(), events))
         if on_round is not None:
             on_round(repeat, t, server)
@@ -243,7 +266,9 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
         clients = 1 if mode == "centralized" else M
         full = mode in ("centralized", "simulated")
         parts = vertical_split(graph, clients, labels=labels, seed=seed, full_edges=full, **split)
-        feds = [_federation(parts, params, cfg, seed)]
+        keeps = (checkpointer is not None or resume_from is not None) and getattr(cfg, "out", "")
+        feds = [_federation(parts, params, cfg, seed,
+                            Path(cfg.out).absolute() / STATE_FOLDER if keeps else None)]
     setup_seconds = time.perf_counter() - t0
     name = "glasu" if mode == "glasu" else f"glasu-{mode}"
     try:

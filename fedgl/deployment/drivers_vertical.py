@@ -1,0 +1,138 @@
+"""GLASU (the vertical setting) deployed on Flower: its shards, its party and its server driver.
+
+- **Shards** (:func:`write_vertical_shards`, behind ``fedgl shard --algorithm glasu``): the
+  split a local GLASU run makes for the same seed and keys (``feature_split``, ``edge_share``,
+  ``label_holders``; :func:`fedgl.data.vertical.vertical_split`), one ``fedgl-shard/1`` file pair
+  per client holding only what that client owns: its feature columns of every node, its own edge
+  set and, at a label holder, the labels and split masks.
+- **Party** (:func:`glasu_client`, GLASU's entry in
+  :data:`fedgl.deployment.party.DEPLOYABLE`): the organisation's :class:`GlasuClient`, built
+  from its own vertical shard and the run's configuration, refusing a shard that does not fit
+  the run (horizontal, or labels where the run puts none).
+- **Server** (:func:`run_vertical`): GLASU's server over
+  :class:`~fedgl.federation.flower.runtime.FlowerRuntime`, exactly as the local runner drives it
+  (set-up exchange, then ``rounds`` rounds of sampling, joint inference and local updates with
+  evaluation every ``eval_every``), writing the same history and ledger. The GLASU server holds
+  no data: it reads no file, and learns the training node ids from a label holder in the run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from fedgl.config import Config
+from fedgl.errors import ConfigError
+
+if TYPE_CHECKING:
+    from fedgl.algorithms.glasu.client import GlasuClient
+    from fedgl.data.graph import GraphData
+    from fedgl.federation.flower.runtime import FlowerRuntime
+    from fedgl.results import RunResult
+
+
+def _options(cfg: Config) -> Any:
+    from fedgl.algorithms.glasu.options import GlasuOptions
+
+    return cfg.options if cfg.options is not None else GlasuOptions()
+
+
+def write_vertical_shards(graph: GraphData, cfg: Config, out: Path) -> list[Path]:
+    """One vertical shard per client of ``cfg`` (GLASU) in ``out`` and ``federation.json``
+    (the split's public facts); the manifests' paths."""
+    import json
+
+    from fedgl.algorithms.glasu.runner import vertical_settings
+    from fedgl.data.shard_format import write_shard
+    from fedgl.data.vertical import vertical_split
+
+    if cfg.algorithm != "glasu":
+        raise ConfigError(f"fedgl shard writes vertical shards for glasu only ('{cfg.algorithm}' "
+                          "does not run deployed); use --algorithm glasu")
+    options = _options(cfg)
+    options.validate(cfg)
+    split = vertical_settings(cfg)
+    parts = vertical_split(graph, int(cfg.clients), labels=options.label_holders,
+                           seed=int(cfg.seed), **split)
+    source = {"dataset": cfg.dataset, "algorithm": cfg.algorithm, "clients": int(cfg.clients),
+              **split, "label_holders": options.label_holders, "seed": int(cfg.seed)}
+    paths = [write_shard(d, out, source) for d in parts]
+    (out / "federation.json").write_text(json.dumps(
+        {**source, "setting": "vertical", "num_nodes": graph.num_nodes,
+         "num_features": graph.num_features, "num_classes": graph.num_classes,
+         "columns_per_client": [int(d.columns.numel()) for d in parts],
+         "edges_per_client": [d.num_edges for d in parts],
+         "label_holders_ids": [d.client_id for d in parts if d.has_labels]}, indent=2) + "\n")
+    return paths
+
+
+def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
+    """The party's GLASU client, from its own shard and the run's configuration."""
+    from fedgl.algorithms.glasu.client import GlasuClient
+    from fedgl.algorithms.glasu.runner import glasu_params
+    from fedgl.data.vertical import VerticalClientData
+
+    k = int(shard.client_id)
+    if not isinstance(shard, VerticalClientData):
+        raise ConfigError(f"client {k}'s shard is horizontal but {cfg.algorithm} is vertical; "
+                          "write vertical shards with `fedgl shard --algorithm glasu`")
+    params = glasu_params(cfg, _options(cfg), shard.num_classes)
+    if not 0 <= k < params.clients:
+        raise ConfigError(f"client {k} is outside the run's {params.clients} clients")
+    holds = params.label_holders == "all" or k == 0
+    if shard.has_labels != holds:
+        raise ConfigError(f"client {k}'s shard {'holds' if shard.has_labels else 'lacks'} labels "
+                          f"but the run's label_holders is '{params.label_holders}'; write the "
+                          "shards with the run's --label-holders")
+    return GlasuClient(shard, params, seed)
+
+
+def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
+                 seed: int, extra: dict[str, Any], t0: float) -> RunResult:
+    """One deployed GLASU repeat (see the module docstring); the run's result."""
+    from fedgl.algorithms.glasu.runner import _json_params, glasu_params
+    from fedgl.algorithms.glasu.server import GlasuServer
+    from fedgl.algorithms.runner import finish_repeat, network_columns
+    from fedgl.deployment.server_app import _bytes_now
+    from fedgl.federation.network import NetworkModel
+    from fedgl.results import RunResult, environment
+
+    settings = sorted({str(f.get("setting")) for f in facts.values()})
+    if settings != ["vertical"]:
+        raise ConfigError(f"{cfg.algorithm} is vertical but the clients' shards are {settings}; "
+                          "write them with `fedgl shard --algorithm glasu`")
+    shape = {(f["num_nodes"], f["num_classes"]) for f in facts.values()}
+    if len(shape) != 1:
+        raise ConfigError(f"the clients' vertical shards disagree on (nodes, classes): "
+                          f"{sorted(shape)}; write every shard from one dataset with `fedgl shard`")
+    (num_nodes, num_classes), = shape
+    params = glasu_params(cfg, _options(cfg), int(num_classes))
+    server = GlasuServer(runtime, params, seed)
+    server.setup()
+    ledger = runtime.ledger
+    ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                               getattr(cfg, "latency", ""))
+    setup_seconds = time.perf_counter() - t0
+    history: list[dict] = []
+    per_round: list[dict] = []
+    seen = _bytes_now(runtime)
+    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every)):
+        history.append({"round": t, **metrics, **network_columns(ledger)})
+        now = _bytes_now(runtime)
+        per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
+        seen = now
+    seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+               "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
+               "total": time.perf_counter() - t0}
+    stats = {"setting": "vertical", "clients": len(facts), "num_nodes": int(num_nodes),
+             "columns": [int(facts[k]["num_features"]) for k in sorted(facts)]}
+    rep = finish_repeat(0, seed, stats, history, ledger.summary(), seconds)
+    rep.extra.update({"setting": "vertical", "mode": "glasu", "params": _json_params(params),
+                      "runtime": "flower", "communication": "counted by the ledger",
+                      "failures": list(runtime.events)})
+    rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
+                           "calls": runtime.calls, "per_round": per_round}
+    recorded = cfg.to_dict()
+    recorded["runtime"] = "flower"
+    return RunResult(recorded, environment(seed, cfg.device), [rep])
