@@ -80,7 +80,7 @@ def _add_config_flags(parser: argparse.ArgumentParser, only: tuple[str, ...] | N
     ``algorithm``'s when it is given). Plugins are imported only when chosen (``algorithm`` or
     ``plugin``, the ``--algorithm`` of a command line); the others are listed by name."""
     seen: set[str] = set()
-    if only is None:
+    if only is None or "algorithm" in only:
         parser.add_argument("--algorithm", dest="algorithm", default=argparse.SUPPRESS,
                             metavar="NAME", help="algorithm: one of "
                             f"{', '.join(algorithm_names())} (default: fedgcn). Each algorithm "

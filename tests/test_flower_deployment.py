@@ -126,7 +126,7 @@ def test_client_and_server_bad_input_is_one_line(tmp_path: Path, capsys) -> None
         (client[:-1] + ["--key", str(tmp_path / "keys" / "client-1.key")], "--insecure"),
         (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
           "3", "--algorithm", "glasu-simulated", "--out", str(tmp_path / "o")],
-         "does not run deployed"),
+         "is simulation-only"),
         (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
           "4", "--out", str(tmp_path / "o")], "the roster"),
     ]
@@ -164,13 +164,15 @@ def test_loopback_fedgcn_robust_secure_sum_equals_local(deployment_files: Path) 
 
 @needs_flwr
 @pytest.mark.slow
-def test_loopback_swift_fedgnn_equals_local(deployment_files: Path) -> None:
+def test_loopback_swift_fedgnn_equals_local(tmp_path: Path, data_root: Path) -> None:
     """Swift-FedGNN: local mini-batch steps and, every ``period`` iterations, the server-mediated
-    cross-client step, over Flower."""
+    cross-client step, over Flower (shards with Swift's recipe: METIS, normalised features)."""
     keys = {"algorithm": "swift-fedgnn", "dataset": "cora", "clients": 3, "rounds": 6,
             "eval_every": 3, "period": 3, "cross_clients": 2, "progress": False,
             "oracle_eval": False}
-    deployed = deployed_run(deployment_files, "swift", keys, [])
+    (tmp_path / "run.yaml").write_text(json.dumps(keys))   # the run's file writes its shards
+    root = write_deployment_files(tmp_path, 3, (str(tmp_path / "run.yaml"),))
+    deployed = deployed_run(root, "swift", keys, [])
     assert_same_as_local(deployed, keys)
     assert deployed["repeats"][0]["extra"]["communicating_iterations"] == 2
 

@@ -298,9 +298,6 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     shard.add_argument("config_file", nargs="?", metavar="CONFIG", help="YAML file of config keys")
     shard.add_argument("--out", dest="shard_out", required=True, metavar="DIR")
     add_config_flags(shard, SHARD_KEYS)
-    shard.add_argument("--algorithm", dest="algorithm", default=argparse.SUPPRESS, metavar="NAME",
-                       help="the algorithm the shards are for: a horizontal one (default "
-                            "fedgcn) or glasu (vertical shards)")
     shard.add_argument("--label-holders", dest="label_holders", choices=("all", "one"),
                        default=argparse.SUPPRESS,
                        help="vertical (glasu): labels and masks at every client (all, the "

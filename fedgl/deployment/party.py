@@ -40,12 +40,40 @@ from fedgl.privacy.identity import Identity, Roster, frame
 #: driver in :mod:`fedgl.deployment.server_app` ("fedavg": a FedAvg server class, given here;
 #: "minibatch": the mini-batch FedSGD server with the algorithm's schedule; "vertical": GLASU's
 #: server, :mod:`fedgl.deployment.drivers_vertical`, whose client entry is a factory taking the
-#: same ``(shard, config, seed)``)
+#: same ``(shard, config, seed)``). FedAvg is ``fedgcn`` with ``hops: 0``. See
+#: :mod:`fedgl.deployment.drivers_horizontal`.
+_MINIBATCH = ("fedgl.algorithms.minibatch.client:MiniBatchClient", "minibatch")
 DEPLOYABLE = {
     "fedgcn": ("fedgl.algorithms.fedgcn.client:FedGCNClient",
                "fedgl.algorithms.fedgcn.server:FedGCNServer"),
-    "swift-fedgnn": ("fedgl.algorithms.minibatch.client:MiniBatchClient", "minibatch"),
+    "swift-fedgnn": _MINIBATCH,
+    "fedgnn-g": _MINIBATCH,
+    "local-only": _MINIBATCH,
+    "llcg": _MINIBATCH,
+    "fedgnn-pns": _MINIBATCH,
+    "fedgat": ("fedgl.algorithms.fedgat.client:FedGATClient",
+               "fedgl.deployment.drivers_horizontal:DeployedFedGATServer"),
+    "distgat": ("fedgl.algorithms.fedgat.dist_gat:DistGATClient",
+                "fedgl.deployment.drivers_horizontal:DeployedDistGATServer"),
+    "fedsage-plus": ("fedgl.algorithms.fedsage_plus.client:FedSagePlusClient",
+                     "fedgl.algorithms.fedsage_plus.server:FedSagePlusServer"),
     "glasu": ("fedgl.deployment.drivers_vertical:glasu_client", "vertical"),
+}
+_ONE_PARTY = "one party holds the whole graph (a reference, not a federation)"
+_CLUSTER = ("its clients exchange raw boundary features and hidden states through the server at "
+            "every local step and layer: a method for one organisation's trusted cluster (Ray), "
+            "and a Flower round trip per layer and step")
+_GLASU_REFERENCE = ("a GLASU reference: it gives one party every edge or every feature column, "
+                    "or trains the parties apart")
+#: algorithms that stay simulation-only, and why (``fedgl server`` says so)
+SIMULATION_ONLY = {
+    "glasu-simulated": _GLASU_REFERENCE,
+    "glasu-centralized": _GLASU_REFERENCE,
+    "glasu-standalone": _GLASU_REFERENCE,
+    "centralized": _ONE_PARTY,
+    "centralized-gat": _ONE_PARTY,
+    "bns-gcn": _CLUSTER,
+    "distributed-gcn": _CLUSTER,
 }
 HELLO_CONTEXT = "fedgl-flower-hello/1"
 
@@ -56,6 +84,9 @@ def load_class(path: str) -> type:
 
 
 def deployable(algorithm: str) -> tuple[str, str]:
+    if algorithm in SIMULATION_ONLY:
+        raise ConfigError(f"algorithm '{algorithm}' is simulation-only: "
+                          f"{SIMULATION_ONLY[algorithm]}; run it with --runtime local or ray")
     if algorithm not in DEPLOYABLE:
         raise ConfigError(f"algorithm '{algorithm}' does not run deployed on Flower yet (only "
                           f"{', '.join(sorted(DEPLOYABLE))}); run it with --runtime local or ray")

@@ -142,13 +142,14 @@ def _stats(facts: dict[int, dict[str, Any]]) -> dict[str, Any]:
 
 def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
                    seed: int, num_features: int, num_classes: int, t0: float) -> Any:
-    """Swift-FedGNN's FedSGD server (mini-batch, server-mediated cross-client steps)."""
+    """The mini-batch FedSGD server (Swift-FedGNN or a baseline: mini-batch steps,
+    server-mediated cross-client steps, the algorithm's schedule)."""
     from types import SimpleNamespace
 
     from fedgl.algorithms.minibatch.runner import initial_weights, minibatch_extra
     from fedgl.algorithms.minibatch.server import FedSGDServer
     from fedgl.algorithms.minibatch.settings import MiniBatchSettings
-    from fedgl.algorithms.swift_fedgnn.server import swift_schedule
+    from fedgl.deployment.drivers_horizontal import minibatch_schedule
     from fedgl.federation.network import NetworkModel
 
     s = MiniBatchSettings.from_config(cfg)
@@ -158,9 +159,11 @@ def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[st
                                                getattr(cfg, "latency", ""))
     # the shards partition every node, so their sizes add up to the graph's
     num_nodes = sum(int(f["num_nodes"]) for f in facts.values())
-    server = FedSGDServer(runtime, s, initial_weights(widths, s, seed), swift_schedule(cfg, s),
+    schedule, pns_fanout = minibatch_schedule(cfg, s)
+    server = FedSGDServer(runtime, s, initial_weights(widths, s, seed), schedule,
                           seed=seed, optimizer=cfg.server_optimizer, num_nodes=num_nodes,
-                          eval_mode=cfg.eval_mode, eval_batch=int(getattr(cfg, "eval_batch", 0)))
+                          eval_mode=cfg.eval_mode, pns_fanout=pns_fanout,
+                          eval_batch=int(getattr(cfg, "eval_batch", 0)))
     setup_seconds = time.perf_counter() - t0
     server.setup()
     history: list[dict] = []
@@ -182,10 +185,12 @@ def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[st
 def _run_fedavg(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
                 seed: int, num_features: int, num_classes: int, t0: float, server_path: str
                 ) -> Any:
-    """A FedAvg-style algorithm (FedGCN): pre-training exchange, then FedAvg rounds."""
+    """A FedAvg-style algorithm (FedGCN, FedGAT, FedSage+): pre-training exchange, then FedAvg
+    rounds. A server class may bring its model's initial weights (``deployed_initial_weights``,
+    :mod:`fedgl.deployment.drivers_horizontal`); the default is the configured GCN/SAGE's."""
     server_cls = load_class(server_path)
-    server = wire_server(runtime, server_cls, initial_weights_for(num_features, num_classes, cfg,
-                                                                   seed), cfg, seed,
+    init = getattr(server_cls, "deployed_initial_weights", initial_weights_for)
+    server = wire_server(runtime, server_cls, init(num_features, num_classes, cfg, seed), cfg, seed,
                          secure_mode=cfg.secure_sum, secagg_threshold=cfg.secagg_threshold,
                          secure_models=cfg.secure_models)
     ledger = runtime.ledger
