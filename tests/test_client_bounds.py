@@ -65,6 +65,9 @@ def _shifting(shift: float) -> type[FedGCNClient]:
     return Shifter
 
 
+RayShifter = _shifting(1e3)  # importable by path: Ray actors load the class by name
+RayShifter.__qualname__ = "RayShifter"
+
 PLAIN = [pytest.param({"hops": 2}, id="2hop-streamed"), pytest.param({"hops": 1}, id="1hop"),
          pytest.param({"hops": 2, "min_contributors": 2}, id="2hop-counts")]
 
@@ -300,3 +303,23 @@ def test_training_before_the_pre_training_sums_is_refused(small):
 def test_bad_bound_settings_are_refused(values, match):
     with pytest.raises(ConfigError, match=match):
         Config.from_dict({"algorithm": "fedgcn", **values})
+
+
+# ---------------------------------------------------------------------- the Ray runtime
+needs_ray = pytest.mark.skipif(__import__("importlib").util.find_spec("ray") is None,
+                               reason="ray is not installed")
+
+
+@needs_ray
+def test_on_ray_out_of_order_training_and_out_of_bound_sums_are_refused(small, local_ray):
+    """The same refusals with every client in its own actor: ``fedavg.fit`` before the sums
+    (the client refuses), then masked sums beyond the bound (the server refuses)."""
+    server = _federation(small, RayShifter, hops=2, secure_sum="mask", runtime="ray")
+    try:
+        with pytest.raises(ProtocolViolation, match="out of order"):
+            server.runtime.call("fedavg.fit", {"weights": server.weights, "local_steps": 1,
+                                               "round": 1}, phase="train", clients=[1])
+        with pytest.raises(ClientMisbehaved, match="the masks hide which"):
+            server.pretrain()
+    finally:
+        server.runtime.close()

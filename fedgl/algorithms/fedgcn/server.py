@@ -100,7 +100,7 @@ class FedGCNServer(FedAvgServer):
         for k, r in sorted(results.items()):
             why = None
             n_own = self._num_own.get(k)
-            if not isinstance(r.get("num_train"), int) or r["num_train"] < 0 or (
+            if not isinstance(r.get("num_train"), int | np.integer) or r["num_train"] < 0 or (
                     n_own is not None and r["num_train"] > n_own):
                 why = (f"a training-node count of {r.get('num_train')!r} (it announced {n_own} "
                        "own nodes)")
