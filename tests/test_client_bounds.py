@@ -323,3 +323,31 @@ def test_on_ray_out_of_order_training_and_out_of_bound_sums_are_refused(small, l
             server.pretrain()
     finally:
         server.runtime.close()
+
+
+class _PushesRowFive(FedGCNClient):
+    """Client 0 adds B to the largest value of its upload for node 5 (client 1's node, one of
+    whose neighbours, node 0, is client 0's): within node 5's degree bound, beyond one edge's."""
+
+    def block_sums(self):
+        out = super().block_sums()
+        if self.data.client_id == 0 and "sums" in out and out["sums"].shape[0]:
+            dense = as_dense(out["sums"]).clone()
+            row = int(np.searchsorted(np.sort(self._touched().numpy()), 5))
+            f = int(dense[row].abs().argmax())
+            dense[row, f] += float(torch.sign(dense[row, f])) * _chain()[0].x.abs().max()
+            out["sums"] = dense
+        return out
+
+
+def test_with_the_edge_check_a_remote_row_is_bounded_by_its_confirmed_edges():
+    """Node 5 has degree 3 (+1); client 0 holds one of its neighbours. The per-degree limit
+    (3/√2 B) lets client 0 push the row by B; counting the one confirmed edge (1/√2 B) does not."""
+    bound = float(_chain()[0].x.abs().max())
+    loose = _chain_federation(_PushesRowFive, hops=2, feature_bound=bound)
+    loose.pretrain()  # undetected
+    assert not loose.refusal_log
+    tight = _chain_federation(_PushesRowFive, hops=2, feature_bound=bound,
+                              adjacency_check="edge")
+    with pytest.raises(ClientMisbehaved, match="row of node 5"):
+        tight.pretrain()

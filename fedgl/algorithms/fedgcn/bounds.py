@@ -93,9 +93,12 @@ def first_excess(values: Tensor | SparseRows | np.ndarray, limits: np.ndarray) -
 
 class UploadBounds:
     """The server's bound on each client's partial sums, from the announcements: every client's
-    own ids (the leading ``len(degrees)`` of ``ids``) and their degrees."""
+    own ids (the leading ``len(degrees)`` of ``ids``) and their degrees. With ``edges`` (the
+    per-edge adjacency check) a client's remote row is bounded by the number of its nodes that
+    the row's owner confirmed as neighbours, instead of the row's degree."""
 
-    def __init__(self, announced: Mapping[int, dict], bound: float, sigma: float) -> None:
+    def __init__(self, announced: Mapping[int, dict], bound: float, sigma: float,
+                 edges: bool = False) -> None:
         self.bound, self.sigma = bound, sigma
         own = {k: m["ids"][:len(m["degrees"])] for k, m in announced.items()}
         self.num_own = {k: len(o) for k, o in own.items()}
@@ -106,6 +109,23 @@ class UploadBounds:
         order = torch.argsort(ids)
         self.ids, self.deg, self.owner = (ids[order].numpy(), deg[order].numpy(),
                                           who[order].numpy())
+        self.top = int(max([int(m["ids"].max()) for m in announced.values() if len(m["ids"])],
+                           default=0)) + 1
+        self.edge_keys = self.edge_counts = None
+        if edges:  # owner j announced (v, u): client owner(u) has one more neighbour of v
+            keys = []
+            for m in announced.values():
+                e = m["cross_edges"].numpy()
+                asker = self._owners(e[1])
+                keys.append((asker * self.top + e[0])[asker >= 0])
+            self.edge_keys, self.edge_counts = np.unique(
+                np.concatenate(keys) if keys else np.zeros(0, dtype=np.int64), return_counts=True)
+
+    def _owners(self, ids: np.ndarray) -> np.ndarray:
+        if not len(self.ids):
+            return np.full(len(ids), -1, dtype=np.int64)
+        pos = np.clip(np.searchsorted(self.ids, ids), 0, len(self.ids) - 1)
+        return np.where(self.ids[pos] == ids, self.owner[pos], -1)
 
     def limits(self, k: int, ids: np.ndarray) -> np.ndarray:
         """Largest |value| client k may send in the rows of ``ids``."""
@@ -119,6 +139,11 @@ class UploadBounds:
             owner[known] = self.owner[pos[known]]
         mine = owner == k
         neighbours = np.where(deg > 0, np.minimum(deg - 1, n_k), n_k).astype(np.float64)
+        if self.edge_keys is not None and len(self.edge_keys):
+            key = k * self.top + ids
+            pos = np.clip(np.searchsorted(self.edge_keys, key), 0, len(self.edge_keys) - 1)
+            found = (self.edge_keys[pos] == key) & ~mine & (owner >= 0)
+            neighbours[found] = np.minimum(neighbours[found], self.edge_counts[pos[found]])
         neighbours[mine] = np.minimum(deg[mine] - 1, n_k - 1)
         limit = self.bound * (neighbours * _HALF + np.where(mine, np.maximum(deg, 1) ** -0.5, 0))
         return limit * (1 + REL_TOL) + SLACK_SIGMAS * self.sigma

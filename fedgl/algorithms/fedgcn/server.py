@@ -89,7 +89,8 @@ class FedGCNServer(FedAvgServer):
     def _upload_bounds(self, announced: dict) -> UploadBounds | None:
         if self.feature_bound is None:
             return None
-        return UploadBounds(announced, self.feature_bound, noise_sigma(self.config))
+        return UploadBounds(announced, self.feature_bound, noise_sigma(self.config),
+                            edges=self.edge_check)
 
     def aggregate_fits(self, results: dict[int, dict]) -> dict:
         """FedAvg over the updates that pass the server's checks: a weighted client's
