@@ -114,6 +114,8 @@ class FedGCNServer(FedAvgServer):
                 kept[k] = r
             else:
                 self._refuse(k, why)
+        if not kept:  # every update of this round refused (drop): the global model stays
+            return {"train_loss": float("nan")}
         return super().aggregate_fits(kept)
 
     # ------------------------------------------------------------------ plaintext round
