@@ -311,6 +311,7 @@ needs_ray = pytest.mark.skipif(__import__("importlib").util.find_spec("ray") is 
 
 
 @needs_ray
+@pytest.mark.slow  # a Ray instance for one test: tens of seconds on 2 shared cores
 def test_on_ray_out_of_order_training_and_out_of_bound_sums_are_refused(small, local_ray):
     """The same refusals with every client in its own actor: ``fedavg.fit`` before the sums
     (the client refuses), then masked sums beyond the bound (the server refuses)."""
