@@ -187,6 +187,15 @@ def test_a_model_update_beyond_the_norm_bound_is_refused(small):
         assert torch.equal(got[name], value)
 
 
+def test_a_non_finite_update_is_refused_with_a_norm_bound(small):
+    poisoned = _update_liar(lambda out: {**out, "weights": {n: torch.full_like(w, float("nan"))
+                                                            for n, w in out["weights"].items()}})
+    server = _federation(small, poisoned, hops=1, update_bound=1e6, batch_clients=False)
+    server.pretrain()
+    with pytest.raises(ClientMisbehaved, match="model update of L2 norm nan"):
+        next(server.rounds())
+
+
 def test_a_training_node_count_beyond_the_announced_nodes_is_refused(small):
     inflated = _update_liar(lambda out: {**out, "num_train": 10**6})
     server = _federation(small, inflated, hops=1, aggregation="weighted", batch_clients=False)
