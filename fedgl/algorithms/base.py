@@ -386,6 +386,14 @@ class FedAvgServer:
         self.weights = {k: v.clone() for k, v in init_weights.items()}
         self.config = config
         self.client_sampler: ClientSampler | None = None  # None: every client, every round
+        self.refused: dict[int, str] = {}  # clients left out for what they sent (drop policy)
+        self.refusal_log: list[str] = []  # one line per refused client message
+
+    def active_clients(self) -> list[int] | None:
+        """The clients taking part: None (every client) unless some were refused."""
+        if not self.refused:
+            return None
+        return [k for k in self.runtime.client_ids if k not in self.refused]
 
     def pretrain(self) -> None:
         """Optional pre-training communication round; FedAvg itself has none."""
@@ -416,8 +424,9 @@ class FedAvgServer:
         ledger = self.runtime.ledger
         for t in range(start, cfg.rounds + 1):
             with ledger.timer("train"):
-                chosen = (None if self.client_sampler is None
-                          else self.client_sampler.sample(t, self.runtime.client_ids))
+                chosen = (self.active_clients() if self.client_sampler is None
+                          else [k for k in self.client_sampler.sample(t, self.runtime.client_ids)
+                                if k not in self.refused])
                 results = self.runtime.call(
                     "fedavg.fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
                     phase="train", clients=chosen)
@@ -433,6 +442,6 @@ class FedAvgServer:
         with self.runtime.ledger.timer("eval"), progress.phase(f"evaluating {n} clients",
                                                                show=n >= MANY_CLIENTS):
             res = self.runtime.call("fedavg.evaluate", {"weights": self.weights},
-                                    phase="eval")
+                                    phase="eval", clients=self.active_clients())
         return pooled_accuracy(res)
 

@@ -6,10 +6,12 @@ neighbour it asks about must be a node another client owns, ids are listed once,
 reports are at least 1 (the self-loop), and the number of rows it asks back lies between its own
 nodes and everything it touches. A violation stops the run with one line naming the client.
 
-What this cannot catch: a client that claims an edge to a node another client really owns. The
-announcement carries node ids, not edges, so the server cannot tell a real cross-client neighbour
-from an invented one (that would need both ends to confirm every edge, revealing the cross-client
-edges to the server).
+By default (``adjacency_check: node``) the check is per pair of clients: client k may ask about
+nodes of client j when j lists some node of k as a neighbour. A client sharing one edge with j can
+then ask about any node of j. With ``adjacency_check: edge`` both ends announce their cross-client
+edges (own id, remote id) and the server accepts a request of client k for node v only when v's
+owner announced an edge from v to a node of k: a modified client receives only sums of its real
+neighbours. The price: the server learns every cross-client edge (docs/threat-model.md).
 """
 
 from __future__ import annotations
@@ -25,10 +27,22 @@ class ClientMisbehaved(RunAborted):
     """A client announced something no honest client sends (the run stops)."""
 
 
-def check_announcements(msgs: Mapping[int, dict], complete: bool, own_key: str = "degrees") -> None:
+def cross_edges(data) -> torch.Tensor:
+    """A client's cross-client edges as ``[2, E]`` global ids (own node, remote node), each once
+    and sorted: what it announces with ``adjacency_check: edge``."""
+    j, i = data.edge_index
+    remote = ~data.owns(j)
+    if not bool(remote.any()):
+        return torch.zeros((2, 0), dtype=torch.long)
+    return torch.unique(torch.stack([i[remote], j[remote]]), dim=1)
+
+
+def check_announcements(msgs: Mapping[int, dict], complete: bool, own_key: str = "degrees",
+                        edges: bool = False) -> None:
     """Check every client's ``ids`` / ``num_requested`` / ``degrees`` announcement.
     ``complete``: every client of the federation announced (else a remote node may belong to a
-    client that dropped, and only the other checks apply)."""
+    client that dropped, and only the other checks apply). ``edges``: the announcements carry
+    ``cross_edges`` and every remote node must be a confirmed neighbour (per edge)."""
     owners: dict[int, torch.Tensor] = {}
     remote: dict[int, torch.Tensor] = {}
     for k, m in msgs.items():
@@ -60,8 +74,65 @@ def check_announcements(msgs: Mapping[int, dict], complete: bool, own_key: str =
             node = int(r[bad][0])
             raise ClientMisbehaved(f"client {k} asked about node {node}, which no other client "
                                    "owns; the run stops")
-    if complete:
+    if edges:
+        _check_edges(msgs, owners, remote, complete)
+    elif complete:
         _check_mutual(owners, remote)
+
+
+def _owner_lookup(owners: Mapping[int, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    ids = torch.cat(list(owners.values())) if owners else torch.zeros(0, dtype=torch.long)
+    who = torch.cat([torch.full((len(o),), k, dtype=torch.long) for k, o in owners.items()]) \
+        if owners else ids
+    order = torch.argsort(ids)
+    return ids[order], who[order]
+
+
+def _owner_of(ids: torch.Tensor, who: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+    """Owner of each node (-1 where no announcing client owns it)."""
+    if not len(ids):
+        return torch.full_like(nodes, -1)
+    pos = torch.searchsorted(ids, nodes).clamp(max=len(ids) - 1)
+    return torch.where(ids[pos] == nodes, who[pos], torch.full_like(nodes, -1))
+
+
+def _check_edges(msgs: Mapping[int, dict], owners: Mapping[int, torch.Tensor],
+                 remote: Mapping[int, torch.Tensor], complete: bool) -> None:
+    """Per-edge adjacency: client k's announced cross edges start at its own nodes and end at
+    nodes it touches, and each remote node it asks about is confirmed by its owner's
+    announcement of an edge to a node of k. (A node whose owner did not announce may belong to
+    a client that dropped out; only when every client announced is that refused.)"""
+    ids, who = _owner_lookup(owners)
+    top = 1 + max([int(ids.max())] if len(ids) else [0]
+                  + [int(r.max()) for r in remote.values() if len(r)])
+    keys = []  # asker * top + node: client `asker` may ask about `node`
+    for k, m in msgs.items():
+        e = m.get("cross_edges")
+        if not isinstance(e, torch.Tensor) or e.dtype != torch.int64 or e.dim() != 2 \
+                or e.size(0) != 2:
+            raise ClientMisbehaved(f"client {k} announced no cross-client edges (adjacency "
+                                   "check 'edge'); the run stops")
+        stray = ~torch.isin(e[0], owners[k])
+        if bool(stray.any()):
+            raise ClientMisbehaved(f"client {k} announced a cross-client edge from node "
+                                   f"{int(e[0][stray][0])}, which it does not own; the run stops")
+        stray = ~torch.isin(e[1], remote[k])
+        if bool(stray.any()):
+            raise ClientMisbehaved(f"client {k} announced a cross-client edge to node "
+                                   f"{int(e[1][stray][0])}, which it does not list as a "
+                                   "neighbour; the run stops")
+        asker = _owner_of(ids, who, e[1])
+        keys.append((asker * top + e[0])[asker >= 0])
+    confirmed = torch.unique(torch.cat(keys)) if keys else torch.zeros(0, dtype=torch.long)
+    for k, r in remote.items():
+        owner = _owner_of(ids, who, r)
+        ok = torch.isin(k * top + r, confirmed) | (owner < 0)
+        if complete:
+            ok &= owner >= 0
+        if not bool(ok.all()):
+            raise ClientMisbehaved(f"client {k} asked about node {int(r[~ok][0])}, but its owner "
+                                   f"(client {int(owner[~ok][0])}) announced no edge from it to "
+                                   f"a node of client {k}; the run stops")
 
 
 def _check_mutual(owners: Mapping[int, torch.Tensor], remote: Mapping[int, torch.Tensor]) -> None:

@@ -25,7 +25,15 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedgl.algorithms.base import GNNClient, ModelInputs, local_subgraph_inputs
+from fedgl.algorithms.base import (
+    MAX_LOCAL_STEPS,
+    MODEL,
+    GNNClient,
+    ModelInputs,
+    local_subgraph_inputs,
+)
+from fedgl.algorithms.fedgcn.bounds import first_excess, full_sum_limits, noise_sigma, value_bound
+from fedgl.algorithms.fedgcn.checks import ClientMisbehaved, cross_edges
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows, held_subgraph_degrees
 from fedgl.algorithms.fedgcn.sparse_sums import (
     DEFAULT_CHUNK_ROWS,
@@ -38,7 +46,7 @@ from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.federation.aggregate import State
 from fedgl.federation.messages import SparseRows, as_dense
-from fedgl.federation.protocol import Arr, Bool, Bytes, Opt, Record, Seq, Wire, handles
+from fedgl.federation.protocol import Arr, Bool, Bytes, Int, Opt, Record, Seq, Wire, handles
 from fedgl.models import gcn_edge_weights
 from fedgl.privacy.dp import GaussianMechanism, clip_rows, record_release
 from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
@@ -82,6 +90,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._he: HEClientContext | None = None
         self._he_params = (HEParams.from_config(config)
                            if config.secure_sum == "he" or config.encrypt_models else None)
+        self.feature_bound = value_bound(config)  # public bound on feature values, or None
+        # order rule: with 1/2-hop, no training or evaluation before the pre-training sums
+        # arrived (``fedavg.fit``/``fedavg.evaluate`` accept state "ready" only)
+        self.protocol_state = "ready" if self.hops == 0 else "pretraining"
 
     def protocol_limits(self) -> dict[str, int]:
         """Shape bounds of the messages this client accepts."""
@@ -115,8 +127,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         msg = {"ids": touched, "num_requested": num_requested}
         if self._dp_release is not None:
             msg["dp_release"] = self._dp_release
-        if self.neighbour_rows:
+        if self.neighbour_rows or self.feature_bound is not None:
             msg["degrees"] = self.deg_tilde.clone()
+        if getattr(self.config, "adjacency_check", "node") == "edge":
+            msg["cross_edges"] = cross_edges(self.data)
         return msg
 
     # ------------------------------------------------------------------ streamed exchange
@@ -240,10 +254,57 @@ class FedGCNClient(GNNClient, SecureModelParty):
             if not bool(use_own.all()):
                 full[~use_own] = sums.to(full.dtype)
             sums = full
-        self.received_sums = as_dense(sums)
+        sums = as_dense(sums)
+        self._check_bound(sums, degrees)  # before anything of this client changes
+        self.received_sums = sums
         self._consumed = False
-        self.remote_deg_tilde = degrees
+        self.remote_deg_tilde = self._known_degrees(degrees)
         self._inputs = self._train_cache = self._sampled = None
+        self.protocol_state = "ready"
+
+    def _known_degrees(self, degrees: Tensor | None) -> Tensor | None:
+        """Remote degrees as received; a degree the server could not give (0: the node's owner
+        left the exchange, e.g. refused or dropped) becomes the degree this client sees, its
+        own edges to the node plus the self-loop, instead of dividing by zero."""
+        if degrees is None or not bool((degrees < 1).any()):
+            return degrees
+        remote = self._touched()[self.data.num_nodes:][:len(degrees)]
+        j = self.data.edge_index[0]
+        j = j[~self.data.owns(j)]
+        held = torch.ones(len(remote), dtype=degrees.dtype)
+        held.index_add_(0, torch.searchsorted(remote, j), torch.ones_like(j, dtype=degrees.dtype))
+        return torch.where(degrees < 1, held, degrees)
+
+    def _check_bound(self, sums: Tensor, degrees: Tensor | None) -> None:
+        """With ``feature_bound``: every received full sum must lie within what the bound
+        allows for its row's degree (:mod:`~fedgl.algorithms.fedgcn.bounds`). This is the
+        check of the masked and HE modes, where the server never sees one client's values."""
+        if self.feature_bound is None:
+            return
+        deg = self.deg_tilde if degrees is None else torch.cat([self.deg_tilde, degrees])
+        deg = deg[:sums.size(0)].numpy()
+        row = first_excess(sums, full_sum_limits(deg, self.feature_bound,
+                                                 noise_sigma(self.config)))
+        if row is not None:
+            node = int(self._touched()[row])
+            raise ClientMisbehaved(
+                f"client {self.data.client_id} received a pre-training sum beyond the public "
+                f"feature bound (row of node {node}): some client sent out-of-bound values; "
+                "the run stops")
+
+    # ------------------------------------------------------------------ training, in order
+    @handles("fedavg.fit", phases=("train",), optional=("round",), states=("ready",), schema={
+        "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0)})
+    def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
+        """FedAvg's local training (:meth:`GNNClient.fit`), accepted only once the
+        pre-training sums it trains on have arrived (state ``ready``)."""
+        return super().fit(weights, local_steps, round)
+
+    @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
+             schema={"weights": MODEL})
+    def evaluate(self, weights: State) -> dict:
+        """FedAvg's evaluation (:meth:`GNNClient.evaluate`), in state ``ready`` only."""
+        return super().evaluate(weights)
 
     # ------------------------------------------------------------------ secure pre-training
     @handles("fedgcn.privacy_hello", phases=("pretrain",),
@@ -257,8 +318,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         out: dict = {"adv": self._agg().advertise(session, PRETRAIN)}
         if announce:
             out.update(ids=self._touched(), num_requested=self._num_requested())
-            if self.hops >= 2:
+            if self.hops >= 2 or self.feature_bound is not None:
                 out["degrees"] = self.deg_tilde.clone()
+            if getattr(self.config, "adjacency_check", "node") == "edge":
+                out["cross_edges"] = cross_edges(self.data)
             if self.config.dp_epsilon is not None:
                 self._release()
                 out["dp_release"] = self._dp_release

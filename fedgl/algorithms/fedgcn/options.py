@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -9,6 +10,7 @@ from fedgl.config.fields import choice, option
 from fedgl.errors import ConfigError
 
 ONE_HOP_VARIANTS = ("eq33", "paper-code")  # see fedgl/algorithms/fedgcn/one_hop.py
+ADJACENCY_CHECKS = ("node", "edge")  # see fedgl/algorithms/fedgcn/checks.py
 
 
 @dataclass(frozen=True)
@@ -29,6 +31,19 @@ class FedGCNOptions:
                                               "many consecutive global ids (upload, sum, reply "
                                               "per block; bounds every party's memory; same "
                                               "sums for any value)")
+    feature_bound: float | None = option(None, "public bound B on every feature value (|x| <= B, "
+                                               "e.g. 1 for 0/1 features): the server refuses a "
+                                               "pre-training upload beyond what B allows and "
+                                               "clients refuse received sums beyond it (off when "
+                                               "unset; docs/threat-model.md)")
+    update_bound: float | None = option(None, "the server refuses a model update whose L2 "
+                                              "distance from the global model exceeds this, or "
+                                              "that is not finite (off when unset)")
+    adjacency_check: str = option("node", "which remote nodes a client may ask about: 'node' "
+                                          "(a node of a client that lists one of its nodes as "
+                                          "a neighbour) or 'edge' (both ends announce their "
+                                          "cross-client edges; only confirmed neighbours; the "
+                                          "server learns those edges)")
     leakage_report: bool = option(True, "after each repeat the experimenter's leakage report "
                                         "(who can reconstruct which features, with the full "
                                         "graph; tens of seconds on Cora): "
@@ -53,6 +68,7 @@ class FedGCNOptions:
             raise ConfigError(f"hops ({self.hops}) cannot exceed layers ({cfg.layers}); "
                               f"use --hops {cfg.layers} or more --layers")
         choice("one_hop_variant", self.one_hop_variant, ONE_HOP_VARIANTS)
+        self._validate_bounds(cfg)
         if self.one_hop_variant != "eq33":
             if self.hops != 1:
                 raise ConfigError(f"one_hop_variant '{self.one_hop_variant}' applies to --hops 1 "
@@ -72,3 +88,20 @@ class FedGCNOptions:
         if pretrain_only and self.hops == 0:
             raise ConfigError(f"{pretrain_only[0]} protects the pre-training sums, which 0-hop "
                               "does not send; use --hops 1 or 2 or drop it")
+
+    def _validate_bounds(self, cfg: Any) -> None:
+        choice("adjacency_check", self.adjacency_check, ADJACENCY_CHECKS)
+        for name in ("feature_bound", "update_bound"):
+            value = getattr(self, name)
+            if value is not None and not (0 < value < math.inf):
+                raise ConfigError(f"{name} must be a positive number (got {value}); e.g. "
+                                  f"--{name.replace('_', '-')} 1, or leave it unset (off)")
+        if self.hops == 0:
+            on = [n for n, v in (("feature_bound", self.feature_bound is not None),
+                                 ("adjacency_check", self.adjacency_check != "node")) if v]
+            if on:
+                raise ConfigError(f"{on[0]} checks the pre-training exchange, which 0-hop does "
+                                  "not run; use --hops 1 or 2 or drop it")
+        if self.update_bound is not None and (cfg.secure_models or cfg.encrypt_models):
+            raise ConfigError("update_bound needs the server to see each model update, which "
+                              "secure_models/encrypt_models hide; drop one of them")

@@ -20,7 +20,15 @@ import torch
 
 from fedgl import progress
 from fedgl.algorithms.base import FedAvgServer
-from fedgl.algorithms.fedgcn.checks import check_announcements
+from fedgl.algorithms.fedgcn.bounds import (
+    UploadBounds,
+    first_excess,
+    full_sum_limits,
+    noise_sigma,
+    update_norm,
+    value_bound,
+)
+from fedgl.algorithms.fedgcn.checks import ClientMisbehaved, check_announcements
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows
 from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS
 from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ServerBlocks
@@ -52,6 +60,63 @@ class FedGCNServer(FedAvgServer):
         self.secure_mode: str = self.config.secure_sum
         self.secagg = SecureSumServer(self.secure_mode if self.secure_mode in ("mask", "robust")
                                       else "mask", getattr(self.config, "secagg_threshold", 0))
+        self.feature_bound = value_bound(self.config)  # public bound on feature values, or None
+        self.update_bound = getattr(self.config, "update_bound", None)
+        self.edge_check = getattr(self.config, "adjacency_check", "node") == "edge"
+        self._num_own: dict[int, int] = {}  # own node counts announced (bounds num_train)
+
+    # ------------------------------------------------------------------ client checks
+    def _check(self, msgs: dict) -> None:
+        """The announcement checks (:mod:`~fedgl.algorithms.fedgcn.checks`), over the clients
+        taking part (every client not refused)."""
+        check_announcements(msgs, not self.refused and len(msgs) == self.config.clients,
+                            edges=self.edge_check)
+        for k, m in msgs.items():
+            self._num_own[k] = len(m["degrees"]) if "degrees" in m else int(m["num_requested"])
+
+    def _refuse(self, k: int, why: str) -> None:
+        """Client k sent a value no honest client sends: recorded (one line); with
+        ``on_client_failure: drop`` the client is left out of the rest of the run, otherwise
+        the run stops with that line."""
+        line = f"client {k} sent {why}"
+        self.refusal_log.append(line)
+        if self.config.on_client_failure != "drop":
+            raise ClientMisbehaved(line + "; the run stops")
+        self.refused[k] = line
+        if not self.active_clients():
+            raise ClientMisbehaved(line + "; no client is left, the run stops")
+
+    def _upload_bounds(self, announced: dict) -> UploadBounds | None:
+        if self.feature_bound is None:
+            return None
+        return UploadBounds(announced, self.feature_bound, noise_sigma(self.config),
+                            edges=self.edge_check)
+
+    def aggregate_fits(self, results: dict[int, dict]) -> dict:
+        """FedAvg over the updates that pass the server's checks: a weighted client's
+        ``num_train`` at most the own nodes it announced, and with ``update_bound`` a finite
+        update within that L2 distance of the global model. A refused update is left out
+        (``drop``) or stops the run."""
+        kept = {}
+        for k, r in sorted(results.items()):
+            why = None
+            n_own = self._num_own.get(k)
+            if not isinstance(r.get("num_train"), int | np.integer) or r["num_train"] < 0 or (
+                    n_own is not None and r["num_train"] > n_own):
+                why = (f"a training-node count of {r.get('num_train')!r} (it announced {n_own} "
+                       "own nodes)")
+            elif self.update_bound is not None and isinstance(r.get("weights"), dict):
+                norm = update_norm(r["weights"], self.weights)
+                if not norm <= self.update_bound:
+                    why = (f"a model update of L2 norm {norm:.6g} beyond --update-bound "
+                           f"{self.update_bound:g}")
+            if why is None:
+                kept[k] = r
+            else:
+                self._refuse(k, why)
+        if not kept:  # every update of this round refused (drop): the global model stays
+            return {"train_loss": float("nan")}
+        return super().aggregate_fits(kept)
 
     # ------------------------------------------------------------------ plaintext round
     def pretrain(self) -> None:
@@ -105,9 +170,19 @@ class FedGCNServer(FedAvgServer):
             self._streamed_round()
             return
         cfg = self.config
-        msgs = self.runtime.call("fedgcn.partial_sums", None, phase="pretrain")
-        check_announcements(msgs, len(msgs) == self.config.clients)
-        self._count_releases(msgs)
+        while True:  # again without a client refused for out-of-bound values (drop policy)
+            msgs = self.runtime.call("fedgcn.partial_sums", None, phase="pretrain",
+                                     clients=self.active_clients())
+            self._check(msgs)
+            self._count_releases(msgs)
+            bounds = self._upload_bounds(msgs)
+            whys = {k: bounds.check(k, msgs[k]["ids"].numpy(), msgs[k]["sums"])
+                    for k in sorted(msgs)} if bounds is not None else {}
+            bad = [k for k, why in whys.items() if why is not None]
+            for k in bad:
+                self._refuse(k, whys[k])
+            if not bad:
+                break
         clients = sorted(msgs)
         ids = torch.cat([msgs[k]["ids"] for k in clients])
         uniq, inverse = torch.unique(ids, return_inverse=True)
@@ -136,7 +211,7 @@ class FedGCNServer(FedAvgServer):
             if degree is not None:
                 reply["degrees"] = degree[want[len(msgs[k]["degrees"]):]]
             replies[k] = reply
-        self.runtime.call("fedgcn.receive_sums", replies, phase="pretrain")
+        self.runtime.call("fedgcn.receive_sums", replies, phase="pretrain", clients=clients)
 
     def _chunked_path(self) -> bool:
         """Without ``min_contributors`` the exchange is streamed in blocks, sparse where smaller
@@ -150,13 +225,16 @@ class FedGCNServer(FedAvgServer):
         self._with_restarts(self._stream_once, "the pre-training exchange")
 
     def _stream_once(self) -> bool:
-        announced = self.runtime.call("fedgcn.announce_rows", None, phase="pretrain")
+        announced = self.runtime.call("fedgcn.announce_rows", None, phase="pretrain",
+                                      clients=self.active_clients())
         if self._restart_pending or not announced:
             return False
-        check_announcements(announced, len(announced) == self.config.clients)
+        self._check(announced)
         self._count_releases(announced)
         clients = sorted(announced)
-        blocks = ServerBlocks(announced, self.block_rows)
+        blocks = ServerBlocks(announced, self.block_rows,
+                              send_degrees=exchanges_neighbour_rows(self.config))
+        bounds = self._upload_bounds(announced)
         up_bytes = sum(payload_nbytes(m) for m in announced.values())
         up_dense = sum(payload_dense_nbytes(m) for m in announced.values())
         down_bytes = down_dense = sparse = 0
@@ -164,6 +242,8 @@ class FedGCNServer(FedAvgServer):
             up = self.runtime.call("fedgcn.block_sums", None, phase="pretrain", clients=clients)
             if self._interrupted(up, clients):
                 return False
+            if bounds is not None and not self._within_bounds(bounds, blocks, i, up):
+                return False  # (drop) again without the refused client
             for k in clients:
                 up_bytes += payload_nbytes(up[k])
                 up_dense += payload_dense_nbytes(up[k])
@@ -188,13 +268,28 @@ class FedGCNServer(FedAvgServer):
         }
         return True
 
+    def _within_bounds(self, bounds: UploadBounds, blocks: ServerBlocks, i: int,
+                       up: dict) -> bool:
+        """Every client's upload of block i within the public bound, before any is added."""
+        ok = True
+        for k in sorted(up):
+            why = bounds.check(k, blocks.block_ids(k, i), up[k]["sums"])
+            if why is not None:
+                self._refuse(k, why)
+                ok = False
+        return ok
+
     def _interrupted(self, out: dict, clients: list[int]) -> bool:
         return (self._restart_pending or sorted(out) != clients
                 or any(isinstance(r, dict) and r.get("stale") for r in out.values()))
 
     def result_extra(self) -> dict:
-        """What the result records about this server's pre-training exchange."""
-        return {"fedgcn_pretrain": dict(self.pretrain_stats)} if self.pretrain_stats else {}
+        """What the result records about this server's pre-training exchange (and the clients
+        it refused for out-of-bound values)."""
+        out = {"fedgcn_pretrain": dict(self.pretrain_stats)} if self.pretrain_stats else {}
+        if self.refusal_log:
+            out["client_refusals"] = list(self.refusal_log)
+        return out
 
     def _count_releases(self, msgs: dict) -> None:
         """DP accounting: every distinct release a client announced (a restarted or resumed
@@ -235,7 +330,7 @@ class FedGCNServer(FedAvgServer):
         session = os.urandom(16)
         announce = cfg.secure_sum != "none" and cfg.hops > 0
         hello = self._call("fedgcn.privacy_hello", {"session": session, "announce": announce},
-                           self.runtime.client_ids)
+                           self.active_clients())
         if hello is None:
             return False
         alive = sorted(hello)
@@ -285,7 +380,7 @@ class FedGCNServer(FedAvgServer):
                      relayed: dict) -> bool:
         cfg = self.config
         mask = self.secure_mode in ("mask", "robust")
-        check_announcements({k: hello[k] for k in alive}, len(alive) == self.config.clients)
+        self._check({k: hello[k] for k in alive})
         counts = {k: hello[k]["counts"] for k in alive} if cfg.min_contributors > 1 else None
         plan = plan_rows({k: hello[k]["ids"] for k in alive},
                          {k: hello[k]["num_requested"] for k in alive}, counts,
@@ -324,6 +419,7 @@ class FedGCNServer(FedAvgServer):
             total = self._unmask(session, plan, directory, alive, up)
             if total is None:
                 return False
+            self._check_masked_sums(total, plan, hello, alive)
             for k in survivors:
                 want = rows_of[k][:plan.requested[k]]
                 replies[k] = {"session": session, "sums": total[want[~plan.use_own[k]]]}
@@ -375,6 +471,27 @@ class FedGCNServer(FedAvgServer):
         if dropped:
             self.privacy_stats["dropped_in_secure_sum"] = list(dropped)
         return total
+
+    def _check_masked_sums(self, total: torch.Tensor, plan: RowPlan, hello: dict,
+                           alive: list[int]) -> None:
+        """Masked modes: the server sees only full sums, so it checks each unmasked row against
+        the bound of a full sum of its degree. Which client sent the excess the masks hide, so
+        the run stops."""
+        if self.feature_bound is None or not plan.blocks:
+            return
+        deg = np.zeros(len(plan.uniq))
+        for k in alive:
+            own = hello[k]["degrees"]
+            deg[plan.inverse[k][:len(own)].numpy()] = own.numpy()
+        rows = torch.cat([torch.as_tensor(b.rows) for b in plan.blocks]).numpy()
+        limits = full_sum_limits(deg[rows], self.feature_bound, noise_sigma(self.config))
+        row = first_excess(total[rows], limits)
+        if row is not None:
+            line = (f"the secure sum of the row of node {int(plan.uniq[rows[row]])} lies beyond "
+                    "the public feature bound: some client sent out-of-bound values (the masks "
+                    "hide which)")
+            self.refusal_log.append(line)
+            raise ClientMisbehaved(line + "; the run stops")
 
     def _call_steps(self, method: str, args: dict, clients: list[int]) -> dict | None:
         return self._call(method, args, clients)

@@ -133,7 +133,8 @@ class ServerBlocks:
     Built from the clients' ``announce_rows`` messages: ``ids`` (own first), ``num_requested``
     and, when remote degrees are exchanged, ``degrees`` (of the leading own ids)."""
 
-    def __init__(self, announced: dict[int, dict], block_rows: int) -> None:
+    def __init__(self, announced: dict[int, dict], block_rows: int,
+                 send_degrees: bool = True) -> None:
         self.block_rows = block_rows
         self.clients = sorted(announced)
         self.touched: dict[int, np.ndarray] = {}
@@ -149,7 +150,7 @@ class ServerBlocks:
         self.top = top
         self.num_blocks = (top + block_rows) // block_rows if top >= 0 else 0
         self.degree: Tensor | None = None
-        if any("degrees" in announced[k] for k in self.clients):
+        if send_degrees and any("degrees" in announced[k] for k in self.clients):
             self.degree = torch.zeros(top + 1, dtype=torch.long)
             for k in self.clients:
                 own = announced[k]["degrees"]
@@ -157,6 +158,12 @@ class ServerBlocks:
                 self.degree[ids[:len(own)]] = own
                 n_req = int(announced[k]["num_requested"])
                 self.remote_wanted[k] = np.sort(ids[len(own):n_req].numpy())
+
+    def block_ids(self, k: int, i: int) -> np.ndarray:
+        """The ids client k uploads in block i, in upload order (ascending)."""
+        lo, hi = block_bounds(i, self.block_rows)
+        a, b = np.searchsorted(self.touched[k], [lo, hi])
+        return self.touched[k][a:b]
 
     def replies(self, i: int, uploads: dict[int, Tensor | SparseRows]) -> dict[int, dict]:
         """Block i: add the uploads in client order, answer each client's requested rows."""
