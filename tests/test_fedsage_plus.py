@@ -257,3 +257,17 @@ def test_unknown_mend_is_refused_naming_the_choices():
 
     with pytest.raises(ConfigError, match="unknown mend 'exakt'.*generated, exact"):
         FedSagePlusOptions(mend="exakt").validate()
+
+
+def test_exact_mend_refuses_a_reply_missing_a_wanted_neighbour():
+    from fedgl.federation.protocol import ProtocolViolation
+
+    g = random_graph(60, seed=4)
+    part = random_partition(g.num_nodes, 2, seed=1)
+    _server, clients = _federation(g, part, mend="exact")
+    c = clients[0]
+    want = c.exact_share()["want"]
+    rows = g.x[want]
+    c.exact_mend(want, rows)  # everything it asked for: accepted
+    with pytest.raises(ProtocolViolation, match="asked for"):
+        c.exact_mend(want[1:], rows[1:])

@@ -43,7 +43,16 @@ from fedgl.algorithms.fedsage_plus.neighgen import (
 from fedgl.algorithms.fedsage_plus.options import options_of
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
-from fedgl.federation.protocol import Arr, Int, MapOf, Record, Seq, Weights, handles
+from fedgl.federation.protocol import (
+    Arr,
+    Int,
+    MapOf,
+    ProtocolViolation,
+    Record,
+    Seq,
+    Weights,
+    handles,
+)
 from fedgl.models import build_model, gcn_edge_weights
 
 IDS = Arr(("int64",), ndim=1)
@@ -278,7 +287,8 @@ class FedSagePlusClient(GNNClient):
         order = torch.argsort(ids)
         pos = torch.searchsorted(ids[order], u).clamp(max=max(ids.numel() - 1, 0))
         if u.numel() and (ids.numel() == 0 or not bool((ids[order][pos] == u).all())):
-            raise ValueError("exact mending: the server did not send every wanted neighbour")
+            raise ProtocolViolation("exact mending: the server did not send the features of "
+                                    "every cross-client neighbour this client asked for")
         counts = torch.bincount(v, minlength=d.num_nodes)
         slot = torch.arange(v.numel()) - (torch.cumsum(counts, 0) - counts)[v]
         gen = torch.zeros(d.num_nodes, p, d.num_features, dtype=d.x.dtype)
