@@ -12,7 +12,8 @@ FedSage+ reference's metric):
 - ``oracle``: every own node gets its TRUE cross-client neighbours' features, all of them;
 - ``oracle-cap``: the same, at most ``num_pred`` per node (a seeded random subset);
 - ``oracle-count``: the true (capped) counts with the trained generator's features;
-- ``generator-count``: the generator's counts with true features (capped, random subset);
+- ``generator-count``: the generator's counts with true features (capped, random subset; a
+  predicted row past the node's true count is zero);
 - ``count-self`` / ``count-mean``: the true (capped) counts, each generated row a copy of the
   node's own features / of the client's mean feature row (what a generator that collapses to
   its input or to the mean would add).
