@@ -188,3 +188,86 @@ def test_negative_cross_candidates_is_refused_naming_the_key():
     with pytest.raises(ConfigError, match="cross_candidates must be >= 0"):
         FedSagePlusOptions(cross_candidates=-1).validate()
     FedSagePlusOptions(cross_candidates=0).validate()  # 0: all of the scorer's nodes
+
+
+# ---------------------------------------------------------------- mend exact (perfect generator)
+def _full_adjacency(g):
+    a = torch.zeros(g.num_nodes, g.num_nodes)
+    a[g.edge_index[0], g.edge_index[1]] = 1.0
+    return a
+
+
+def _neighbour_sums(inp, n_own):
+    """Per own row: the unweighted sum of its in-neighbours' rows (self-loops left out) and its
+    in-degree, on a client's model inputs."""
+    src, dst = inp.edge_index
+    off = src != dst
+    sums = torch.zeros_like(inp.x).index_add_(0, dst[off], inp.x[src[off]])
+    deg = torch.bincount(dst[off], minlength=inp.x.size(0))
+    return sums[:n_own], deg[:n_own]
+
+
+def test_exact_mend_rebuilds_every_nodes_full_neighbourhood():
+    """Exact reference (the oracle mend): with num_pred above every cross-client degree, each own
+    node's neighbours in the mended graph sum to its row of A·X on the whole graph and number its
+    true degree, i.e. FedGCN 1-hop's layer-1 input before normalisation, and its normalisation
+    degree is the true one; the generated rows are other clients' raw features, counted."""
+    g = random_graph(120, seed=8)
+    part = random_partition(g.num_nodes, 3, seed=2)
+    server, clients = _federation(g, part, mend="exact", num_pred=64)
+    server.pretrain()
+    ax, deg = _full_adjacency(g) @ g.x, _full_adjacency(g).sum(0)
+    for k, c in clients.items():
+        own = c.data.node_ids
+        sums, d = _neighbour_sums(c.model_inputs(), c.data.num_nodes)
+        assert torch.allclose(sums, ax[own], atol=1e-5)
+        assert torch.equal(d, deg[own].long())
+        remote = int((~c.data.owns(c.data.edge_index[0])).sum())
+        assert server.generated[k] == remote > 0
+    for (phase, d), nbytes in server.runtime.expected.items():
+        assert server.runtime.ledger.bytes(phase, d) == nbytes
+    assert server.generator_log == []  # no generator was trained
+    assert all(c.gen_opt.state == {} for c in clients.values())
+
+
+def test_exact_mend_caps_each_node_at_num_pred_true_neighbours():
+    """num_pred 1: each own node gets one generated row when it has a cross-client neighbour, and
+    that row is the raw feature row of one of those neighbours."""
+    g = random_graph(120, seed=9)
+    part = random_partition(g.num_nodes, 4, seed=3)
+    server, clients = _federation(g, part, mend="exact", num_pred=1)
+    server.pretrain()
+    for c in clients.values():
+        inp, n = c.model_inputs(), c.data.num_nodes
+        src, dst = c.data.edge_index
+        remote = ~c.data.owns(src)
+        has = torch.zeros(n, dtype=torch.bool)
+        has[c.data.global_to_local(dst[remote])] = True
+        e_src, e_dst = inp.edge_index
+        gen_edge = (e_src >= n) & (e_dst < n)
+        assert torch.equal(torch.bincount(e_dst[gen_edge], minlength=n), has.long())
+        for r, v in zip(e_src[gen_edge].tolist(), e_dst[gen_edge].tolist(), strict=True):
+            nbrs = src[remote & (dst == c.data.node_ids[v])]
+            assert torch.isclose(g.x[nbrs], inp.x[r]).all(dim=1).any()
+
+
+def test_unknown_mend_is_refused_naming_the_choices():
+    from fedgl.algorithms.fedsage_plus.options import FedSagePlusOptions
+    from fedgl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown mend 'exakt'.*generated, exact"):
+        FedSagePlusOptions(mend="exakt").validate()
+
+
+def test_exact_mend_refuses_a_reply_missing_a_wanted_neighbour():
+    from fedgl.federation.protocol import ProtocolViolation
+
+    g = random_graph(60, seed=4)
+    part = random_partition(g.num_nodes, 2, seed=1)
+    _server, clients = _federation(g, part, mend="exact")
+    c = clients[0]
+    want = c.exact_share()["want"]
+    rows = g.x[want]
+    c.exact_mend(want, rows)  # everything it asked for: accepted
+    with pytest.raises(ProtocolViolation, match="asked for"):
+        c.exact_mend(want[1:], rows[1:])

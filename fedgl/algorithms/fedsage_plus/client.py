@@ -16,6 +16,11 @@ Generator training (phase ``pretrain``; one step per call triple, driven by the 
 ``mend`` then runs NeighGen on the full local subgraph and attaches ``round(n̂_v)`` generated
 neighbours to every own node; :meth:`model_inputs` is that mended graph (GCN weights from the
 mended graph's degrees). Cross-client edges are not used (FedSage's subgraph setting).
+
+With ``mend exact`` (the perfect generator FedGCN's Table 2 assumes) there is no generator:
+``exact_share`` picks up to ``num_pred`` cross-client neighbours of every own node (seeded) and
+offers the raw features of its own nodes that have a cross-client neighbour; ``exact_mend``
+attaches the features the server relays from their owners.
 """
 
 from __future__ import annotations
@@ -38,8 +43,19 @@ from fedgl.algorithms.fedsage_plus.neighgen import (
 from fedgl.algorithms.fedsage_plus.options import options_of
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
-from fedgl.federation.protocol import Arr, Int, MapOf, Record, Seq, Weights, handles
+from fedgl.federation.protocol import (
+    Arr,
+    Int,
+    MapOf,
+    ProtocolViolation,
+    Record,
+    Seq,
+    Weights,
+    handles,
+)
 from fedgl.models import build_model, gcn_edge_weights
+
+IDS = Arr(("int64",), ndim=1)
 
 
 def local_edges(data: ClientData) -> Tensor:
@@ -232,6 +248,55 @@ class FedSagePlusClient(GNNClient):
         self.gen_opt.zero_grad(set_to_none=True)
         self._scratch = self._cache = None
         return {"generated": int(n_gen.sum())}
+
+    # ------------------------------------------------------------------ exact mending
+    def _exact_choice(self) -> tuple[Tensor, Tensor]:
+        """(own row v, global id u) for up to ``num_pred`` cross-client neighbours u of every own
+        node v, a seeded random subset where v has more."""
+        d = self.data
+        src, dst = d.edge_index
+        remote = ~d.owns(src)
+        v, u = d.global_to_local(dst[remote]), src[remote]
+        g = torch.Generator().manual_seed(client_seed(self.seed, d.client_id) + 5151)
+        order = torch.randperm(v.numel(), generator=g)
+        v, u = v[order], u[order]
+        order = torch.argsort(v, stable=True)
+        v, u = v[order], u[order]
+        counts = torch.bincount(v, minlength=d.num_nodes)
+        slot = torch.arange(v.numel()) - (torch.cumsum(counts, 0) - counts)[v]
+        keep = slot < self.opts.num_pred
+        return v[keep], u[keep]
+
+    @handles("fedsage.exact_share", phases=("pretrain",))
+    def exact_share(self) -> dict:
+        """``mend exact``: the ids of the cross-client neighbours this client wants, and the ids
+        and raw features of its own nodes that have a cross-client neighbour."""
+        d = self.data
+        src, dst = d.edge_index
+        boundary = torch.unique(dst[~d.owns(src)])
+        return {"want": torch.unique(self._exact_choice()[1]), "ids": boundary,
+                "x": d.x[d.global_to_local(boundary)].clone()}
+
+    @handles("fedsage.exact_mend", phases=("pretrain",), schema={
+        "ids": IDS, "x": Arr(ndim=2, cols="features")})
+    def exact_mend(self, ids: Tensor, x: Tensor) -> dict:
+        """``mend exact``: attach the received features ``x`` (row r: node ``ids[r]``) of the
+        chosen cross-client neighbours to their own nodes."""
+        d, p = self.data, self.opts.num_pred
+        v, u = self._exact_choice()
+        order = torch.argsort(ids)
+        pos = torch.searchsorted(ids[order], u).clamp(max=max(ids.numel() - 1, 0))
+        if u.numel() and (ids.numel() == 0 or not bool((ids[order][pos] == u).all())):
+            raise ProtocolViolation("exact mending: the server did not send the features of "
+                                    "every cross-client neighbour this client asked for")
+        counts = torch.bincount(v, minlength=d.num_nodes)
+        slot = torch.arange(v.numel()) - (torch.cumsum(counts, 0) - counts)[v]
+        gen = torch.zeros(d.num_nodes, p, d.num_features, dtype=d.x.dtype)
+        if u.numel():
+            gen[v, slot] = x[order][pos].to(d.x.dtype)
+        self._mend = mended_inputs(d.x, self.local_ei, gen, counts, torch.arange(d.num_nodes))
+        self._inputs = self._train_cache = None
+        return {"generated": int(counts.sum())}
 
     def model_inputs(self) -> ModelInputs:
         """The mended local subgraph (before :meth:`mend`: the plain local subgraph)."""

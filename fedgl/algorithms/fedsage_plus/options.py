@@ -2,15 +2,24 @@
 one (Zhang et al. 2021, released code: num_pred 5, hidden_portion 0.5, gen_epochs 20 full-batch
 steps (its ``batch_size`` 32 is the classifier's), latent 128, encoder hidden 32, Adam lr 1e-3
 and weight decay 1e-4, loss weights a = b = c = 1, cross-client candidates: num_pred = 5
-neighbours of one random node of the other client)."""
+neighbours of one random node of the other client).
+
+``mend exact`` is not FedSage+ but the idealisation FedGCN's Table 2 assumes for it (a
+generator that "perfectly learns neighbor information"): no generator is trained, and every own
+node is mended with the true features of up to ``num_pred`` of its cross-client neighbours, sent
+by their owners through the server (raw features travel: no privacy)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
+from fedgl.config.fields import choice
 from fedgl.config.fields import option as _f
 from fedgl.errors import ConfigError
+
+#: how the local subgraphs are mended (see the module docstring)
+MENDS = ("generated", "exact")
 
 
 @dataclass(frozen=True)
@@ -40,7 +49,13 @@ class FedSagePlusOptions:
                                   "(num_pred local neighbours of one random own node); 0: all "
                                   "its nodes (exact all-pairs, O(n_i·n_j) time)")
 
+    mend: str = _f("generated", "generated: NeighGen's neighbours (FedSage+); exact: the true "
+                                "features of up to num_pred cross-client neighbours per node, "
+                                "sent by their owners (the perfect generator FedGCN's Table 2 "
+                                "assumes; raw features travel, no generator is trained)")
+
     def validate(self, cfg: Any = None) -> None:
+        choice("mend", self.mend, MENDS)
         if self.num_pred < 1:
             raise ConfigError(f"num_pred must be >= 1 (got {self.num_pred}); e.g. --num-pred 5")
         if not 0.0 < self.hidden_portion < 1.0:
@@ -55,7 +70,6 @@ class FedSagePlusOptions:
         for name in ("gen_lr", "gen_weight_decay", "count_weight", "feat_weight", "cls_weight"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0 (got {getattr(self, name)})")
-
 
 
 def options_of(config: Any) -> FedSagePlusOptions:

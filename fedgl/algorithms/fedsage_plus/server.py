@@ -5,6 +5,10 @@ Per generator step (every message counted): each client i uploads ``θ_fGen_i`` 
 noisy latents; the server sends every client j the (θ, z) of the others assigned to it (all
 others, or ``cross_clients`` drawn at random per step); j uploads one gradient per generator; the
 server sends client i the gradients computed for it. After ``gen_epochs`` epochs, ``mend``.
+
+``mend exact`` (FedGCN Table 2's perfect generator): one ``exact_share`` call collects every
+client's wanted cross-client neighbour ids and its boundary nodes' features, and one
+``exact_mend`` call hands each client the features it asked for.
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ import itertools
 import time
 
 import numpy as np
+import torch
 
 from fedgl import progress
 from fedgl.algorithms.base import FedAvgServer
@@ -25,6 +30,10 @@ class FedSagePlusServer(FedAvgServer):
     def pretrain(self) -> None:
         opts, rt = options_of(self.config), self.runtime
         self.generator_log: list[dict] = []
+        if opts.mend == "exact":
+            with rt.ledger.timer("pretrain"):
+                self.exact_mend()
+            return
         with rt.ledger.timer("pretrain"):
             setup = rt.call("fedsage.gen_setup", phase="pretrain")
             batches = max(r["batches"] for r in setup.values())
@@ -33,6 +42,23 @@ class FedSagePlusServer(FedAvgServer):
                     batches)), "FedSage+ generator training", opts.gen_epochs * batches):
                 self.generator_step(epoch, batch, rng)
             mended = rt.call("fedsage.mend", phase="pretrain")
+        self.generated = {k: v["generated"] for k, v in mended.items()}
+
+    def exact_mend(self) -> None:
+        """Relay the true features of every wanted cross-client neighbour from its owner."""
+        rt = self.runtime
+        shared = rt.call("fedsage.exact_share", phase="pretrain")
+        ids = torch.cat([shared[k]["ids"] for k in rt.client_ids])
+        x = torch.cat([shared[k]["x"] for k in rt.client_ids])
+        order = torch.argsort(ids)
+        ids, x = ids[order], x[order]
+        asked = {}
+        for k in rt.client_ids:
+            want = shared[k]["want"]
+            pos = torch.searchsorted(ids, want).clamp(max=max(ids.numel() - 1, 0))
+            found = pos[ids[pos] == want] if ids.numel() else pos[:0]
+            asked[k] = {"ids": ids[found], "x": x[found]}
+        mended = rt.call("fedsage.exact_mend", asked, phase="pretrain")
         self.generated = {k: v["generated"] for k, v in mended.items()}
 
     def generator_step(self, epoch: int, batch: int, rng: np.random.Generator) -> None:
