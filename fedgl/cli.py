@@ -290,7 +290,6 @@ def _preload() -> None:
         previous = signal.signal(signal.SIGINT, _exit_at_once)
     try:
         import scipy.sparse  # noqa: F401
-        import torch_geometric  # noqa: F401
 
         import fedgl.api  # noqa: F401 - torch, numpy, the data and run machinery
     finally:

@@ -150,6 +150,29 @@ def test_light_commands_import_no_torch(args, tmp_path):
     assert res["modules"] == [], res
 
 
+RUN_PROBE = r"""
+import json, sys
+from fedgl.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": [m for m in ("torch", "torch_geometric",
+                                                         "torch._dynamo") if m in sys.modules]}))
+"""
+
+
+def test_a_gcn_run_imports_no_pyg(tmp_path):
+    """The default job (FedGCN, a GCN model) needs no PyG and no torch._dynamo: their imports
+    were most of the time to the first round."""
+    proc = subprocess.run([sys.executable, "-c", RUN_PROBE, "run", "--rounds", "1",
+                           "--sbm-nodes", "300", "--no-progress", "--no-leakage-report",
+                           "--out", str(tmp_path / "out")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "FEDGL_OFFLINE": "1", "PATH": "/usr/bin",
+                               "HOME": str(tmp_path)})
+    res = json.loads(proc.stdout.splitlines()[-1])
+    assert res == {"code": 0, "modules": ["torch"]}, (res, proc.stderr[-2000:])
+    assert (tmp_path / "out" / "result.json").is_file()
+
+
 def test_datasets_lists_a_root_without_torch(tmp_path):
     """Listing a data root (Planetoid files present, an OGB folder) imports no torch at all."""
     import pickle
