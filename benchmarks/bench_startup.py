@@ -5,7 +5,9 @@
 Every command runs ``--repeats`` times per source tree (``PYTHONPATH=<tree>``, this Python),
 the trees alternating run by run so that machine load hits both alike. "first_round" is
 ``fedgl run --rounds 1 --no-progress`` (the default job) in a wrapper that exits in the
-``on_round`` callback of round 1: imports, data, partition, pre-training and one round. Prints
+``on_round`` callback of round 1: imports, data, partition, pre-training and one round;
+"first_round_cora" the same for ``fedgl run --algorithm fedgcn --dataset cora`` (Cora from
+``$FEDGL_DATA``). Prints
 JSON: per tree and command, the sorted wall times, their median and minimum (seconds).
 """
 
@@ -41,6 +43,8 @@ COMMANDS = {
     "datasets": ["-m", "fedgl.cli", "datasets"],
     "bad_input": ["-m", "fedgl.cli", "run", "--clients", "0"],
     "first_round": ["-c", FIRST_ROUND, "run", "--rounds", "1", "--no-progress"],
+    "first_round_cora": ["-c", FIRST_ROUND, "run", "--algorithm", "fedgcn", "--dataset", "cora",
+                         "--rounds", "1", "--no-progress"],
 }
 
 

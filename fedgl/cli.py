@@ -290,7 +290,6 @@ def _preload() -> None:
         previous = signal.signal(signal.SIGINT, _exit_at_once)
     try:
         import scipy.sparse  # noqa: F401
-        import torch_geometric  # noqa: F401
 
         import fedgl.api  # noqa: F401 - torch, numpy, the data and run machinery
     finally:
@@ -622,9 +621,9 @@ def _cmd_plugins() -> int:
 
 # ---------------------------------------------------------------------- datasets
 def _cmd_datasets(args: argparse.Namespace) -> int:
-    from fedgl.data.datasets import available_datasets, resolve_data_root
+    from fedgl.data.catalog import available_datasets, dataset_problems, resolve_data_root
 
-    root = resolve_data_root(args.data_root)
+    root = resolve_data_root(args.data_root)   # listing imports no torch (fedgl.data.catalog)
     print(f"data root: {root}")
     if args.check:
         from fedgl.data.datasets import check_datasets
@@ -637,8 +636,6 @@ def _cmd_datasets(args: argparse.Namespace) -> int:
             raise DataError(f"{len(bad)} dataset(s) failed the check ({', '.join(bad)}); "
                             "replace their files")
         return 0
-    from fedgl.data.datasets import dataset_problems
-
     damaged = dataset_problems(args.data_root)  # cheap checks: sizes and headers
     for name, ok in available_datasets(args.data_root).items():
         if name in damaged:

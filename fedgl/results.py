@@ -124,14 +124,19 @@ def summarize(repeats: list[RepeatResult]) -> dict[str, dict[str, Any]]:
 
 
 def environment(seed: int, device: str) -> dict[str, Any]:
+    from importlib.metadata import PackageNotFoundError, version
+
     import numpy
     import torch
-    import torch_geometric
 
     from fedgl.version import __version__
 
+    try:   # from the package metadata: importing PyG costs seconds a GCN run does not need
+        pyg = version("torch_geometric")
+    except PackageNotFoundError:  # pragma: no cover - a core dependency
+        pyg = "not installed"
     return {"fedgl": __version__, "python": platform.python_version(),
-            "torch": torch.__version__, "torch_geometric": torch_geometric.__version__,
+            "torch": torch.__version__, "torch_geometric": pyg,
             "numpy": numpy.__version__, "platform": platform.platform(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
             "device": device, "seed": seed}

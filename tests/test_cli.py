@@ -40,7 +40,9 @@ def _require(path: Path) -> Path:
 
 def test_run_default_sbm(cli, tmp_path):
     out = tmp_path / "run"
-    res = cli("run", "--rounds", "5", "--no-progress", "--out", out)
+    # the leakage report (tens of seconds at this size) has its own tests; a CLI run
+    # with it (small graph) is test_no_warnings.py::test_cli_run_stderr_has_no_warning
+    res = cli("run", "--rounds", "5", "--no-progress", "--no-leakage-report", "--out", out)
     _assert_ok(res)
     result, rows, header = _read_results(out)
     assert set(result) >= {"config", "environment", "summary", "repeats"}
@@ -57,7 +59,7 @@ def test_run_cora_two_hop(cli, tmp_path):
     _require(root / "Cora" / "raw")
     out = tmp_path / "cora"
     res = cli("run", "--dataset", "cora", "--data-root", root, "--hops", "2", "--rounds", "3",
-              "--clients", "5", "--no-progress", "--out", out)
+              "--clients", "5", "--no-progress", "--no-leakage-report", "--out", out)
     _assert_ok(res)
     result, rows, _ = _read_results(out)
     assert result["config"]["dataset"] == "cora" and result["config"]["hops"] == 2

@@ -52,7 +52,11 @@ def test_old_keys_give_the_runs_recorded_before_the_sections(case, data_root):
     """Recorded with the flat Config before this structure: same keys, same histories, same
     bytes (every algorithm, a privacy mode and the FedGAT protocol)."""
     recorded = GOLDEN["cases"][case]
-    run = fedgl.run(progress=False, data_root=str(data_root), **recorded["config"])
+    # FedGCN's leakage report (after the rounds; no effect on history or bytes, tens of
+    # seconds on a Cora-sized graph) has its own tests
+    skip = ({"leakage_report": False}
+            if recorded["config"].get("algorithm", "fedgcn") == "fedgcn" else {})
+    run = fedgl.run(progress=False, data_root=str(data_root), **recorded["config"], **skip)
     rep = run.repeats[0]
     history = json.loads(json.dumps(rep.history, default=str))
     assert _close(history, recorded["history"])

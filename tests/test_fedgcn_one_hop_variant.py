@@ -127,8 +127,10 @@ def test_cora_paper_code_one_hop_runs(data_root):
     from fedgl.comm_analysis import analyze
 
     common = dict(dataset="cora", data_root=str(data_root), clients=10, beta=1.0, seed=0)
+    # no leakage report (tens of seconds on Cora; tested on its own, test_leakage_decoding.py)
     r = fedgl.run(algorithm="fedgcn", hops=1, one_hop_variant="paper-code", rounds=10, lr=0.5,
-                  local_steps=3, progress=False, oracle_eval=False, **common)
+                  local_steps=3, progress=False, oracle_eval=False, leakage_report=False,
+                  **common)
     assert r.mean("test_acc") > 0.5  # 7 classes: chance is ~0.3
     two = {m["method"]: m for m in analyze(**common)["methods"]}["2-hop"]["measured"]
     assert r.mean("pretrain_bytes") == two["bytes_up"] + two["bytes_down"]

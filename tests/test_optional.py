@@ -150,8 +150,66 @@ def test_light_commands_import_no_torch(args, tmp_path):
     assert res["modules"] == [], res
 
 
-def test_datasets_imports_no_model_or_extra_code(tmp_path):
-    res = imported_by("datasets", "--data-root", str(tmp_path), cwd=tmp_path)
+RUN_PROBE = r"""
+import json, sys
+from fedgl.cli import main
+code = main(sys.argv[1:])
+print(json.dumps({"code": code, "modules": [m for m in ("torch", "torch_geometric",
+                                                         "torch._dynamo") if m in sys.modules]}))
+"""
+
+
+def test_a_gcn_run_imports_no_pyg(tmp_path):
+    """The default job (FedGCN, a GCN model) needs no PyG and no torch._dynamo: their imports
+    were most of the time to the first round."""
+    proc = subprocess.run([sys.executable, "-c", RUN_PROBE, "run", "--rounds", "1",
+                           "--sbm-nodes", "300", "--no-progress", "--no-leakage-report",
+                           "--out", str(tmp_path / "out")], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300,
+                          env={"PYTHONPATH": str(REPO), "FEDGL_OFFLINE": "1", "PATH": "/usr/bin",
+                               "HOME": str(tmp_path)})
+    res = json.loads(proc.stdout.splitlines()[-1])
+    assert res == {"code": 0, "modules": ["torch"]}, (res, proc.stderr[-2000:])
+    assert (tmp_path / "out" / "result.json").is_file()
+
+
+def test_datasets_lists_a_root_without_torch(tmp_path):
+    """Listing a data root (Planetoid files present, an OGB folder) imports no torch at all."""
+    import pickle
+
+    raw = tmp_path / "Cora" / "raw"
+    raw.mkdir(parents=True)
+    for s in ("x", "tx", "allx", "y", "ty", "ally", "graph"):
+        (raw / f"ind.cora.{s}").write_bytes(pickle.dumps([s]))
+    (raw / "ind.cora.test.index").write_text("3\n1\n")
+    (tmp_path / "ogbn_arxiv" / "raw").mkdir(parents=True)
+    proc = subprocess.run([sys.executable, "-c", PROBE, "datasets", "--data-root",
+                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={"PYTHONPATH": str(REPO), "FEDGL_OFFLINE": "1",
+                                            "PATH": "/usr/bin"})
+    res = json.loads(proc.stdout.splitlines()[-1])
     assert res["code"] == 0
-    assert not {"torch_geometric", "ray", "tenseal", "matplotlib", "pymetis", "flwr"} & set(
-        res["modules"]), res
+    assert res["modules"] == [], res   # no torch, torch_geometric, scipy or extra
+    listed = {line.split()[0]: line.split(None, 1)[1] for line in proc.stdout.splitlines()[1:-2]}
+    assert listed["cora"].startswith("available"), listed
+    assert listed["ogbn-arxiv"].startswith("available"), listed
+    assert listed["citeseer"].startswith("missing"), listed
+
+
+def test_datasets_flags_a_truncated_file_without_torch(tmp_path):
+    """The cheap checks of the listing still run torch-free and name the damaged file."""
+    import pickle
+
+    raw = tmp_path / "Cora" / "raw"
+    raw.mkdir(parents=True)
+    for s in ("x", "tx", "allx", "y", "ty", "ally", "graph"):
+        (raw / f"ind.cora.{s}").write_bytes(pickle.dumps([s]))
+    (raw / "ind.cora.test.index").write_text("3\n1\n")
+    (raw / "ind.cora.allx").write_bytes(pickle.dumps(["allx"])[:-1])   # no end-of-pickle mark
+    proc = subprocess.run([sys.executable, "-c", PROBE, "datasets", "--data-root",
+                           str(tmp_path)], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=300, env={"PYTHONPATH": str(REPO), "FEDGL_OFFLINE": "1",
+                                            "PATH": "/usr/bin"})
+    res = json.loads(proc.stdout.splitlines()[-1])
+    assert res["code"] == 0 and res["modules"] == [], res
+    assert "cora" in proc.stdout and "damaged: ind.cora.allx is truncated" in proc.stdout

@@ -145,7 +145,7 @@ def test_cora_robust_secure_sum_and_models_train_like_plaintext(data_root):
     import fedgl
 
     base = dict(dataset="cora", data_root=str(data_root), clients=10, rounds=3, eval_every=1,
-                progress=False, oracle_eval=False)
+                progress=False, oracle_eval=False, leakage_report=False)  # report: its own tests
     plain = fedgl.run(**base).repeats[0]
     robust = fedgl.run(**base, secure_sum="robust", secagg_threshold=7, secure_models=True)
     rep = robust.repeats[0]

@@ -120,7 +120,7 @@ def test_cora_two_hop_sparse_bytes_and_identical_training(data_root, monkeypatch
     """Cora, 10 clients, 2-hop: under 10 MB really sent (the dense count is ~103 MB), and the
     same training as the dense unchunked exchange."""
     cfg = Config(dataset="cora", data_root=str(data_root), clients=10, hops=2, rounds=15,
-                 progress=False)
+                 progress=False, leakage_report=False)  # the report has its own tests
     graph = load_graph(cfg)
     from fedgl.algorithms.runner import run_federated
     from fedgl.progress import RoundProgress

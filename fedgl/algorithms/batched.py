@@ -35,11 +35,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch_geometric.utils import scatter
 
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
-from fedgl.models.base import dropout
+from fedgl.models.base import dropout, scatter_sum
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
 
@@ -110,6 +109,19 @@ def per_client_dropout(h: Tensor, blocks: Blocks, p: float,
     return [dropout(part, p, True, g) for part, g in zip(parts, generators, strict=True)]
 
 
+def sgd_step(params: Sequence[Tensor], lr: float, weight_decay: float) -> None:
+    """One step of ``torch.optim.SGD(params, lr, weight_decay=...)`` without momentum, as torch
+    takes it on the CPU (its single-tensor form: the same operations, so the same values bit
+    for bit; tests/test_gcn_layer.py). Written out because constructing a torch optimizer
+    imports ``torch._dynamo``, about a second of a run's start-up."""
+    with torch.no_grad():
+        for p in params:
+            if p.grad is None:
+                continue
+            grad = p.grad if weight_decay == 0 else p.grad.add(p, alpha=weight_decay)
+            p.add_(grad, alpha=-lr)
+
+
 def fit_stacked(clients: Sequence[Any], weights: State, local_steps: int, round: int,
                 blocks: Blocks, forward: Forward) -> list[dict]:
     """The SGD loop of K clients at once. ``clients`` all have training nodes; ``forward``
@@ -124,17 +136,22 @@ def fit_stacked(clients: Sequence[Any], weights: State, local_steps: int, round:
     for c in clients:
         c.generator.manual_seed(client_seed(c.seed, c.data.client_id) + round)
     gens = [c.generator for c in clients]
-    opt = torch.optim.SGD(list(params.values()), lr=cfg.lr, weight_decay=cfg.weight_decay)
+    # torch's SGD runs as sgd_step on the CPU; elsewhere it may take its multi-tensor form
+    opt = None if torch.device(first.device).type == "cpu" else torch.optim.SGD(
+        list(params.values()), lr=cfg.lr, weight_decay=cfg.weight_decay)
     inv_n = 1.0 / torch.tensor(blocks.num_train, dtype=torch.float64, device=first.device)
     first.model.train()
     losses = []
     for _ in range(local_steps):
-        opt.zero_grad(set_to_none=True)
+        for p in params.values():
+            p.grad = None
         nll = F.nll_loss(forward(params, blocks, gens), blocks.y, reduction="none")
-        per_client = scatter(nll.double(), blocks.out_client, dim=0, dim_size=blocks.k,
-                             reduce="sum") * inv_n
+        per_client = scatter_sum(nll.double(), blocks.out_client, blocks.k) * inv_n
         per_client.sum().backward()
-        opt.step()
+        if opt is None:
+            sgd_step(list(params.values()), cfg.lr, cfg.weight_decay)
+        else:
+            opt.step()
         losses.append(per_client.detach())
     mean_loss = torch.stack(losses).mean(0).tolist()
     out = []
@@ -272,10 +289,10 @@ def gcn_forward(model: torch.nn.Module, pre_aggregated: bool) -> Forward:
         for i in range(layers):
             w, b = p[f"convs.{i}.lin.weight"], p[f"convs.{i}.bias"]
             h = per_client_linear(parts, w)
-            if not (i == 0 and pre_aggregated):  # Â (H W): PyG GCNConv with given weights
+            if not (i == 0 and pre_aggregated):  # Â (H W): GCNLayer with given weights
                 msg = h[src] if blocks.edge_weight is None else (
                     h[src] * blocks.edge_weight.unsqueeze(-1))
-                h = scatter(msg, dst, dim=0, dim_size=blocks.total, reduce="sum")
+                h = scatter_sum(msg, dst, blocks.total)
             h = h + b[blocks.client_of]
             if i < layers - 1:
                 parts = per_client_dropout(torch.relu(h), blocks, model.dropout, gens)

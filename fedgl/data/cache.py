@@ -32,7 +32,7 @@ def cache_root(cache_dir: str | Path | None, kind: str) -> Path:
     """``cache_dir`` if given, else ``<user cache>/<kind>``."""
     if cache_dir is not None:
         return Path(cache_dir).expanduser()
-    from fedgl.data.datasets import default_cache_dir
+    from fedgl.data.catalog import default_cache_dir
 
     return default_cache_dir() / kind
 

@@ -19,28 +19,19 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedgl.data.catalog import (  # noqa: F401 - re-exported: the torch-free part of the registry
+    PLANETOID,
+    PLANETOID_SUFFIXES,
+    available_datasets,
+    dataset_problems,
+    default_cache_dir,
+    planetoid_raw_dir,
+    resolve_data_root,
+)
 from fedgl.data.graph import GraphData, clean_edge_index, row_normalize
 from fedgl.data.sbm import stochastic_block_model
 from fedgl.data.validate import check_labels, check_public_split, validated
 from fedgl.errors import DataError
-
-PLANETOID = {"cora": "Cora", "citeseer": "CiteSeer", "pubmed": "PubMed"}
-PLANETOID_SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "fedgl"
-
-
-def resolve_data_root(data_root: str | None = None) -> Path:
-    """``data_root`` argument, else ``$FEDGL_DATA``, else the user cache folder."""
-    if data_root:
-        return Path(data_root).expanduser()
-    env = os.environ.get("FEDGL_DATA")
-    if env:
-        return Path(env).expanduser()
-    return default_cache_dir()
 
 
 @validated
@@ -82,35 +73,6 @@ def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
                     "synthetic:arxiv|products|N,E,d,C")
 
 
-def available_datasets(data_root: str | None = None) -> dict[str, bool]:
-    """Which named datasets can be loaded offline from the data root."""
-    root = resolve_data_root(data_root)
-    out = {k: _planetoid_raw_dir(root, k) is not None for k in PLANETOID}
-    out["sbm"] = True
-    from fedgl.data.ogb import OGB, ogb_folder
-
-    for name in OGB:
-        out[name] = ogb_folder(name, root) is not None
-    out["reddit"] = (root / "Reddit" / "raw" / "reddit_data.npz").is_file()
-    out["synthetic:arxiv"] = out["synthetic:products"] = True  # generated on first use
-    return out
-
-
-def dataset_problems(data_root: str | None = None) -> dict[str, str]:
-    """Cheap checks (sizes, file headers; nothing parsed) of the Planetoid datasets present
-    under the data root: name -> the first problem found, for the damaged ones only."""
-    from fedgl.data.planetoid_cache import quick_problem
-
-    root = resolve_data_root(data_root)
-    out = {}
-    for key in PLANETOID:
-        raw = _planetoid_raw_dir(root, key)
-        problem = quick_problem(raw, key) if raw is not None else None
-        if problem is not None:
-            out[key] = problem
-    return out
-
-
 def check_datasets(data_root: str | None = None) -> dict[str, str]:
     """Load every named dataset whose files are present and validate it: name -> "ok", the
     one-line problem, or "missing"."""
@@ -128,14 +90,6 @@ def check_datasets(data_root: str | None = None) -> dict[str, str]:
 
 
 # ---------------------------------------------------------------------- Planetoid
-def _planetoid_raw_dir(root: Path, key: str) -> Path | None:
-    folder = PLANETOID[key]
-    for cand in (root / folder / "raw", root / key / "raw", root / folder, root):
-        if all((cand / f"ind.{key}.{s}").is_file() for s in PLANETOID_SUFFIXES):
-            return cand
-    return None
-
-
 def _online(host: str = "github.com", timeout: float = 2.0) -> bool:
     if os.environ.get("FEDGL_OFFLINE"):
         return False
@@ -151,7 +105,7 @@ def load_planetoid(key: str, data_root: str | None = None) -> GraphData:
     from fedgl.data.planetoid import read_planetoid
 
     root = resolve_data_root(data_root)
-    raw = _planetoid_raw_dir(root, key)
+    raw = planetoid_raw_dir(root, key)
     if raw is None:
         raw = _download_planetoid(key, root)
     data = read_planetoid(raw, key)  # DataError (one line) for a damaged or crafted file

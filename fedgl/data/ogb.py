@@ -32,15 +32,11 @@ import numpy as np
 import torch
 
 from fedgl.data.cache import cache_root, cached_arrays
+from fedgl.data.catalog import OGB, ogb_folder
 from fedgl.data.graph import GraphData, csr_edge_index, symmetric_csr
 from fedgl.data.synthetic import sorted_unique
 from fedgl.errors import DataError
 
-OGB = {  # name -> (folder, split folder, binary files)
-    "ogbn-arxiv": ("ogbn_arxiv", "time", False),
-    "ogbn-products": ("ogbn_products", "sales_ranking", False),
-    "ogbn-papers100m": ("ogbn_papers100M", "time", True),
-}
 OGB_ARRAYS = ("indptr", "indices", "x", "y", "split")
 CSV_CHUNK_ROWS = 1 << 18
 
@@ -128,14 +124,6 @@ def _fingerprint(paths: list[Path]) -> str:
         st = p.stat()
         h.update(f"{p.name}:{st.st_size}:{st.st_mtime_ns}".encode())
     return h.hexdigest()[:16]
-
-
-def ogb_folder(name: str, root: Path) -> Path | None:
-    folder = OGB[name][0]
-    for cand in (root / folder, root / folder.lower(), root / name):
-        if (cand / "raw").is_dir():
-            return cand
-    return None
 
 
 def load_ogb(name: str, root: Path, *, cache_dir: str | Path | None = None,

@@ -28,9 +28,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fedgl.data.cache import sha256_file
+from fedgl.data.catalog import PLANETOID_SUFFIXES as SUFFIXES
 from fedgl.errors import DataError
 
-SUFFIXES = ("x", "tx", "allx", "y", "ty", "ally", "graph", "test.index")
 URL = "https://github.com/kimiyoung/planetoid/raw/master/data/ind.{key}.{suffix}"
 MANIFEST = "fedgl-download.json"
 MAX_FILE_BYTES = 1 << 28  # the largest Planetoid file (PubMed's allx) is far below this
@@ -152,28 +152,3 @@ def download(key: str, folder_name: str, check: Callable[[Path], object]) -> Pat
             except OSError:
                 pass
     return folder
-
-
-def quick_problem(raw: Path, key: str) -> str | None:
-    """Cheap checks of files present under a data root (sizes and the pickle's first and last
-    byte, no parsing): the first problem found, or None. ``--check`` parses everything."""
-    for s in SUFFIXES:
-        path = raw / f"ind.{key}.{s}"
-        try:
-            size = path.stat().st_size
-            with path.open("rb") as f:
-                head = f.read(2)
-                f.seek(max(size - 1, 0))
-                tail = f.read(1)
-        except OSError as exc:
-            return f"{path.name} cannot be read ({exc.strerror})"
-        if size == 0:
-            return f"{path.name} is empty"
-        if s == "test.index":
-            if not head[:1].isdigit():
-                return f"{path.name} is not a list of node indices"
-        elif head[:1] != b"\x80" and head[:1] not in (b"(", b"c", b"]", b"}"):
-            return f"{path.name} is not a pickle"
-        elif tail != b".":
-            return f"{path.name} is truncated (no end-of-pickle mark)"
-    return None

@@ -32,11 +32,10 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
-from torch_geometric.utils import scatter
 
 from fedgl.data.sampling import Block, CSRGraph
 from fedgl.federation.messages import payload_nbytes
-from fedgl.models.base import dropout
+from fedgl.models.base import dropout, scatter_sum
 from fedgl.models.blocks import layer_update, needs_count
 
 
@@ -215,7 +214,7 @@ class CrossClientParty:
 
     def _partials(self, layer_ctl: dict, h: Tensor, with_count: bool) -> dict[str, Tensor]:
         src, slot = layer_ctl["contrib"]
-        out = {"sum": scatter(h[src], slot, 0, dim_size=layer_ctl["slots"], reduce="sum")}
+        out = {"sum": scatter_sum(h[src], slot, layer_ctl["slots"])}
         if with_count:
             out["count"] = torch.bincount(slot, minlength=layer_ctl["slots"]).to(h.dtype)
         return out
@@ -237,7 +236,7 @@ class CrossClientParty:
         if st["train"] and layer > 1:
             r_sum = r_sum.detach().requires_grad_(True)
         src, dst = lay["local"]
-        agg = scatter(h_in[src], dst, 0, dim_size=n_dst, reduce="sum")
+        agg = scatter_sum(h_in[src], dst, n_dst)
         cnt = torch.bincount(dst, minlength=n_dst).to(h_in.dtype)
         if lay["recv"].numel():
             agg = agg.index_add(0, lay["recv"], r_sum)

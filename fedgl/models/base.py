@@ -15,6 +15,14 @@ def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | No
     return x * keep / (1.0 - p)
 
 
+def scatter_sum(src: Tensor, index: Tensor, dim_size: int) -> Tensor:
+    """``out[index[e]] += src[e]`` over the first dimension, ``dim_size`` rows: the same
+    ``scatter_add_`` that PyG's ``scatter(..., reduce="sum")`` runs, so results are identical
+    bit for bit, without importing PyG (whose import is most of a run's start-up)."""
+    expanded = index.view((-1,) + (1,) * (src.dim() - 1)).expand_as(src)
+    return src.new_zeros((dim_size,) + tuple(src.shape[1:])).scatter_add_(0, expanded, src)
+
+
 class RootSeparateStack(nn.Module):
     """A stack of PyG convolutions that keep the root term themselves (SAGE, GIN): self-loops in
     ``edge_index`` are dropped, ReLU and dropout between layers, log-softmax output.

@@ -6,13 +6,14 @@ exchange of :mod:`fedgl.federation.cross_client`):
 
 - ``sage`` (SAGEConv, mean):  ``h_v' = W_l · (S_v / c_v) + b + W_r · h_v``   (0 when ``c_v = 0``)
 - ``gin``  (GINConv, sum):    ``h_v' = MLP((1 + ε) h_v + S_v)``
-- ``gcn``  (GCNConv):         ``h_v' = W · (h_v + S_v) / (1 + c_v) + b``, i.e. the random-walk
+- ``gcn``  (GCNLayer):        ``h_v' = W · (h_v + S_v) / (1 + c_v) + b``, i.e. the random-walk
   normalisation ``D̃^{-1}(A + I)`` on the sampled neighbourhood (the symmetric ``D̃^{-1/2}`` form
   needs every neighbour's degree and does not compose from per-party partial sums)
 
 with ``S_v = Σ_{u∈Ñ(v)} h_u`` and ``c_v = |Ñ(v)|`` over the sampled neighbours ``Ñ(v)``.
-:func:`block_forward` runs the PyG layers themselves on the blocks (the centralised reference and
-the local training path); :func:`layer_update` is the same layer from ``(S, c)``.
+:func:`block_forward` runs the layers themselves (PyG's SAGE and GIN, fedgl's GCN) on the blocks
+(the centralised reference and the local training path); :func:`layer_update` is the same
+layer from ``(S, c)``.
 """
 
 from __future__ import annotations
@@ -63,11 +64,11 @@ def layer_update(conv: nn.Module, kind: str, h_dst: Tensor, agg_sum: Tensor, cou
 
 
 def conv_on_block(conv: nn.Module, kind: str, h_src: Tensor, block: Block) -> Tensor:
-    """The PyG layer applied to one block: outputs for the block's ``num_dst`` destinations."""
+    """The layer applied to one block: outputs for the block's ``num_dst`` destinations."""
     ei, nd = block.edge_index, block.num_dst
     if kind in ("mean", "sum"):
         return conv((h_src, h_src[:nd]), ei, size=(h_src.size(0), nd))
-    # GCNConv has no bipartite form: run it on all rows with edges (and self-loops) into the
+    # the GCN layer has no bipartite form: run it on all rows with edges (and self-loops) into the
     # destinations only, weighted 1 / (1 + sampled degree), and keep the destination rows.
     deg = torch.bincount(ei[1], minlength=nd).to(h_src.dtype)
     loops = torch.arange(nd, device=ei.device)

@@ -1,17 +1,23 @@
-"""Graph convolutional network (Kipf & Welling, 2017) on PyG's ``GCNConv``.
+"""Graph convolutional network (Kipf & Welling, 2017) with given edge weights.
 
 Layer l computes ``H^{l+1} = σ(Â H^l W_l + b_l)`` with ``Â = D̃^{-1/2}(A+I)D̃^{-1/2}``. The
-normalised edge weights are passed in (``normalize=False`` on the PyG layer), because in the
-federation the degrees come from the protocol, not from a local view of the graph.
+normalised edge weights are passed in, because in the federation the degrees come from the
+protocol, not from a local view of the graph. With the weights given, PyG's
+``GCNConv(normalize=False, add_self_loops=False)`` is a linear map and one weighted
+scatter-sum; :class:`GCNLayer` is that layer in a few torch lines, with the same parameters,
+initialisation draws and operations (so the same results bit for bit,
+tests/test_gcn_layer.py), because importing PyG is most of a run's start-up time.
 """
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor, nn
-from torch_geometric.nn import GCNConv
+import math
 
-from fedgl.models.base import dropout
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from fedgl.models.base import dropout, scatter_sum
 
 
 def gcn_edge_weights(edge_index: Tensor, num_nodes: int, deg_tilde: Tensor
@@ -22,6 +28,51 @@ def gcn_edge_weights(edge_index: Tensor, num_nodes: int, deg_tilde: Tensor
     ei = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
     inv_sqrt = deg_tilde.to(torch.float32).pow(-0.5)
     return ei, inv_sqrt[ei[0]] * inv_sqrt[ei[1]]
+
+
+class LinearMap(nn.Module):
+    """``x W^T`` without bias (parameter ``weight``, [out, in]), as PyG's ``Linear(bias=False)``."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_channels, in_channels))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return F.linear(x, self.weight)
+
+
+class GCNLayer(nn.Module):
+    """``out_i = b + Σ_{(j→i)} w_ji (x_j W^T)``: PyG's ``GCNConv(in, out, normalize=False,
+    add_self_loops=False)`` (parameters ``lin.weight`` [out, in] and ``bias`` [out], Glorot
+    weights drawn as it draws them, zero bias). ``edge_index`` is ``[source; target]``; without
+    ``edge_weight`` every edge weighs 1."""
+
+    def __init__(self, in_channels: int, out_channels: int) -> None:
+        super().__init__()
+        self.in_channels, self.out_channels = in_channels, out_channels
+        self.lin = LinearMap(in_channels, out_channels)
+        self.bias = nn.Parameter(torch.empty(out_channels))
+        # PyG draws the Glorot weights twice (its Linear's constructor, then the layer's
+        # reset_parameters): drawing them twice here keeps the global RNG stream the same.
+        self.reset_parameters()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """Glorot-uniform weights, zero bias."""
+        bound = math.sqrt(6.0 / (self.in_channels + self.out_channels))
+        with torch.no_grad():
+            self.lin.weight.uniform_(-bound, bound)
+            self.bias.zero_()
+
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+        h = self.lin(x)
+        msg = h.index_select(-2, edge_index[0])
+        if edge_weight is not None:
+            msg = edge_weight.view(-1, 1) * msg
+        return scatter_sum(msg, edge_index[1], h.size(0)) + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.in_channels}, {self.out_channels}"
 
 
 class GCN(nn.Module):
@@ -37,9 +88,7 @@ class GCN(nn.Module):
                  dropout: float = 0.5) -> None:
         super().__init__()
         dims = [in_channels] + [hidden] * (layers - 1) + [out_channels]
-        self.convs = nn.ModuleList(
-            GCNConv(dims[i], dims[i + 1], add_self_loops=False, normalize=False)
-            for i in range(layers))
+        self.convs = nn.ModuleList(GCNLayer(dims[i], dims[i + 1]) for i in range(layers))
         self.dropout = dropout
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *,
