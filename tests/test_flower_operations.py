@@ -265,13 +265,14 @@ def federation_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) 
     return write_deployment_files(tmp_path_factory.mktemp("operations"))
 
 
-def server_cmd(root: Path, address: str, out: Path, keys: dict[str, Any],
+def server_cmd(root: Path, fed: Any, out: Path, keys: dict[str, Any],
                message_timeout: int = 300) -> list[str]:
+    """``fedgl server`` against the loopback federation ``fed`` with ``keys`` as flags."""
     flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
              for k, v in keys.items() if v is not False]
     flags += [f"--no-{k.replace('_', '-')}" for k, v in keys.items() if v is False]
-    return [sys.executable, "-m", "fedgl.cli", "server", "--superlink", address, "--roster",
-            str(root / "keys" / "roster.json"), "--insecure", "--out", str(out),
+    return [sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
+            str(root / "keys" / "roster.json"), *fed.tls_flags, "--out", str(out),
             "--join-timeout", "120", "--message-timeout", str(message_timeout), *flags]
 
 
@@ -332,7 +333,7 @@ def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run
     keys = {**RUN, "rounds": 4}
     out = root / "out-resume"
     with Loopback(root / "fed-resume", root / "shards", root / "keys", 3) as fed:
-        first = subprocess.Popen(server_cmd(root, fed.address, out, {**keys,
+        first = subprocess.Popen(server_cmd(root, fed, out, {**keys,
                                                                      "checkpoint_every": 1}),
                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                  start_new_session=True)
@@ -347,7 +348,7 @@ def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run
         assert 1 <= ckpt.progress.round < 4 and not (out / "result.json").exists()
         assert ckpt.config["checkpoint_every"] == 1 and ckpt.config["rounds"] == 4
         # the resumed run states no result key: they come from the checkpoint
-        resumed = subprocess.run(server_cmd(root, fed.address, out, {}) + ["--resume", str(out)],
+        resumed = subprocess.run(server_cmd(root, fed, out, {}) + ["--resume", str(out)],
                                  capture_output=True, text=True, timeout=900, check=False)
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert not (out / "checkpoint.pt").exists()
@@ -361,12 +362,42 @@ def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run
 
 @needs_flwr
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["mask", "he", "encrypt_models"])
+def test_supernode_auth_admits_registered_nodes_only_and_mask_runs(
+        federation_files: Path) -> None:
+    """Flower's SuperNode authentication on 127.0.0.1 (TLS, ``--enable-supernode-auth``): a
+    SuperNode whose key was not registered is refused by the SuperLink (even with a roster
+    member's shard and key); the three registered ones run FedGCN 2-hop with ``--secure-sum
+    mask``, equal to the local run."""
+    from fedgl.deployment.loopback import Loopback, node_key
+
+    root = federation_files
+    keys = {**RUN, "secure_sum": "mask"}
+    out = root / "out-auth-mask"
+    with Loopback(root / "fed-auth", root / "shards", root / "keys", 3, ["--secure-sum", "mask"],
+                  tls=True, supernode_auth=True) as fed:
+        private, _ = node_key(fed.folder / "node-keys" / "stranger")   # never registered
+        stranger = fed.start_client(0, "stranger", ["--auth-key", str(private)])
+        assert stranger.wait(timeout=300) != 0
+        assert "Failed to activate SuperNode" in (fed.folder / "stranger.log").read_text()
+        listed = fed.flwr("supernode", "list", "fedgl", "--format", "json")
+        assert listed.returncode == 0, listed.stderr
+        assert len(json.loads(listed.stdout)["nodes"]) == 3
+        proc = subprocess.run(server_cmd(root, fed, out, keys), capture_output=True, text=True,
+                              timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rep = json.loads((out / "result.json").read_text())["repeats"][0]
+    same_as_local(rep, keys)
+    assert rep["extra"]["privacy"]["secure_sum"] == "mask"
+    assert rep["extra"]["flower"]["refused_nodes"] == []
+
+
+@needs_flwr
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["he", "encrypt_models"])
 def test_deployed_privacy_modes_equal_local(federation_files: Path, mode: str) -> None:
-    """``--secure-sum mask``, ``--secure-sum he`` (CKKS, TenSEAL) and ``--encrypt-models``
-    deployed: each party holds only its own key; history and ledger equal the local run's."""
-    if mode != "mask":
-        pytest.importorskip("tenseal", reason="tenseal is not installed (fedgl[he])")
+    """``--secure-sum he`` (CKKS, TenSEAL) and ``--encrypt-models`` deployed: each party holds
+    only its own key; history and ledger equal the local run's."""
+    pytest.importorskip("tenseal", reason="tenseal is not installed (fedgl[he])")
     keys = {**RUN, "encrypt_models": True} if mode == "encrypt_models" else \
         {**RUN, "secure_sum": mode}
     client_args = [] if mode == "encrypt_models" else ["--secure-sum", mode]
@@ -375,8 +406,7 @@ def test_deployed_privacy_modes_equal_local(federation_files: Path, mode: str) -
     privacy = rep["extra"]["privacy"]
     assert privacy["secure_sum"] == keys.get("secure_sum", "none")
     assert privacy["encrypt_models"] is (mode == "encrypt_models")
-    if mode != "mask":
-        assert privacy["he"]["scheme"].startswith("CKKS")
+    assert privacy["he"]["scheme"].startswith("CKKS")
 
 
 @needs_flwr
@@ -393,7 +423,7 @@ def test_deployed_dp_counts_releases_as_the_local_run(federation_files: Path) ->
     state = root / "dp-state"
     with Loopback(root / "fed-dp", root / "shards", root / "keys", 3,
                   ["--state-dir", str(state)]) as fed:
-        proc = subprocess.run(server_cmd(root, fed.address, out, keys), capture_output=True,
+        proc = subprocess.run(server_cmd(root, fed, out, keys), capture_output=True,
                               text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     rep = json.loads((out / "result.json").read_text())["repeats"][0]
@@ -421,7 +451,7 @@ def test_client_killed_during_the_robust_secure_sum(federation_files: Path) -> N
     keys.pop("dp_epsilon")
     with Loopback(root / "fed-robust-killed", root / "shards", root / "keys", 3,
                   ["--secure-sum", "robust"]) as fed:
-        server = subprocess.Popen(server_cmd(root, fed.address, out, keys, message_timeout=60),
+        server = subprocess.Popen(server_cmd(root, fed, out, keys, message_timeout=60),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
             log = fed.folder / "client-2.log"
