@@ -22,6 +22,8 @@ from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import RUN, deployed_run, needs_flwr, write_deployment_files
 
 RUN_ID, NODE_ID = 7, 2**64 - 5
+#: importing the ServerApp imports Flower, whose CLI library warns about its own dependency
+FLWR_IMPORT = pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
 
 
 def small_shard(client_id: int = 1) -> ClientData:
@@ -204,6 +206,45 @@ def test_dp_release_log_lives_with_the_party(tmp_path: Path) -> None:
     logged = (state / "runs" / "a1b2" / "dp-releases" / "client-1.jsonl").read_text()
     assert len(logged.splitlines()) == 2
     assert not (tmp_path / "server-out").exists()
+
+
+@needs_flwr
+@FLWR_IMPORT
+def test_the_server_counts_releases_it_saw_and_those_the_clients_logged() -> None:
+    """A release made after the last checkpoint of an earlier attempt reaches the server only
+    through the client's set-up reply; the result counts the union, per client."""
+    from types import SimpleNamespace
+
+    from fedgl.deployment.server_app import Continuation, _privacy
+
+    cfg = Config.from_dict({"algorithm": "fedgcn", "clients": 3, "dp_epsilon": 0.5})
+    server = SimpleNamespace(privacy_stats={"dp_releases": {"0": ["r0"], "1": ["r1"]}})
+    cont = Continuation(logged={"0": ["old0", "r0"], "2": ["old2"]})
+    dp = _privacy(server, cfg, cont)["privacy"]["dp"]["accounting"]
+    assert dp["releases_per_client"] == {"0": 2, "1": 1, "2": 1}
+    assert dp["repeat_total"]["epsilon"] == 1.0
+
+
+@needs_flwr
+@FLWR_IMPORT
+def test_a_resume_keeps_both_attempts_set_up_messages() -> None:
+    from types import SimpleNamespace
+
+    from fedgl.deployment.server_app import _keep_setup
+    from fedgl.federation.ledger import Ledger
+
+    restored = Ledger()   # the checkpoint's: the first attempt's set-up and training
+    restored.record("setup", "down", 0, 40, wire=100)
+    restored.record("train", "up", 0, 7, wire=9)
+    now = Ledger()        # this attempt's set-up, recorded before the resume
+    now.record("setup", "down", 0, 40, wire=100)
+    now.record("pretrain", "up", 0, 999, wire=999)   # the scratch re-run: not kept
+    runtime = SimpleNamespace(ledger=restored)
+    _keep_setup(runtime, now.state_dict())
+    summary = runtime.ledger.summary()
+    assert summary["bytes"]["setup"] == {"up": 0, "down": 80}
+    assert summary["messages"]["setup"] == {"up": 0, "down": 2}
+    assert summary["bytes"]["train"]["up"] == 7 and summary["bytes"]["pretrain"]["up"] == 0
 
 
 # ---------------------------------------------------------------------- commands
