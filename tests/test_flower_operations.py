@@ -306,6 +306,14 @@ def federation_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) 
     return write_deployment_files(tmp_path_factory.mktemp("operations"))
 
 
+@pytest.fixture(scope="module")
+def swift_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
+    """Shards as Swift-FedGNN's local run partitions (its defaults: METIS, normalised
+    features), so the deployed run and the local one train on the same data."""
+    return write_deployment_files(tmp_path_factory.mktemp("swift"),
+                                  shard_args=("--algorithm", "swift-fedgnn"))
+
+
 def server_cmd(root: Path, fed: Any, out: Path, keys: dict[str, Any],
                message_timeout: int = 300) -> list[str]:
     """``fedgl server`` against the loopback federation ``fed`` with ``keys`` as flags."""
@@ -373,9 +381,10 @@ SWIFT = {"algorithm": "swift-fedgnn", "dataset": "cora", "clients": 3, "rounds":
 
 @needs_flwr
 @pytest.mark.slow
-@pytest.mark.parametrize("keys", [{**RUN, "rounds": 4}, SWIFT], ids=["fedgcn", "swift-fedgnn"])
+@pytest.mark.parametrize("files,keys", [("federation_files", {**RUN, "rounds": 4}),
+                                        ("swift_files", SWIFT)], ids=["fedgcn", "swift-fedgnn"])
 def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run(
-        federation_files: Path, keys: dict[str, Any]) -> None:
+        request: pytest.FixtureRequest, files: str, keys: dict[str, Any]) -> None:
     """The ServerApp process is killed after its first checkpoint; the parties and the SuperLink
     stay up; ``fedgl server --resume`` continues on a new Flower run: the history and ledger
     are the uninterrupted local run's, the checkpoint was written as a local run writes it."""
@@ -385,7 +394,7 @@ def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run
     from fedgl.checkpoint import load_checkpoint
     from fedgl.deployment.loopback import Loopback
 
-    root = federation_files
+    root = request.getfixturevalue(files)
     name = keys["algorithm"]
     out = root / f"out-resume-{name}"
     with Loopback(root / f"fed-resume-{name}", root / "shards", root / "keys", 3) as fed:
