@@ -311,7 +311,7 @@ def swift_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Pa
     """Shards as Swift-FedGNN's local run partitions (its defaults: METIS, normalised
     features), so the deployed run and the local one train on the same data."""
     return write_deployment_files(tmp_path_factory.mktemp("swift"),
-                                  shard_args=("--algorithm", "swift-fedgnn"))
+                                  shard_args=("--partition", "metis", "--normalize-features"))
 
 
 def server_cmd(root: Path, fed: Any, out: Path, keys: dict[str, Any],

@@ -95,7 +95,8 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
         raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {graph.num_nodes} nodes")
     part = make_partition(graph, cfg, cfg.seed)
     source = {"dataset": cfg.dataset, "partition": cfg.partition, "beta": cfg.beta,
-              "clients": cfg.clients, "seed": cfg.seed}
+              "clients": cfg.clients, "seed": cfg.seed,
+              "normalize_features": cfg.normalize_features}
     paths = [write_shard(d, out, source) for d in split_graph(graph, part)]
     (out / "federation.json").write_text(json.dumps(
         {**source, "num_features": graph.num_features, "num_classes": graph.num_classes,
@@ -314,7 +315,8 @@ def resumed_config(args: Any, overrides: dict[str, Any]) -> Config:
 
 
 # ---------------------------------------------------------------------- parsers
-SHARD_KEYS = ("algorithm", "dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
+SHARD_KEYS = ("algorithm", "dataset", "data_root", "normalize_features", "clients", "partition",
+              "beta", "mcmahan_p",
               "metis_max_degree", "min_client_size", "seed", "sbm_nodes", "sbm_classes",
               "sbm_alpha", "sbm_mu", "sbm_features", "sbm_noise")
 
