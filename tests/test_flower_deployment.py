@@ -168,13 +168,15 @@ def test_loopback_fedgcn_robust_secure_sum_equals_local(deployment_files: Path) 
 
 @needs_flwr
 @pytest.mark.slow
-def test_loopback_swift_fedgnn_equals_local(deployment_files: Path) -> None:
+def test_loopback_swift_fedgnn_equals_local(tmp_path: Path, data_root: Path) -> None:
     """Swift-FedGNN: local mini-batch steps and, every ``period`` iterations, the server-mediated
-    cross-client step, over Flower."""
+    cross-client step, over Flower (shards with Swift's data settings: METIS, normalised)."""
     keys = {"algorithm": "swift-fedgnn", "dataset": "cora", "clients": 3, "rounds": 6,
             "eval_every": 3, "period": 3, "cross_clients": 2, "progress": False,
             "oracle_eval": False}
-    deployed = deployed_run(deployment_files, "swift", keys, [])
+    root = write_deployment_files(tmp_path, shard_args=("--partition", "metis",
+                                                        "--normalize-features"))
+    deployed = deployed_run(root, "swift", keys, [])
     assert_same_as_local(deployed, keys)
     assert deployed["repeats"][0]["extra"]["communicating_iterations"] == 2
 
