@@ -327,7 +327,11 @@ def _cmd_deployment(args: argparse.Namespace) -> int:
     from fedgl.api import as_config
 
     overrides = _overrides(args)
-    cfg = as_config(args.config_file, **overrides) if args.config_file else as_config(**overrides)
+    if args.command == "server" and args.resume:
+        cfg = commands.resumed_config(args, overrides)
+    else:
+        cfg = (as_config(args.config_file, **overrides) if args.config_file
+               else as_config(**overrides))
     if args.command == "shard":
         out = Path(args.shard_out)
         _check_writable_folder(out, "--out")

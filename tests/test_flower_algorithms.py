@@ -60,18 +60,23 @@ def deployed_in_process(root: Path, keys: dict) -> dict:
     """``keys`` through the deployed server's driver, over parties built from ``root``'s shards
     and keys exactly as ``fedgl client`` builds them; the result as ``result.json`` holds it."""
     from fedgl.api import as_config
-    from fedgl.deployment.party import Party
+    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
     from fedgl.deployment.server_app import run_deployed
+    from fedgl.federation.codec import Encoded, decode, encode
 
     cfg = as_config(**keys)
     parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
                      root / "keys" / "roster.json") for k in range(cfg.clients)]
     facts = {}
-    for party in parties:
-        facts[party.client_id] = party.hello({"challenge": "00" * 32, "node_id": 1, "run_id": 1})
-        head, _ = party.answer({"op": "setup"}, json.dumps({"config": cfg.to_dict(),
-                                                            "seed": cfg.seed}).encode())
-        assert head == {"ok": True}, head
+    for party in parties:   # the set-up messages as the relay hands them over
+        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
+                                  (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
+                                           "run_tag": "inprocess", "resumed": False})):
+            head, reply = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
+                                        "run_id": 1}, encode(msg_type, payload).to_bytes())
+            assert "refused" not in head, head
+            if msg_type == HELLO:
+                facts[party.client_id] = dict(decode(Encoded.from_bytes(reply))[1])
     runtime = InProcessFlower({p.client_id: p.endpoint.role for p in parties})
     result = json.loads(json.dumps(run_deployed(runtime, cfg, facts, cfg.seed, {}).to_dict(),
                                    default=str))

@@ -94,20 +94,25 @@ def test_party_needs_its_own_roster_key(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="not in the roster"):
         Party(manifest, tmp_path / "keys" / "client-1.key", tmp_path / "other" / "roster.json")
 
+    from fedgl.federation.codec import Encoded, decode, encode
+
     party = Party(manifest, tmp_path / "keys" / "client-1.key", roster, Safety("robust"))
-    hello = party.hello({"challenge": "ab" * 32, "node_id": 2**64 - 5, "run_id": 7})
-    msg = hello_message(bytes.fromhex("ab" * 32), 2**64 - 5, 7, party.roster)
-    assert party.roster.verify(1, msg, bytes.fromhex(hello["signature"]))
+    where = {"op": "message", "phase": "setup", "node_id": 2**64 - 5, "run_id": 7}
+    head, body = party.answer(where, encode("party.hello", {"challenge": b"\xab" * 32})
+                              .to_bytes())
+    hello = decode(Encoded.from_bytes(body))[1]
+    msg = hello_message(b"\xab" * 32, 2**64 - 5, 7, party.roster)
+    assert party.roster.verify(1, msg, hello["signature"])
     assert not party.roster.verify(1, hello_message(b"x" * 32, 2**64 - 5, 7, party.roster),
-                                   bytes.fromhex(hello["signature"]))
+                                   hello["signature"])
     # the server cannot lower the client's own safety settings
     cfg = Config.from_dict({"algorithm": "fedgcn", "clients": 3, "secure_sum": "none"})
-    head, _ = party.answer({"op": "setup"}, json.dumps({"config": cfg.to_dict(), "seed": 0})
-                           .encode())
+    head, _ = party.answer(where, encode("party.setup", {
+        "config": cfg.to_dict(), "seed": 0, "run_tag": "t0", "resumed": False}).to_bytes())
     assert "runs 'robust'" in head["refused"]
     assert party.endpoint is None
-    head, _ = party.answer({"op": "message", "phase": "train"}, b"FGW1")
-    assert "no run set up" in head["refused"]
+    head, _ = party.answer({**where, "phase": "train"}, encode("fedavg.fit", {}).to_bytes())
+    assert "before this run's 'party.setup'" in head["refused"]
 
 
 @needs_flwr
@@ -127,6 +132,9 @@ def test_client_and_server_bad_input_is_one_line(tmp_path: Path, capsys) -> None
         (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
           "3", "--algorithm", "glasu-simulated", "--out", str(tmp_path / "o")],
          "is simulation-only"),
+        (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
+          "3", "--algorithm", "glasu", "--checkpoint-every", "1", "--out", str(tmp_path / "o")],
+         "does not checkpoint yet"),
         (["server", "--superlink", nowhere, "--roster", str(roster), "--insecure", "--clients",
           "4", "--out", str(tmp_path / "o")], "the roster"),
     ]

@@ -100,7 +100,8 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
         raise ConfigError(f"clients ({cfg.clients}) exceeds the graph's {graph.num_nodes} nodes")
     part = make_partition(graph, cfg, cfg.seed)
     source = {"dataset": cfg.dataset, "partition": cfg.partition, "beta": cfg.beta,
-              "clients": cfg.clients, "seed": cfg.seed}
+              "clients": cfg.clients, "seed": cfg.seed,
+              "normalize_features": cfg.normalize_features}
     paths = [write_shard(d, out, source) for d in split_graph(graph, part)]
     (out / "federation.json").write_text(json.dumps(
         {**source, "num_features": graph.num_features, "num_classes": graph.num_classes,
@@ -118,9 +119,10 @@ def cmd_client(args: Any) -> int:
     superlink = check_address(args.superlink)
     tls = _tls_flags(args.insecure, args.root_certificates)
     _flower_bin("flower-supernode")
+    state_dir = _state_dir(args.state_dir)
     party = Party(args.data, args.key, args.roster,
                   Safety(args.secure_sum, args.secagg_threshold, args.min_contributors),
-                  device=args.device, threads=args.threads)
+                  device=args.device, threads=args.threads, state_dir=state_dir)
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
     check_reachable(superlink)
@@ -160,6 +162,24 @@ def cmd_client(args: Any) -> int:
         server.join(timeout=5)
         shutil.rmtree(private, ignore_errors=True)
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
+
+
+def _state_dir(path: str | None) -> Path | None:
+    """The party's own records folder (``--state-dir``), created private (0700) if absent."""
+    if path is None:
+        return None
+    folder = Path(path)
+    if folder.exists() and not folder.is_dir():
+        raise ConfigError(f"--state-dir '{path}' exists and is not a folder; choose another path")
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        probe = folder / ".fedgl-write-check"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"--state-dir '{path}' is not writable ({exc.strerror or exc}); "
+                          "choose a folder this client can write") from None
+    return folder
 
 
 def _die_with_parent() -> None:
@@ -226,7 +246,11 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
 
     superlink = check_address(args.superlink)
     tls = _tls_flags(args.insecure, args.root_certificates)
-    deployable(cfg.algorithm)
+    driver = deployable(cfg.algorithm)[1]
+    if driver == "vertical" and (cfg.checkpoint_every or getattr(args, "resume", None)):
+        raise ConfigError(f"a deployed {cfg.algorithm} run does not checkpoint yet (each party "
+                          "keeps its own model); drop --checkpoint-every/--resume, or run it "
+                          "with --runtime local or ray to checkpoint")
     roster = read_roster(args.roster)
     if cfg.clients != len(roster.ids):
         raise ConfigError(f"the config has {cfg.clients} clients but the roster "
@@ -235,9 +259,13 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
     if cfg.repeats != 1:
         raise ConfigError("a deployed run is one repeat; set --repeats 1")
     out = Path(cfg.out).absolute()
+    resume = bool(getattr(args, "resume", None))
     if out.exists() and (out / "result.json").exists() and not args.overwrite:
         raise ConfigError(f"'{out}' already holds results; choose another --out or pass "
                           "--overwrite")
+    if not resume and (out / "checkpoint.pt").is_file():
+        raise ConfigError(f"'{out}' holds a checkpoint of an unfinished run; continue it with "
+                          f"`fedgl server --resume {out}` or choose another --out")
     _flower_bin("flwr")
     check_reachable(superlink)
     work = Path(tempfile.mkdtemp(prefix="fedgl-server-"))
@@ -255,6 +283,7 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
         job = {"config": cfg.replace(out=str(out)).to_dict(), "roster": str(Path(args.roster)
                                                                              .absolute()),
                "out": str(out), "overwrite": bool(args.overwrite), "status": str(status),
+               "resume": resume,
                "timeout": args.message_timeout, "join_timeout": args.join_timeout}
         (work / "job.json").write_text(json.dumps(job))
         cmd = [_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
@@ -269,7 +298,7 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
                              f"{tail[-1] if tail else 'no output'}")
         result = json.loads(status.read_text())
         if not result.get("ok"):
-            if result.get("kind") in ("ConfigError", "DataError", "FedglError"):
+            if result.get("kind") in ("ConfigError", "DataError", "FedglError", "OutputError"):
                 raise ConfigError(result.get("error", "the server refused the run"))
             raise RunAborted(result.get("error", "the deployed run failed"))
         return {"out": str(out)}
@@ -277,8 +306,26 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def resumed_config(args: Any, overrides: dict[str, Any]) -> Config:
+    """``fedgl server --resume DIR``: the checkpoint's config, checked against the flags given
+    (as ``fedgl run --resume``: a key that would change the result is refused, naming it);
+    ``out`` is DIR."""
+    from fedgl.api import as_config
+    from fedgl.checkpoint import load_checkpoint, resume_config
+    from fedgl.config.schema import migrate_stored
+
+    if args.overwrite:
+        raise ConfigError("--resume continues a run in its folder; drop --overwrite")
+    given = (as_config(args.config_file, **overrides).to_dict() if args.config_file
+             else overrides)
+    ckpt = load_checkpoint(args.resume)
+    return Config.from_dict(resume_config(migrate_stored(ckpt.config), given,
+                                          Path(args.resume)))
+
+
 # ---------------------------------------------------------------------- parsers
-SHARD_KEYS = ("algorithm", "dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
+SHARD_KEYS = ("algorithm", "dataset", "data_root", "normalize_features", "clients", "partition",
+              "beta", "mcmahan_p",
               "metis_max_degree", "min_client_size", "seed", "sbm_nodes", "sbm_classes",
               "sbm_alpha", "sbm_mu", "sbm_features", "sbm_noise", "feature_split", "edge_share")
 
@@ -323,6 +370,9 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
                              "2 + 1); must be the run's")
     client.add_argument("--min-contributors", type=int, default=1, metavar="K",
                         help="refuse runs with a smaller min_contributors (default: 1)")
+    client.add_argument("--state-dir", default=None, metavar="DIR",
+                        help="this organisation's own records (its DP release log), kept "
+                             "across restarts; needed for DP runs that checkpoint")
     client.add_argument("--device", default=None)
     client.add_argument("--threads", type=int, default=None)
     client.add_argument("--flwr-home", default=None, metavar="DIR",
@@ -339,6 +389,9 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     server.add_argument("--roster", required=True, metavar="ROSTER")
     _add_tls(server)
     server.add_argument("--overwrite", action="store_true")
+    server.add_argument("--resume", metavar="DIR", default=None,
+                        help="continue the checkpointed deployed run in DIR (as fedgl run "
+                             "--resume); the clients rejoin as for a new run")
     server.add_argument("--join-timeout", type=float, default=300.0, metavar="S",
                         help="seconds to wait for every roster client's SuperNode")
     server.add_argument("--message-timeout", type=float, default=600.0, metavar="S",

@@ -15,14 +15,38 @@ from types import TracebackType
 from fedgl.deployment.commands import _die_with_parent, _flower_bin, _flower_env, free_port
 
 
+def node_key(path: str | Path) -> tuple[Path, Path]:
+    """A Flower SuperNode authentication key pair (EC P-384, OpenSSH format, as ``ssh-keygen -t
+    ecdsa -b 384`` writes): ``(private, public)`` at ``path`` and ``path.pub``."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    private = Path(path)
+    private.parent.mkdir(parents=True, exist_ok=True)
+    key = ec.generate_private_key(ec.SECP384R1())
+    private.touch(mode=0o600)
+    private.write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                          serialization.PrivateFormat.OpenSSH,
+                                          serialization.NoEncryption()))
+    public = private.with_name(private.name + ".pub")
+    public.write_bytes(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                     serialization.PublicFormat.OpenSSH))
+    return private, public
+
+
 class Loopback:
     """``with Loopback(folder, shards, keys, clients, extra_client_args) as fed: fed.address``;
     ``tls=True``: the SuperLink serves TLS with trial certificates (:mod:`.tls`) and the clients
-    verify it (``fed.tls_flags`` are the flags ``fedgl server`` needs)."""
+    verify it (``fed.tls_flags`` are the flags ``fedgl server`` needs); ``supernode_auth=True``
+    (with TLS, as Flower requires): the SuperLink admits only registered SuperNodes
+    (``--enable-supernode-auth``), and every client's node key is made and registered with
+    ``flwr supernode register`` before it starts."""
 
     def __init__(self, folder: str | Path, shards: str | Path, keys: str | Path, clients: int,
                  client_args: list[str] | None = None, start_timeout: float = 60.0, *,
-                 tls: bool = False) -> None:
+                 tls: bool = False, supernode_auth: bool = False) -> None:
+        if supernode_auth and not tls:
+            raise ValueError("Flower's SuperNode authentication needs TLS (tls=True)")
         self.folder = Path(folder)
         self.shards = Path(shards)
         self.keys = Path(keys)
@@ -33,6 +57,8 @@ class Loopback:
         self.address = ""
         self.tls = tls
         self.tls_flags = ["--insecure"]
+        self.supernode_auth = supernode_auth
+        self.ca: Path | None = None
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
@@ -57,23 +83,54 @@ class Loopback:
                 link_tls = ["--ssl-ca-certfile", str(certs["ca"]), "--ssl-certfile",
                             str(certs["cert"]), "--ssl-keyfile", str(certs["key"])]
                 self.tls_flags = ["--root-certificates", str(certs["ca"])]
+                self.ca = certs["ca"]
+            if self.supernode_auth:
+                link_tls.append("--enable-supernode-auth")
             self._spawn("superlink", [_flower_bin("flower-superlink"), *link_tls, "--host",
                                       "127.0.0.1", "--port", str(port),
                                       "--disable-runtime-dependency-installation"],
                         _flower_env(home))
             self._wait_port(port)
-            env = dict(os.environ)
             for k in range(self.clients):
-                self._spawn(f"client-{k}", [
-                    sys.executable, "-m", "fedgl.cli", "client", "--superlink", self.address,
-                    "--data", str(self.shards / f"client-{k}.json"),
-                    "--key", str(self.keys / f"client-{k}.key"),
-                    "--roster", str(self.keys / "roster.json"), *self.tls_flags,
-                    "--flwr-home", str(self.folder / f"node-{k}"), *self.client_args], env)
+                auth: list[str] = []
+                if self.supernode_auth:
+                    private, public = node_key(self.folder / "node-keys" / f"node-{k}")
+                    self.register(public)
+                    auth = ["--auth-key", str(private)]
+                self.start_client(k, f"client-{k}", auth)
         except BaseException:
             self.close()
             raise
         return self
+
+    def start_client(self, k: int, name: str, extra: list[str] | None = None
+                     ) -> subprocess.Popen:
+        """Start ``fedgl client`` for client k's shard and key (log ``<name>.log``)."""
+        return self._spawn(name, [
+            sys.executable, "-m", "fedgl.cli", "client", "--superlink", self.address,
+            "--data", str(self.shards / f"client-{k}.json"),
+            "--key", str(self.keys / f"client-{k}.key"),
+            "--roster", str(self.keys / "roster.json"), *self.tls_flags,
+            "--flwr-home", str(self.folder / f"node-{name}"), *self.client_args,
+            *(extra or [])], dict(os.environ))
+
+    def flwr(self, *args: str) -> subprocess.CompletedProcess:
+        """``flwr ARGS`` against this SuperLink's Control API (the connection ``fedgl``)."""
+        home = self.folder / "control-home"
+        home.mkdir(exist_ok=True)
+        conn = (f'root-certificates = "{self.ca}"' if self.ca is not None else "insecure = true")
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "fedgl"\n\n'
+                                          f'[superlink.fedgl]\naddress = "{self.address}"\n'
+                                          f"{conn}\n")
+        return subprocess.run([_flower_bin("flwr"), *args], env=_flower_env(home),
+                              capture_output=True, text=True, timeout=120, check=False)
+
+    def register(self, public: Path) -> None:
+        """Register a SuperNode's public key (``flwr supernode register``)."""
+        done = self.flwr("supernode", "register", str(public), "fedgl")
+        if done.returncode != 0:
+            raise RuntimeError(f"flwr supernode register failed: {done.stdout[-300:]} "
+                               f"{done.stderr[-300:]}")
 
     def _wait_port(self, port: int) -> None:
         import socket

@@ -2,18 +2,25 @@
 identity key only, answering fedgl messages on a local Unix socket.
 
 The party reads three files: its shard (:mod:`fedgl.data.shard_format`), its private identity key
-(``client-<k>.key`` from ``fedgl keys``) and the roster (public keys of every client). It never
-reads a dataset or another client's file. The Flower ClientApp relay
-(:mod:`fedgl.federation.flower.client_app`) forwards to it:
+(``client-<k>.key`` from ``fedgl keys``) and the roster (public keys of every client); with
+``--state-dir`` it keeps its own records there (its DP release log). It never reads a dataset or
+another client's file. The Flower ClientApp relay (:mod:`fedgl.federation.flower.client_app`)
+forwards every server message to it; the party is itself a protocol role, declaring the two
+set-up messages (phase ``setup``) beside its algorithm role's:
 
-- ``hello``: the server's challenge; the party signs ``(challenge, Flower node id, run id,
-  roster digest)`` with its key, so the server maps the Flower node to the roster's client id.
-- ``setup``: the run's configuration and seed from the server. The party checks it against its
-  own safety settings (its secure-sum mode and threshold must be the run's, the run's
-  ``min_contributors`` at least its own; otherwise it refuses) and builds its client role.
-- ``types``: the message types its role declares (the relay registers one handler each).
-- ``message``: one encoded fedgl message, handed to the role's protocol
-  :class:`~fedgl.federation.protocol.Endpoint`; its encoded reply or one-line refusal.
+- ``party.hello`` (``challenge``: at least 16 random bytes): the party signs ``(challenge, its
+  Flower node id, run id, roster digest)`` with its key, so the server maps the Flower node to
+  the roster's client id. The node and run ids are the SuperNode's own, not the server's.
+- ``party.setup`` (``config``, ``seed``, ``run_tag``, ``resumed``), accepted once per run and
+  only after that run's hello: the party checks the configuration against its own safety
+  settings (its secure-sum mode and threshold must be the run's, the run's ``min_contributors``
+  at least its own; otherwise it refuses) and builds its client role. Its reply lists the DP
+  releases the party has logged for the run so far (a resumed run counts them).
+
+Any other message goes to the role's protocol :class:`~fedgl.federation.protocol.Endpoint`;
+before a run is set up it is refused. Every refusal is one line, recorded in
+:attr:`Party.refused` and printed to the party's log. The relay's ``types`` request (which Flower
+handlers to register) is local, not a server message.
 """
 
 from __future__ import annotations
@@ -31,9 +38,27 @@ from typing import Any
 from fedgl.config import Config
 from fedgl.data.shard_format import read_manifest, read_shard
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
-from fedgl.federation.codec import Encoded, WireError
-from fedgl.federation.flower.local_link import LinkError, recv_frame, send_frame
-from fedgl.federation.protocol import Endpoint, handler_table
+from fedgl.federation.codec import Encoded, WireError, decode, encode
+from fedgl.federation.flower.local_link import (
+    HELLO,
+    SETUP,
+    SETUP_PHASE,
+    LinkError,
+    recv_frame,
+    send_frame,
+)
+from fedgl.federation.protocol import (
+    Any_,
+    Bool,
+    Bytes,
+    Endpoint,
+    Int,
+    MapOf,
+    ProtocolViolation,
+    Str,
+    handler_table,
+    handles,
+)
 from fedgl.privacy.identity import Identity, Roster, frame
 
 #: algorithms that run deployed: their client class (module:qualname) and the server side's
@@ -76,6 +101,8 @@ SIMULATION_ONLY = {
     "distributed-gcn": _CLUSTER,
 }
 HELLO_CONTEXT = "fedgl-flower-hello/1"
+#: the fewest random bytes a hello challenge may have
+MIN_CHALLENGE = 16
 
 
 def load_class(path: str) -> type:
@@ -151,7 +178,7 @@ class Party:
 
     def __init__(self, data: str | Path, key: str | Path, roster: str | Path,
                  safety: Safety | None = None, *, device: str | None = None,
-                 threads: int | None = None) -> None:
+                 threads: int | None = None, state_dir: str | Path | None = None) -> None:
         self.manifest = read_manifest(data)
         self.shard = read_shard(data)
         self.client_id = int(self.shard.client_id)
@@ -166,29 +193,53 @@ class Party:
         self.safety = safety or Safety()
         self.device = device
         self.threads = threads
+        self.state_dir = Path(state_dir) if state_dir is not None else None
         self.endpoint: Endpoint | None = None
+        #: the party's own set-up protocol: ``new`` -> hello -> ``greeted`` -> setup -> ``set-up``
+        self.protocol_state = "new"
+        self.run_id: int | None = None
+        self.own = Endpoint(self, f"client {self.client_id}")
+        self.refused: list[str] = []
+        self._context: tuple[int, int] = (-1, -1)   # (node id, run id) of the message in hand
         self.lock = threading.Lock()
 
-    # ------------------------------------------------------------------ operations
-    def hello(self, header: dict[str, Any]) -> dict[str, Any]:
-        challenge = bytes.fromhex(str(header.get("challenge", "")))
-        if len(challenge) < 16:
-            raise ConfigError("the server's challenge is too short")
-        message = hello_message(challenge, int(header["node_id"]), int(header["run_id"]),
-                                self.roster)
-        return {"client_id": self.client_id, "signature": self.identity.sign(message).hex(),
-                "setting": self.manifest["setting"], "num_nodes": self.manifest["num_nodes"],
+    # ------------------------------------------------------------------ set-up messages
+    @handles(HELLO, phases=(SETUP_PHASE,), enters="greeted", schema={"challenge": Bytes(max_len=1024)})
+    def hello(self, challenge: bytes) -> dict[str, Any]:
+        """Prove this party's client id for the SuperNode's node and run (a new run's hello
+        starts over: the previous run's role is dropped)."""
+        node_id, run_id = self._context
+        if len(challenge) < MIN_CHALLENGE:
+            raise ValueError(f"the challenge is {len(challenge)} bytes, fewer than "
+                             f"{MIN_CHALLENGE}")
+        if run_id == self.run_id and self.protocol_state != "new":
+            raise ValueError(f"run {run_id} already said hello")
+        self.endpoint, self.run_id, self.protocol_state = None, run_id, "new"
+        message = hello_message(challenge, node_id, run_id, self.roster)
+        return {"client_id": self.client_id, "signature": self.identity.sign(message),
+                "setting": str(self.manifest["setting"]),
+                "num_nodes": int(self.manifest["num_nodes"]),
                 "num_features": int(self.shard.num_features),
                 "num_classes": int(self.shard.num_classes)}
 
-    def setup(self, body: bytes) -> dict[str, Any]:
+    @handles(SETUP, phases=(SETUP_PHASE,), states=("greeted",), enters="set-up",
+             schema={"config": MapOf(Str(max_len=64), Any_(), max_len=1024),
+                     "seed": Int(0, 2**63 - 1), "run_tag": Str(max_len=64),
+                     "resumed": Bool()})
+    def setup(self, config: dict[str, Any], seed: int, run_tag: str,
+              resumed: bool) -> dict[str, Any]:
+        """Check the run against this organisation's safety settings and build the role."""
+        if self._context[1] != self.run_id:
+            raise ValueError(f"it is for run {self._context[1]}, but run {self.run_id} said "
+                             "hello")
+        if not run_tag.isalnum():
+            raise ValueError("its run_tag is not alphanumeric")
         try:
-            job = json.loads(body)
-            cfg = Config.from_dict(job["config"])
-            seed = int(job["seed"])
-        except (ValueError, KeyError, TypeError) as exc:
-            raise ConfigError(f"the server's run set-up is unreadable ({exc})") from None
-        self.safety.check(cfg)
+            cfg = Config.from_dict(config)
+            self.safety.check(cfg)
+            cfg, logged = self._own_records(cfg, seed, run_tag, resumed)
+        except FedglError as exc:
+            self.own.refuse(f"'{SETUP}' {exc}")
         overrides = {k: v for k, v in (("device", self.device), ("threads", self.threads))
                      if v is not None}
         if overrides:
@@ -198,44 +249,83 @@ class Party:
 
             torch.set_num_threads(cfg.threads)
         client_cls = load_class(deployable(cfg.algorithm)[0])
-        role = client_cls(self.shard, copy.deepcopy(cfg), seed)
-        mode = cfg.secure_sum
-        if (mode != "none" or cfg.encrypt_models) and hasattr(role, "install_identity"):
-            role.install_identity(self.identity, self.roster,
-                                  mode if mode in ("mask", "robust") else "auth",
-                                  self.safety.secagg_threshold, cfg.secure_models)
+        try:
+            role = client_cls(self.shard, copy.deepcopy(cfg), seed)
+            mode = cfg.secure_sum
+            if (mode != "none" or cfg.encrypt_models) and hasattr(role, "install_identity"):
+                role.install_identity(self.identity, self.roster,
+                                      mode if mode in ("mask", "robust") else "auth",
+                                      self.safety.secagg_threshold, cfg.secure_models)
+        except FedglError as exc:
+            self.own.refuse(f"'{SETUP}' {exc}")
         self.endpoint = Endpoint(role, f"client {self.client_id}")
-        return {"ok": True}
+        return {"ok": True, "dp_releases": logged}
+
+    def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool
+                     ) -> tuple[Config, list[str]]:
+        """The role's config with ``out`` at this party's own records for the run (its DP
+        release log), never the server's folder; and the releases logged there so far."""
+        from fedgl.privacy.dp import logged_releases
+
+        if cfg.dp_epsilon is None:
+            return cfg.replace(out=None), []
+        if self.state_dir is None:
+            if cfg.checkpoint_every or resumed:
+                raise ConfigError("the run uses DP and can be resumed, so this client must log "
+                                  "its releases: start it with --state-dir DIR")
+            return cfg.replace(out=None), []
+        folder = self.state_dir / "runs" / run_tag
+        # a run that can be resumed keeps the log (the local rule: fedgl.privacy.dp)
+        every = cfg.checkpoint_every or (1 if resumed else 0)
+        logged = logged_releases(folder, seed).get(str(self.client_id), [])
+        return cfg.replace(out=str(folder), checkpoint_every=every), logged
 
     def types(self) -> dict[str, list[str]]:
+        """The role's message types and their phases (the party's own are always served)."""
         if self.endpoint is None:
             return {}
         return {t: list(h.phases) for t, h in handler_table(type(self.endpoint.role)).items()}
 
     def message(self, header: dict[str, Any], body: bytes) -> bytes:
-        if self.endpoint is None:
-            raise RunAborted(f"client {self.client_id} has no run set up; the server must send "
-                             "its set-up first")
-        return self.endpoint.handle(Encoded.from_bytes(body), str(header.get("phase"))).to_bytes()
+        """One encoded server message: a set-up message to the party itself, any other to its
+        role; the encoded reply (or :class:`ProtocolViolation`, recorded)."""
+        node, run = header.get("node_id", -1), header.get("run_id", -1)
+        self._context = (int(node) if isinstance(node, int) else -1,
+                         int(run) if isinstance(run, int) else -1)
+        phase = str(header.get("phase"))
+        try:
+            msg_type, payload = decode(Encoded.from_bytes(body))
+        except WireError as exc:
+            self.own.refuse(f"malformed message ({exc})")
+        if msg_type in handler_table(Party):
+            out = self.own.dispatch(msg_type, payload, phase)
+        elif self.endpoint is None or self.protocol_state != "set-up" or \
+                self._context[1] != self.run_id:
+            self.own.refuse(f"'{msg_type}' arrived before this run's '{SETUP}'; the server must "
+                            "set the run up first")
+        else:
+            out = self.endpoint.dispatch(msg_type, payload, phase)
+        return encode(msg_type + ".reply", out).to_bytes()
 
     def answer(self, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
         """One relayed request; a refusal is a one-line ``{"refused": ...}``."""
         op = header.get("op")
         with self.lock:
             try:
-                if op == "hello":
-                    return self.hello(header), b""
-                if op == "setup":
-                    return self.setup(body), b""
                 if op == "types":
                     return {"types": self.types()}, b""
                 if op == "message":
                     return {}, self.message(header, body)
-                return {"refused": f"client {self.client_id}: unknown operation {op!r}"}, b""
+                line = f"client {self.client_id}: unknown operation {op!r}"
+            except ProtocolViolation as exc:   # its line names this client already
+                line = str(exc)
             except (FedglError, RunAborted, WireError) as exc:
-                return {"refused": f"client {self.client_id}: {exc}"}, b""
+                line = f"client {self.client_id}: {exc}"
             except Exception as exc:  # noqa: BLE001 - the server gets one line, not a traceback
-                return {"refused": f"client {self.client_id}: {type(exc).__name__}: {exc}"}, b""
+                line = f"client {self.client_id}: {type(exc).__name__}: {exc}"
+            self.refused.append(line)
+            print(f"refused: {line}", flush=True)
+            return {"refused": line}, b""
 
     # ------------------------------------------------------------------ serving
     def serve(self, path: str | Path, stop: threading.Event | None = None) -> None:

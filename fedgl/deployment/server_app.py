@@ -5,14 +5,21 @@ SuperLink with a *job file* (run config key ``fedgl-job``): the fedgl configurat
 path, the results folder. The ServerApp then
 
 1. waits until a SuperNode per roster client has joined;
-2. sends every node a fresh challenge (``query.fedgl_hello``); a node is mapped to the client id
-   whose roster key signed (challenge, node id, run id, roster digest). A node that proves no
-   roster identity, or claims an id another node proved, is refused and gets no message;
-3. sends every client the run's configuration (``query.fedgl_setup``); each party checks it
-   against its own safety settings and builds its role from its own shard;
+2. sends every node a fresh challenge (protocol message ``party.hello``, phase ``setup``); a
+   node is mapped to the client id whose roster key signed (challenge, node id, run id, roster
+   digest). A node that proves no roster identity, or claims an id another node proved, is
+   refused and gets no further message;
+3. sends every client the run's configuration (``party.setup``); each party checks it against
+   its own safety settings and builds its role from its own shard;
 4. runs the algorithm's server unchanged over :class:`~fedgl.federation.flower.runtime.FlowerRuntime`
-   and writes ``result.json`` and ``history.csv`` as a local run does (the ledger's bytes, and
-   what Flower carried beside them, in ``extra.flower``).
+   and writes ``result.json`` and ``history.csv`` as a local run does (the ledger's bytes, the
+   set-up messages in phase ``setup``, and what Flower carried beside them, in
+   ``extra.flower``).
+
+With ``checkpoint_every`` the server writes ``checkpoint.pt`` into the results folder exactly as
+a local run does; a job with ``resume`` continues it: the clients rebuild their state as the
+local resume does (pre-training or the structure exchange re-run on a scratch ledger) and the
+server restores its model, history, ledger and events.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +35,30 @@ from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from fedgl.algorithms.runner import (
+    _resume,
     divergence,
     finish_repeat,
     initial_weights_for,
     network_columns,
     wire_server,
 )
+from fedgl.checkpoint import Checkpointer, RepeatProgress, load_checkpoint, set_rng_state
 from fedgl.config import Config
 from fedgl.deployment.party import deployable, hello_message, load_class, read_roster
 from fedgl.errors import ConfigError, RunAborted
-from fedgl.federation.flower.client_app import HELLO, SETUP, body_record
-from fedgl.federation.flower.runtime import FlowerRuntime, refusal
+from fedgl.federation.codec import Encoded, WireError, decode, encode
+from fedgl.federation.flower.client_app import (
+    HELLO,
+    SETUP,
+    SETUP_PHASE,
+    body_record,
+    flower_type,
+    record_body,
+)
+from fedgl.federation.flower.runtime import FlowerRuntime, flower_nbytes, refusal
+from fedgl.federation.ledger import Ledger
+from fedgl.federation.messages import payload_nbytes
+from fedgl.federation.protocol import Bytes, Int, ProtocolViolation, Str, check_fields
 from fedgl.output import OutputFolder
 from fedgl.privacy.identity import Roster
 from fedgl.results import RunResult, environment
@@ -58,54 +79,95 @@ def wait_for_nodes(grid: Grid, wanted: int, timeout: float) -> list[int]:
         time.sleep(0.5)
 
 
+#: what a party's ``party.hello`` reply must be (checked before anything in it is used)
+HELLO_REPLY = {"client_id": Int(0, 1 << 31), "signature": Bytes(max_len=256),
+               "setting": Str(max_len=32), "num_nodes": Int(1, 1 << 40),
+               "num_features": Int(1, 1 << 31), "num_classes": Int(1, 1 << 31)}
+#: where the deployment keeps the run's tag (the name the parties file their records under)
+RUN_FILE = "deployment-run.json"
+
+
 def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
-              ) -> tuple[dict[int, int], dict[int, dict[str, Any]], list[str]]:
+              ) -> tuple[dict[int, int], dict[int, dict[str, Any]], list[str], list[tuple]]:
     """Map Flower nodes to roster client ids by signed challenges: ``({client: node},
-    {client: its public shard facts}, [one line per refused node])``."""
+    {client: its public shard facts}, [one line per refused node], [the hello traffic of the
+    mapped clients, for the ledger])``."""
     run_id = int(grid.run.run_id)
     challenges = {n: os.urandom(32) for n in node_ids}
-    messages = [Message(RecordDict({"fedgl-meta": ConfigRecord({"challenge": challenges[n].hex()})}),
-                        dst_node_id=n, message_type=f"query.{HELLO}") for n in node_ids]
+    sent = {n: encode(HELLO, {"challenge": challenges[n]}) for n in node_ids}
+    messages = [Message(RecordDict({"fedgl-meta": ConfigRecord({"phase": SETUP_PHASE}),
+                                    "fedgl": body_record(sent[n].to_bytes())}),
+                        dst_node_id=n, message_type=flower_type(HELLO, SETUP_PHASE))
+                for n in node_ids]
+    down_flower = {int(m.metadata.dst_node_id): flower_nbytes(m) or 0 for m in messages}
     nodes: dict[int, int] = {}
     facts: dict[int, dict[str, Any]] = {}
     refused: list[str] = []
+    traffic: list[tuple] = []
     for reply in grid.send_and_receive(messages, timeout=timeout):
         n = int(reply.metadata.src_node_id)
         why = refusal(reply, -1)
         if why is not None or n not in challenges:
             refused.append(f"node {n}: {why or 'unexpected reply'}")
             continue
-        meta = dict(reply.content.config_records["fedgl-meta"])
         try:
-            k = int(meta["client_id"])
-            signature = bytes.fromhex(str(meta["signature"]))
-        except (KeyError, ValueError, TypeError):
-            refused.append(f"node {n}: malformed hello")
+            raw = record_body(reply.content)
+            msg_type, meta = decode(Encoded.from_bytes(raw))
+        except (KeyError, WireError) as exc:
+            refused.append(f"node {n}: unreadable hello reply ({exc})")
             continue
-        if not roster.verify(k, hello_message(challenges[n], n, run_id, roster), signature):
+        bad = (f"type {msg_type!r}" if msg_type != HELLO + ".reply" else
+               "not a record" if not isinstance(meta, dict) else
+               check_fields(meta, HELLO_REPLY, (), {}))
+        if bad:
+            refused.append(f"node {n}: malformed hello reply ({bad})")
+            continue
+        k = int(meta["client_id"])
+        if not roster.verify(k, hello_message(challenges[n], n, run_id, roster),
+                             bytes(meta["signature"])):
             refused.append(f"node {n}: cannot prove client {k}'s roster key (refused)")
             continue
         if k in nodes:
             refused.append(f"node {n}: client {k} is already node {nodes[k]} (refused)")
             continue
         nodes[k] = n
-        facts[k] = {f: meta.get(f) for f in ("setting", "num_nodes", "num_features", "num_classes")}
-    return nodes, facts, refused
+        facts[k] = {f: meta[f] for f in ("setting", "num_nodes", "num_features", "num_classes")}
+        traffic.append((k, payload_nbytes({"challenge": challenges[n]}), sent[n].nbytes,
+                        payload_nbytes(meta), len(raw), down_flower[n],
+                        flower_nbytes(reply) or 0))
+    return nodes, facts, refused, traffic
 
 
-def setup_clients(grid: Grid, nodes: dict[int, int], cfg: Config, seed: int,
-                  timeout: float) -> None:
-    """Send every client the run's configuration; any refusal stops the run (one line)."""
-    body = json.dumps({"config": cfg.to_dict(), "seed": seed}).encode()
-    messages = [Message(RecordDict({"fedgl": body_record(body)}), dst_node_id=n,
-                        message_type=f"query.{SETUP}") for n in nodes.values()]
-    got = {int(r.metadata.src_node_id): r for r in grid.send_and_receive(messages, timeout=timeout)}
-    for k, n in sorted(nodes.items()):
-        if n not in got:
-            raise RunAborted(f"client {k} did not answer the run set-up within {timeout:g} s")
-        why = refusal(got[n], k)
-        if why is not None:
-            raise RunAborted(f"client {k} refused the run: {why}")
+def record_hello(runtime: FlowerRuntime, traffic: list[tuple]) -> None:
+    """Count the mapped clients' hello messages in the ledger (phase ``setup``)."""
+    for k, down, down_wire, up, up_wire, fl_down, fl_up in traffic:
+        runtime.ledger.record(SETUP_PHASE, "down", k, down, wire=down_wire)
+        runtime.ledger.record(SETUP_PHASE, "up", k, up, wire=up_wire)
+        runtime.flower_bytes[SETUP_PHASE]["down"] += fl_down
+        runtime.flower_bytes[SETUP_PHASE]["up"] += fl_up
+
+
+def setup_clients(runtime: FlowerRuntime, cfg: Config, seed: int, run_tag: str,
+                  resumed: bool) -> dict[str, list[str]]:
+    """Send every client the run's configuration (``party.setup``); any refusal or silence
+    stops the run (one line). Returns the DP releases each client has logged for the run."""
+    policy, runtime.on_client_failure = runtime.on_client_failure, "abort"
+    try:
+        replies = runtime.call(SETUP, {"config": cfg.to_dict(), "seed": int(seed),
+                                       "run_tag": run_tag, "resumed": bool(resumed)},
+                               phase=SETUP_PHASE)
+    except ProtocolViolation as exc:
+        raise RunAborted(f"a client refused the run: {exc}") from None
+    finally:
+        runtime.on_client_failure = policy
+    logged: dict[str, list[str]] = {}
+    for k, reply in replies.items():
+        names = reply.get("dp_releases") if isinstance(reply, dict) else None
+        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
+            raise RunAborted(f"client {k} answered the run set-up with a malformed reply")
+        if names:
+            logged[str(k)] = names
+    return logged
 
 
 def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
@@ -127,7 +189,7 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     else:
         rep = _run_fedavg(runtime, cfg, facts, seed, num_features, num_classes, t0, driver)
     rep.extra["runtime"] = "flower"
-    rep.extra["failures"] = list(runtime.events)
+    rep.extra.setdefault("failures", list(runtime.events))
     rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
                            "calls": runtime.calls, **rep.extra.get("flower", {})}
     recorded = cfg.to_dict()
@@ -165,55 +227,142 @@ def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[st
                           eval_mode=cfg.eval_mode, pns_fanout=pns_fanout,
                           eval_batch=int(getattr(cfg, "eval_batch", 0)))
     setup_seconds = time.perf_counter() - t0
-    server.setup()
+    cont = _continuation(runtime)
     history: list[dict] = []
     comm_bytes: list[int] = []
-    for t, weights, metrics in server.iterations(0, int(cfg.eval_every), int(cfg.rounds)):
+    events: list[dict] = []
+    start = 0
+    if cont.progress is None:
+        server.setup()
+    else:
+        from fedgl.algorithms.minibatch.runner import _resume as resume_minibatch
+
+        before = runtime.ledger.state_dict()
+        start, history, comm_bytes, events = resume_minibatch(server, cont.progress)
+        _keep_setup(runtime, before)
+    ledger = runtime.ledger
+    seen_events = 0
+    for t, weights, metrics in server.iterations(start, int(cfg.eval_every), int(cfg.rounds)):
         if metrics.pop("communicating"):
             comm_bytes.append(metrics["iteration_bytes"])
         history.append({"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
                         **network_columns(ledger)})
         divergence(t + 1, weights, history[-1]["train_loss"], cfg)
+        events += [{**e, "round": t + 1} for e in runtime.events[seen_events:]]
+        seen_events = len(runtime.events)
+        if cont.checkpointer is not None:
+            cont.checkpointer.round_done(RepeatProgress(
+                0, seed, t + 1, weights, history, ledger.state_dict(), events,
+                server={**server.state_dict(), "comm_bytes": list(comm_bytes)}))
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
                "total": time.perf_counter() - t0}
     rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
     rep.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
+    rep.extra["failures"] = events
     return rep
+
+
+@dataclass
+class Continuation:
+    """A deployed run's checkpointing: the checkpointer (``checkpoint_every``), the progress to
+    resume from, and the DP releases the clients logged for the run before this attempt."""
+
+    checkpointer: Checkpointer | None = None
+    progress: RepeatProgress | None = None
+    logged: dict[str, list[str]] = field(default_factory=dict)
+
+
+def _continuation(runtime: FlowerRuntime) -> Continuation:
+    return getattr(runtime, "continuation", None) or Continuation()
+
+
+def _keep_setup(runtime: FlowerRuntime, before: dict[str, Any]) -> None:
+    """After a resume restored the checkpoint's ledger: add this attempt's set-up messages
+    (recorded in ``before``) to the set-up phase it holds."""
+    restored = runtime.ledger
+    state = restored.state_dict()
+    for key in ("bytes", "messages", "wire"):
+        acc = {(p, d, int(c)): int(v) for p, d, c, v in state[key]}
+        for p, d, c, v in before[key]:
+            if p == SETUP_PHASE:
+                acc[(p, d, int(c))] = acc.get((p, d, int(c)), 0) + int(v)
+        state[key] = [[*k, v] for k, v in acc.items()]
+    runtime.ledger = Ledger.from_state_dict(state)
+    runtime.ledger.network = restored.network
 
 
 def _run_fedavg(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
                 seed: int, num_features: int, num_classes: int, t0: float, server_path: str
                 ) -> Any:
     """A FedAvg-style algorithm (FedGCN, FedGAT, FedSage+): pre-training exchange, then FedAvg
-    rounds. A server class may bring its model's initial weights (``deployed_initial_weights``,
+    rounds, resumed and checkpointed as :func:`fedgl.algorithms.runner.run_federated` does. A
+    server class may bring its model's initial weights (``deployed_initial_weights``,
     :mod:`fedgl.deployment.drivers_horizontal`); the default is the configured GCN/SAGE's."""
     server_cls = load_class(server_path)
     init = getattr(server_cls, "deployed_initial_weights", initial_weights_for)
     server = wire_server(runtime, server_cls, init(num_features, num_classes, cfg, seed), cfg, seed,
                          secure_mode=cfg.secure_sum, secagg_threshold=cfg.secagg_threshold,
                          secure_models=cfg.secure_models)
-    ledger = runtime.ledger
+    cont = _continuation(runtime)
     setup_seconds = time.perf_counter() - t0
-    server.pretrain()
     history: list[dict] = []
+    events: list[dict] = []
+    start = 1
+    if cont.progress is None:
+        server.pretrain()
+    else:
+        before = runtime.ledger.state_dict()
+        start, history, events = _resume(server, cont.progress)
+        _keep_setup(runtime, before)
+    ledger = runtime.ledger
     per_round: list[dict] = []
     seen = _bytes_now(runtime)
-    for t, weights, metrics in server.rounds(1):
+    seen_events = 0
+    for t, weights, metrics in server.rounds(start):
         row = {"round": t, **metrics, **network_columns(ledger)}
         history.append(row)
         now = _bytes_now(runtime)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
         seen = now
         divergence(t, weights, row["train_loss"], cfg)
+        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
+        seen_events = len(runtime.events)
+        if cont.checkpointer is not None:
+            releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
+            cont.checkpointer.round_done(RepeatProgress(0, seed, t, weights, history,
+                                                        ledger.state_dict(), events,
+                                                        {k: list(v) for k, v in releases.items()}))
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
                "total": time.perf_counter() - t0}
     rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
     if hasattr(server, "result_extra"):
         rep.extra.update(server.result_extra())
+    rep.extra["failures"] = events
+    rep.extra.update(_privacy(server, cfg, cont))
     rep.extra["flower"] = {"per_round": per_round}
     return rep
+
+
+def _privacy(server: Any, cfg: Config, cont: Continuation) -> dict[str, Any]:
+    """FedGCN's ``extra.privacy`` as a local run records it; DP counts every release: those the
+    server received (this attempt, and earlier ones via the checkpoint) and those the clients
+    logged before sending (reported at set-up: earlier attempts' releases after the last
+    checkpoint)."""
+    if cfg.algorithm != "fedgcn":
+        return {}
+    from fedgl.privacy.dp import merge_releases
+    from fedgl.privacy.leakage import privacy_settings
+
+    stats = getattr(server, "privacy_stats", None)
+    if stats is not None and cfg.dp_epsilon is not None:
+        stats["dp_releases"] = merge_releases(stats.get("dp_releases", {}), cont.logged)
+    out = privacy_settings(cfg, server)
+    if "secagg" in out:
+        out["secagg"]["identities"] = ("Ed25519 roster from the organisations' files (fedgl "
+                                       "keys); each party loads its own key")
+    return {"privacy": out}
 
 
 def _bytes_now(runtime: FlowerRuntime) -> dict[str, int]:
@@ -235,25 +384,59 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
     if cfg.clients != len(roster.ids):
         raise ConfigError(f"the config has {cfg.clients} clients, the roster {len(roster.ids)}")
     timeout = float(job.get("timeout", 600))
-    folder = OutputFolder(job["out"], overwrite=bool(job.get("overwrite"))).open()
+    resume = bool(job.get("resume"))
+    folder = OutputFolder(job["out"], overwrite=bool(job.get("overwrite")), resume=resume,
+                          flag="--resume" if resume else "--out").open()
     try:
+        cont, run_tag = _checkpointing(cfg, Path(job["out"]), resume, folder)
         node_ids = wait_for_nodes(grid, len(roster.ids), float(job.get("join_timeout", 300)))
-        nodes, facts, refused = handshake(grid, roster, node_ids, timeout)
+        nodes, facts, refused, traffic = handshake(grid, roster, node_ids, timeout)
         missing = sorted(set(roster.ids) - set(nodes))
         if missing:
             raise RunAborted(f"roster clients {missing} did not prove their identity "
                              f"({'; '.join(refused) or 'no reply'})")
-        setup_clients(grid, nodes, cfg, cfg.seed, timeout)
         runtime = FlowerRuntime(grid, nodes, timeout=timeout,
                                 on_client_failure="drop" if cfg.on_client_failure == "drop"
                                 else "abort")
+        record_hello(runtime, traffic)
+        cont.logged = setup_clients(runtime, cfg, cfg.seed, run_tag, resume)
+        runtime.continuation = cont
         result = run_deployed(runtime, cfg, facts, cfg.seed,
                               {"nodes": {str(k): n for k, n in nodes.items()},
-                               "refused_nodes": refused})
+                               "refused_nodes": refused, "run_tag": run_tag})
         folder.commit(result.save)
         return result
     finally:
         folder.close()
+
+
+def _checkpointing(cfg: Config, out: Path, resume: bool, folder: OutputFolder
+                   ) -> tuple[Continuation, str]:
+    """The run's :class:`Continuation` and its tag (kept beside the checkpoint, so a resumed
+    run's parties find their records of the earlier attempts)."""
+    cont = Continuation()
+    tag = ""
+    if deployable(cfg.algorithm)[1] == "vertical" and (cfg.checkpoint_every or resume):
+        raise ConfigError(f"a deployed {cfg.algorithm} run does not checkpoint yet; drop "
+                          "--checkpoint-every/--resume")
+    if resume:
+        ckpt = load_checkpoint(out)
+        if ckpt.progress is None or ckpt.progress.repeat != 0:
+            raise ConfigError(f"the checkpoint in '{out}' holds no round of a deployed run to "
+                              "continue; start a new run")
+        set_rng_state(ckpt.rng)
+        cont.progress = ckpt.progress
+        try:
+            tag = str(json.loads((out / RUN_FILE).read_text())["run_tag"])
+        except (OSError, ValueError, KeyError, TypeError):
+            tag = ""   # a local run's checkpoint: the parties have no earlier records
+    if not tag.isalnum() or len(tag) > 64:
+        tag = os.urandom(8).hex()
+    if cfg.checkpoint_every:
+        folder.prepare_checkpoints()
+        cont.checkpointer = Checkpointer(out, cfg.to_dict(), cfg.checkpoint_every)
+        (out / RUN_FILE).write_text(json.dumps({"run_tag": tag}) + "\n")
+    return cont, tag
 
 
 #: the component named in the deployment app's ``[tool.flwr.app.components] serverapp``

@@ -8,6 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = ("pretrain", "train", "eval")
+#: a deployment's set-up messages (identity challenge, run configuration): in the summary only
+#: when some were recorded, so a local run's ledger is unchanged
+SETUP = "setup"
 DIRECTIONS = ("up", "down")  # up: client -> server, down: server -> client
 
 
@@ -29,7 +32,7 @@ class Ledger:
                wire: int | None = None) -> None:
         """One message: ``nbytes`` of values (what the papers' formulas count) and ``wire``
         bytes as encoded (values, header and framing; the values when not given)."""
-        if phase not in PHASES:
+        if phase not in PHASES and phase != SETUP:
             raise ValueError(f"unknown phase {phase!r}")
         if direction not in DIRECTIONS:
             raise ValueError(f"unknown direction {direction!r}")
@@ -106,16 +109,18 @@ class Ledger:
         return led
 
     def summary(self) -> dict:
-        """JSON-ready totals: bytes[phase][direction], messages, seconds[phase], per client."""
+        """JSON-ready totals: bytes[phase][direction], messages, seconds[phase], per client
+        (phase ``setup`` too where a deployment recorded set-up messages)."""
+        phases = PHASES + ((SETUP,) if self.messages(SETUP) else ())
         return {
-            "bytes": {p: {d: self.bytes(p, d) for d in DIRECTIONS} for p in PHASES},
-            "messages": {p: {d: self.messages(p, d) for d in DIRECTIONS} for p in PHASES},
-            "seconds": {p: round(self.seconds(p), 6) for p in PHASES},
+            "bytes": {p: {d: self.bytes(p, d) for d in DIRECTIONS} for p in phases},
+            "messages": {p: {d: self.messages(p, d) for d in DIRECTIONS} for p in phases},
+            "seconds": {p: round(self.seconds(p), 6) for p in phases},
             "bytes_per_client": {p: {d: {str(c): b for c, b in self.per_client(p, d).items()}
-                                     for d in DIRECTIONS} for p in PHASES},
+                                     for d in DIRECTIONS} for p in phases},
             "total_bytes": self.bytes(),
-            "wire_bytes": {p: {d: self.wire_bytes(p, d) for d in DIRECTIONS} for p in PHASES},
+            "wire_bytes": {p: {d: self.wire_bytes(p, d) for d in DIRECTIONS} for p in phases},
             "total_wire_bytes": self.wire_bytes(),
-            **({"simulated_seconds": {p: round(self.simulated_seconds(p), 6) for p in PHASES}}
+            **({"simulated_seconds": {p: round(self.simulated_seconds(p), 6) for p in phases}}
                if self.network is not None else {}),
         }

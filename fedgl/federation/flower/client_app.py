@@ -6,9 +6,11 @@ both), which listens on the Unix socket named by the node config key ``fedgl-par
 registers one Flower handler per protocol message type the party's role declares (message type
 ``<category>.<fedgl type with "." as "__">``; category ``query`` for pre-training, ``train``,
 ``evaluate``), forwards each message's fedgl bytes and phase to the party and returns its
-encoded reply, or the party's one-line refusal. The set-up handshake (``query.fedgl_hello``:
-prove the client id by signing the server's challenge; ``query.fedgl_setup``: build the role)
-is relayed the same way. This module imports no torch and holds no data.
+encoded reply, or the party's one-line refusal. The set-up messages are declared protocol types
+of the party itself (``party.hello``: prove the client id by signing the server's challenge;
+``party.setup``: the run's configuration, from which the party builds its role), carried in
+phase ``setup`` as ``query.party__hello`` and ``query.party__setup`` and relayed the same way.
+This module imports no torch and holds no data.
 """
 
 from __future__ import annotations
@@ -19,11 +21,10 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedgl.federation.flower.local_link import LinkError, ask
+from fedgl.federation.flower.local_link import HELLO, SETUP, SETUP_PHASE, LinkError, ask
 
 PARTY_KEY = "fedgl-party"
-CATEGORY = {"pretrain": "query", "train": "train", "eval": "evaluate"}
-HELLO, SETUP = "fedgl_hello", "fedgl_setup"
+CATEGORY = {"setup": "query", "pretrain": "query", "train": "train", "eval": "evaluate"}
 
 
 def flower_action(msg_type: str) -> str:
@@ -65,6 +66,7 @@ def _forward(op: str):
     def handle(message: Message, context: Context) -> Message:
         meta = message.content.config_records.get("fedgl-meta", ConfigRecord())
         header = {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
+        # the node and run ids are this SuperNode's own (Flower's context), never the server's
         header.update(op=op, node_id=int(context.node_id), run_id=int(context.run_id))
         body = record_body(message.content) if "fedgl" in message.content.array_records else b""
         try:
@@ -82,8 +84,8 @@ class RelayClientApp(ClientApp):
     def __init__(self) -> None:
         super().__init__()
         self._registered: set[str] = set()
-        self._add("query", HELLO, "hello")
-        self._add("query", SETUP, "setup")
+        for msg_type in (HELLO, SETUP):
+            self._add(CATEGORY[SETUP_PHASE], flower_action(msg_type), "message")
 
     def _add(self, category: str, action: str, op: str) -> None:
         name = f"{category}.{action}"
@@ -92,7 +94,7 @@ class RelayClientApp(ClientApp):
             self._registered.add(name)
 
     def __call__(self, message: Message, context: Context) -> Message:
-        if message.metadata.message_type.split(".")[-1] not in (HELLO, SETUP):
+        if message.metadata.message_type.split(".")[-1] not in map(flower_action, (HELLO, SETUP)):
             try:
                 head, _ = ask(_party(context), {"op": "types"})
             except LinkError as exc:

@@ -14,6 +14,9 @@ import struct
 from typing import Any
 
 MAX_HEADER = 1 << 20
+#: the party's own message types (declared by :class:`fedgl.deployment.party.Party`) and the
+#: phase that carries them; the relay registers them before any run is set up
+HELLO, SETUP, SETUP_PHASE = "party.hello", "party.setup", "setup"
 MAX_BODY = 1 << 34
 
 

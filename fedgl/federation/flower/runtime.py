@@ -66,6 +66,8 @@ class FlowerRuntime:
         #: Flower-serialised bytes by phase and direction (fedgl bytes + Flower's framing)
         self.flower_bytes: dict[str, dict[str, int]] = defaultdict(lambda: {"up": 0, "down": 0})
         self.calls = 0
+        #: the deployment's checkpointing of this run (``fedgl.deployment.server_app``)
+        self.continuation: Any = None
 
     @property
     def client_ids(self) -> list[int]:
