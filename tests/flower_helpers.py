@@ -11,11 +11,25 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
+from fedgl.data.client_data import ClientData
 from fedgl.privacy.identity import write_keys
 
 needs_flwr = pytest.mark.skipif(importlib.util.find_spec("flwr") is None,
                                 reason="flwr is not installed (pip install 'fedgl[flower]')")
+
+
+def tiny_shard(client_id: int = 1, test_node: bool = False) -> ClientData:
+    """Three own nodes (2, 5, 9) with random features and one remote neighbour (7); node 9 is a
+    test node when ``test_node``."""
+    g = torch.Generator().manual_seed(client_id)
+    ids = torch.tensor([2, 5, 9])
+    return ClientData(client_id=client_id, node_ids=ids, x=torch.rand(3, 4, generator=g),
+                      y=torch.tensor([0, 1, 1]), train_mask=torch.tensor([True, False, True]),
+                      val_mask=torch.tensor([False, True, False]),
+                      test_mask=torch.tensor([False, False, test_node]),
+                      edge_index=torch.tensor([[5, 7, 2], [2, 5, 9]]), num_classes=2)
 
 
 def write_deployment_files(root: Path, clients: int = 3, shard_args: tuple[str, ...] = ()) -> Path:

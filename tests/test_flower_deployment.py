@@ -22,18 +22,9 @@ from tests.flower_helpers import (
     assert_same_as_local,
     deployed_run,
     needs_flwr,
+    tiny_shard,
     write_deployment_files,
 )
-
-
-def tiny_shard(client_id: int = 1) -> ClientData:
-    g = torch.Generator().manual_seed(client_id)
-    ids = torch.tensor([2, 5, 9])
-    return ClientData(client_id=client_id, node_ids=ids, x=torch.rand(3, 4, generator=g),
-                      y=torch.tensor([0, 1, 1]), train_mask=torch.tensor([True, False, True]),
-                      val_mask=torch.tensor([False, True, False]),
-                      test_mask=torch.tensor([False, False, False]),
-                      edge_index=torch.tensor([[5, 7, 2], [2, 5, 9]]), num_classes=2)
 
 
 # ---------------------------------------------------------------------- shard files

@@ -16,32 +16,21 @@ import pytest
 import torch
 
 from fedgl.config import Config
-from fedgl.data.client_data import ClientData
 from fedgl.data.shard_format import write_shard
 from fedgl.federation.codec import Encoded, decode, encode
 from fedgl.privacy.identity import write_keys
-from tests.flower_helpers import RUN, deployed_run, needs_flwr, write_deployment_files
+from tests.flower_helpers import RUN, deployed_run, needs_flwr, tiny_shard, write_deployment_files
 
 RUN_ID, NODE_ID = 7, 2**64 - 5
 #: importing the ServerApp imports Flower, whose CLI library warns about its own dependency
 FLWR_IMPORT = pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
 
 
-def small_shard(client_id: int = 1) -> ClientData:
-    g = torch.Generator().manual_seed(client_id)
-    ids = torch.tensor([2, 5, 9])
-    return ClientData(client_id=client_id, node_ids=ids, x=torch.rand(3, 4, generator=g),
-                      y=torch.tensor([0, 1, 1]), train_mask=torch.tensor([True, False, True]),
-                      val_mask=torch.tensor([False, True, False]),
-                      test_mask=torch.tensor([False, False, True]),
-                      edge_index=torch.tensor([[5, 7, 2], [2, 5, 9]]), num_classes=2)
-
-
 def make_party(tmp_path: Path, **kwargs: Any):
     from fedgl.deployment.party import Party, Safety
 
     roster = write_keys(tmp_path / "keys", 3)
-    manifest = write_shard(small_shard(1), tmp_path / "shard")
+    manifest = write_shard(tiny_shard(1, test_node=True), tmp_path / "shard")
     return Party(manifest, tmp_path / "keys" / "client-1.key", roster,
                  kwargs.pop("safety", Safety()), **kwargs)
 
@@ -289,7 +278,7 @@ def test_client_state_dir_must_be_a_writable_folder(tmp_path: Path, capsys) -> N
 
     pytest.importorskip("flwr", reason="flwr is not installed (pip install 'fedgl[flower]')")
     roster = write_keys(tmp_path / "keys", 3)
-    manifest = write_shard(small_shard(1), tmp_path / "shard")
+    manifest = write_shard(tiny_shard(1, test_node=True), tmp_path / "shard")
     (tmp_path / "afile").write_text("x")
     assert main(["client", "--superlink", "127.0.0.1:1", "--insecure", "--data", str(manifest),
                  "--key", str(tmp_path / "keys" / "client-1.key"), "--roster", str(roster),
