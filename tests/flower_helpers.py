@@ -8,7 +8,10 @@ import importlib.util
 import json
 import subprocess
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -88,3 +91,32 @@ def assert_same_as_local(deployed: dict, keys: dict) -> None:
     # what Flower carried: fedgl's wire bytes plus Flower's framing, measured per round
     for row in rep["extra"]["flower"].get("per_round", []):
         assert row["flower_bytes"] >= row["ledger_wire_bytes"] > 0
+
+
+def wait_for(what: Callable[[], bool], proc: subprocess.Popen, timeout: float = 900) -> None:
+    """Poll ``what`` every 0.5 s while ``proc`` runs (its stderr tail if it exits first)."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert proc.poll() is None, proc.communicate()[1][-2000:]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.5)
+
+
+def run_server_killing_a_client(fed: Any, server_cmd: list[str], client: int,
+                                marker: str) -> tuple[int, str]:
+    """Run ``server_cmd`` against the loopback federation ``fed``, kill client ``client``'s
+    process once its log shows the message type ``marker``, and wait for the server:
+    ``(exit code, stderr)``."""
+    server = subprocess.Popen(server_cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        log = fed.folder / f"client-{client}.log"
+        wait_for(lambda: marker in log.read_text(), server)
+        fed.kill_client(client)
+        _, err = server.communicate(timeout=900)
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    return server.returncode, err
+

@@ -22,6 +22,7 @@ from tests.flower_helpers import (
     assert_same_as_local,
     deployed_run,
     needs_flwr,
+    run_server_killing_a_client,
     tiny_shard,
     write_deployment_files,
 )
@@ -205,32 +206,17 @@ def test_client_refuses_a_weaker_run(deployment_files: Path) -> None:
 def test_client_killed_mid_run_is_dropped(deployment_files: Path) -> None:
     """``on_client_failure: drop``: a client whose process dies during training is dropped and
     the others finish the run; the event is recorded."""
-    import time
-
     from fedgl.deployment.loopback import Loopback
 
     root = deployment_files
     out = root / "out-killed"
     with Loopback(root / "fed-killed", root / "shards", root / "keys", 3) as fed:
-        server = subprocess.Popen(
-            [sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
-             str(root / "keys" / "roster.json"), "--insecure", "--out", str(out), "--dataset",
-             "cora", "--clients", "3", "--hops", "2", "--rounds", "4", "--no-progress",
-             "--on-client-failure", "drop", "--message-timeout", "60"],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            log = fed.folder / "client-2.log"
-            deadline = time.monotonic() + 600
-            while "train.fedavg__fit" not in log.read_text():
-                assert time.monotonic() < deadline and server.poll() is None
-                time.sleep(0.5)
-            fed.kill_client(2)
-            _, err = server.communicate(timeout=900)
-        finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
-    assert server.returncode == 0, err[-2000:]
+        code, err = run_server_killing_a_client(fed, [
+            sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
+            str(root / "keys" / "roster.json"), "--insecure", "--out", str(out), "--dataset",
+            "cora", "--clients", "3", "--hops", "2", "--rounds", "4", "--no-progress",
+            "--on-client-failure", "drop", "--message-timeout", "60"], 2, "train.fedavg__fit")
+    assert code == 0, err[-2000:]
     rep = json.loads((out / "result.json").read_text())["repeats"][0]
     assert rep["final"]["rounds"] == 4
     dropped = [e for e in rep["extra"]["failures"] if e["action"] == "dropped"]

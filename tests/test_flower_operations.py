@@ -19,7 +19,15 @@ from fedgl.config import Config
 from fedgl.data.shard_format import write_shard
 from fedgl.federation.codec import Encoded, decode, encode
 from fedgl.privacy.identity import write_keys
-from tests.flower_helpers import RUN, deployed_run, needs_flwr, tiny_shard, write_deployment_files
+from tests.flower_helpers import (
+    RUN,
+    deployed_run,
+    needs_flwr,
+    run_server_killing_a_client,
+    tiny_shard,
+    wait_for,
+    write_deployment_files,
+)
 
 RUN_ID, NODE_ID = 7, 2**64 - 5
 #: importing the ServerApp imports Flower, whose CLI library warns about its own dependency
@@ -330,16 +338,6 @@ def serverapp_pids(address: str) -> list[int]:
     return pids
 
 
-def wait_for(what: Any, proc: subprocess.Popen, timeout: float = 900) -> None:
-    import time
-
-    deadline = time.monotonic() + timeout
-    while not what():
-        assert proc.poll() is None, proc.communicate()[1][-2000:]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.5)
-
-
 def same_as_local(rep: dict, keys: dict[str, Any], setups: int = 1, slack: int = 0,
                   loss_tol: float = 0.0) -> None:
     """History and ledger (pre-training, training, evaluation) equal the local run's (losses
@@ -511,22 +509,14 @@ def test_client_killed_during_the_robust_secure_sum(federation_files: Path) -> N
     keys = {**RUN, "secure_sum": "robust", "on_client_failure": "drop"}
     with Loopback(root / "fed-robust-killed", root / "shards", root / "keys", 3,
                   ["--secure-sum", "robust"]) as fed:
-        server = subprocess.Popen(server_cmd(root, fed, out, keys, message_timeout=60),
-                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        try:
-            log = fed.folder / "client-2.log"
-            wait_for(lambda: "query.secagg__keys" in log.read_text(), server)
-            fed.kill_client(2)
-            _, err = server.communicate(timeout=900)
-        finally:
-            if server.poll() is None:
-                server.kill()
-                server.wait()
+        code, err = run_server_killing_a_client(
+            fed, server_cmd(root, fed, out, keys, message_timeout=60), 2, "query.secagg__keys")
+        log = fed.folder / "client-2.log"
         survivors = [(fed.folder / f"client-{k}.log").read_text() for k in (0, 1)]
     assert "query.fedgcn__secure_receive" not in log.read_text()
     assert all("query.fedgcn__secure_receive" in text for text in survivors)
     assert all("train.fedavg__fit" in text for text in survivors)
-    assert server.returncode == 0, err[-2000:]
+    assert code == 0, err[-2000:]
     rep = json.loads((out / "result.json").read_text())["repeats"][0]
     assert rep["final"]["rounds"] == keys["rounds"]
     assert all(math.isfinite(h["train_loss"]) for h in rep["history"])

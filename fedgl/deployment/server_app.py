@@ -237,9 +237,8 @@ def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[st
     else:
         from fedgl.algorithms.minibatch.runner import _resume as resume_minibatch
 
-        before = runtime.ledger.state_dict()
-        start, history, comm_bytes, events = resume_minibatch(server, cont.progress)
-        _keep_setup(runtime, before)
+        start, history, comm_bytes, events = _resume_keeping_setup(runtime, resume_minibatch,
+                                                                   server, cont.progress)
     ledger = runtime.ledger
     seen_events = 0
     for t, weights, metrics in server.iterations(start, int(cfg.eval_every), int(cfg.rounds)):
@@ -254,9 +253,7 @@ def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[st
             cont.checkpointer.round_done(RepeatProgress(
                 0, seed, t + 1, weights, history, ledger.state_dict(), events,
                 server={**server.state_dict(), "comm_bytes": list(comm_bytes)}))
-    seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
-               "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
-               "total": time.perf_counter() - t0}
+    seconds = _seconds(ledger, setup_seconds, t0)
     rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
     rep.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
     rep.extra["failures"] = events
@@ -275,6 +272,23 @@ class Continuation:
 
 def _continuation(runtime: FlowerRuntime) -> Continuation:
     return getattr(runtime, "continuation", None) or Continuation()
+
+
+def _seconds(ledger: Any, setup_seconds: float, t0: float) -> dict[str, float]:
+    """The result's phase times (no oracle evaluation in a deployed run)."""
+    return {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+            "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
+            "total": time.perf_counter() - t0}
+
+
+def _resume_keeping_setup(runtime: FlowerRuntime, resume: Any, server: Any,
+                          progress: RepeatProgress) -> Any:
+    """``resume(server, progress)`` (the local runner's resume, which restores the checkpoint's
+    ledger), then this attempt's set-up messages added back to it."""
+    before = runtime.ledger.state_dict()
+    out = resume(server, progress)
+    _keep_setup(runtime, before)
+    return out
 
 
 def _keep_setup(runtime: FlowerRuntime, before: dict[str, Any]) -> None:
@@ -312,9 +326,7 @@ def _run_fedavg(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, 
     if cont.progress is None:
         server.pretrain()
     else:
-        before = runtime.ledger.state_dict()
-        start, history, events = _resume(server, cont.progress)
-        _keep_setup(runtime, before)
+        start, history, events = _resume_keeping_setup(runtime, _resume, server, cont.progress)
     ledger = runtime.ledger
     per_round: list[dict] = []
     seen = _bytes_now(runtime)
@@ -333,9 +345,7 @@ def _run_fedavg(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, 
             cont.checkpointer.round_done(RepeatProgress(0, seed, t, weights, history,
                                                         ledger.state_dict(), events,
                                                         {k: list(v) for k, v in releases.items()}))
-    seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
-               "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
-               "total": time.perf_counter() - t0}
+    seconds = _seconds(ledger, setup_seconds, t0)
     rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
     if hasattr(server, "result_extra"):
         rep.extra.update(server.result_extra())
