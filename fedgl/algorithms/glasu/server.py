@@ -7,6 +7,14 @@ Messages per round with ``K`` aggregation layers and ``M`` clients (labels at ev
 ``K - 1`` forward calls and one ``local_updates`` call, each one message down and one up per
 client: ``4KM`` messages for ``Q`` model updates. ``exact`` adds ``K`` gradient calls per step.
 Relative to ``K = L``, ``Q = 1`` that is the paper's saving factor ``QL/K`` (§3.4).
+
+A party lost under ``on_client_failure: drop`` (a runtime that drops clients: Ray, Flower) leaves
+its block empty: from the call that lost it on, the aggregate counts its ``H⁺_m`` as zero
+(``mean``: the survivors' sum still divided by ``M``; ``concat``: a zero block), so the survivors'
+models, sets and gradients keep the shapes and weights they were trained with and nothing is
+sent to the lost party again. A run with labels at one client cannot lose that client (it draws
+the batches and holds the only labels): it stops with one line; with labels everywhere the
+metrics are the mean over the label holders still in the run.
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ import torch
 from torch import Tensor
 
 from fedgl.algorithms.glasu.options import GlasuParams
+from fedgl.errors import RunAborted
 from fedgl.federation.runtime import Runtime
 
 
@@ -29,10 +38,20 @@ class GlasuServer:
 
     # ------------------------------------------------------------------ helpers
     def aggregate(self, outs: dict[int, Tensor]) -> Tensor:
-        """``Agg(H⁺_1, ..., H⁺_M)``: the mean, or the concatenation in client order."""
-        parts = [outs[m] for m in sorted(outs)]
+        """``Agg(H⁺_1, ..., H⁺_M)``: the mean, or the concatenation in client order (a lost
+        party's ``H⁺_m`` counts as zero, see the module docstring)."""
+        if not outs:
+            raise RunAborted("every GLASU party has left the run; nothing to aggregate")
         if self.p.aggregate == "mean":
-            return torch.stack(parts).sum(0) / self.p.clients
+            return torch.stack([outs[m] for m in sorted(outs)]).sum(0) / self.p.clients
+        some = next(iter(outs.values()))
+        parts = []
+        for m in range(self.p.clients):
+            if m in outs:
+                parts.append(outs[m])
+            else:
+                a, b = self.p.share(m)
+                parts.append(some.new_zeros(some.shape[0], b - a))
         return torch.cat(parts, dim=1)
 
     def share(self, grad: Tensor, client: int) -> Tensor:
@@ -44,18 +63,33 @@ class GlasuServer:
 
     def _call(self, method: str, args: dict | None, phase: str = "train",
               clients: list[int] | None = None) -> dict:
-        return self.runtime.call(method, args, phase=phase, clients=clients)
+        out = self.runtime.call(method, args, phase=phase, clients=clients)
+        if not self.runtime.client_ids:
+            raise RunAborted(f"every GLASU party has left the run (during '{method}')")
+        return out
+
+    def _holder_call(self, method: str, args: dict | None, phase: str = "train") -> dict:
+        """``method`` at the label holder that serves the whole run (client 0 with labels at
+        one client; else the first label holder still in the run): its reply."""
+        holder = 0 if self.p.label_holders == "one" else min(self.runtime.client_ids, default=0)
+        reply = self._call(method, args, phase, [holder]) \
+            if holder in self.runtime.client_ids else {}
+        if holder not in reply:
+            raise RunAborted(f"GLASU's label holder (client {holder}) has left the run; with "
+                             "labels at one client the run cannot go on without it (rerun with "
+                             "--on-client-failure abort, or labels at every client)")
+        return reply[holder]
 
     # ------------------------------------------------------------------ protocol
     def setup(self) -> None:
         """Labels at every client: learn the training node ids once (an index list)."""
         if self.p.label_holders == "all":
-            self.train_ids = self._call("glasu.training_nodes", None, "pretrain", [0])[0]["ids"]
+            self.train_ids = self._holder_call("glasu.training_nodes", None, "pretrain")["ids"]
 
     def batch(self) -> Tensor:
         """``S[L]``: drawn here (Alg. 2) or by the label holder (Alg. 5)."""
         if self.p.label_holders == "one":
-            return self._call("glasu.sample_batch", None, clients=[0])[0]["ids"]
+            return self._holder_call("glasu.sample_batch", None)["ids"]
         ids = self.train_ids
         assert ids is not None, "setup() first"
         size = self.p.batch_size if 0 < self.p.batch_size < ids.numel() else ids.numel()
@@ -77,7 +111,7 @@ class GlasuServer:
         if self.p.grad_mode == "exact":
             return self._exact_backward(top)
         if self.p.label_holders == "one":
-            first = self._call("glasu.top_gradient", {"h": top}, clients=[0])[0]
+            first = self._holder_call("glasu.top_gradient", {"h": top})
             args = {m: ({"h": None, "grad": None} if m == 0 else {"h": top, "grad": first["grad"]})
                     for m in self.runtime.client_ids}
             self._call("glasu.local_updates", args)
@@ -107,6 +141,8 @@ class GlasuServer:
             res = self._call("glasu.eval_forward", {"h": h, "k": k}, "eval")
             h = self.aggregate({m: r["h"] for m, r in res.items()})
         scores = {m: r for m, r in self._call("glasu.eval_scores", {"h": h}, "eval").items() if r}
+        if not scores:
+            raise RunAborted("no GLASU label holder is left in the run to evaluate")
         out = {key: _mean(s[key] for s in scores.values()) for key in next(iter(scores.values()))}
         out["client_test_acc"] = {str(m): s["test_acc"] for m, s in scores.items()}
         return out
