@@ -103,8 +103,9 @@ def minibatch_shards(tmp_path_factory: pytest.TempPathFactory, data_root: Path) 
 
 # ---------------------------------------------------------------------- the driver, in-process
 @needs_flwr
-@pytest.mark.parametrize("keys", [FEDAVG, FEDGAT, DISTGAT, {**FEDSAGE, "gen_epochs": 1}],
-                         ids=lambda k: f"{k['algorithm']}-{k.get('hops', '')}")
+@pytest.mark.parametrize("keys", [FEDAVG, FEDGAT, DISTGAT, {**FEDSAGE, "gen_epochs": 1},
+                                  {**FEDSAGE, "mend": "exact"}],
+                         ids=lambda k: f"{k['algorithm']}-{k.get('hops', k.get('mend', ''))}")
 def test_fedavg_family_driver_equals_local(gcn_shards: Path, keys: dict) -> None:
     deployed = deployed_in_process(gcn_shards, keys)
     assert_same_as_local(deployed, keys)

@@ -5,6 +5,7 @@ shard alone, and a loopback federation that reproduces the local runtime exactly
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
@@ -168,11 +169,49 @@ def test_glasu_client_is_built_only_from_a_fitting_shard() -> None:
         glasu_client(tiny_vertical(3), cfg, 0)
 
 
+def test_a_resumable_glasu_run_keeps_each_partys_model_in_its_own_state_dir(
+        tmp_path: Path) -> None:
+    """A GLASU run that checkpoints (or resumes) needs the party's --state-dir: the party keeps
+    its model's checkpoint there (``runs/<run tag>/glasu-state``), never under the server's
+    --out, and answers ``glasu.save_state`` with the digest only."""
+    from fedgl.deployment.party import Party
+    from fedgl.privacy.identity import write_keys
+    from tests.test_flower_operations import send
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_vertical(1), tmp_path / "shard", {"dataset": "tiny"})
+    key = tmp_path / "keys" / "client-1.key"
+    cfg = Config.from_dict({"algorithm": "glasu", "clients": 3, "layers": 2, "hidden": 4,
+                            "checkpoint_every": 1, "out": str(tmp_path / "server-out")})
+    setup = {"config": cfg.to_dict(), "seed": 0, "run_tag": "a1b2", "resumed": False}
+    party = Party(manifest, key, roster)
+    send(party, "party.hello", {"challenge": b"\x06" * 32})
+    head, _ = send(party, "party.setup", setup)
+    assert "keep its own model's checkpoints: start it with --state-dir DIR" in head["refused"]
+    # not resumable: no state folder needed, none used
+    party = Party(manifest, key, roster)
+    send(party, "party.hello", {"challenge": b"\x06" * 32})
+    plain = {**setup, "config": cfg.replace(checkpoint_every=0).to_dict()}
+    assert "refused" not in send(party, "party.setup", plain)[0]
+    assert party.endpoint.role.state_dir is None
+
+    state = tmp_path / "state"
+    party = Party(manifest, key, roster, state_dir=state)
+    send(party, "party.hello", {"challenge": b"\x06" * 32})
+    assert "refused" not in send(party, "party.setup", setup)[0]
+    own = state / "runs" / "a1b2" / "glasu-state" / "client-1"
+    assert Path(party.endpoint.role.state_dir) == own
+    head, (_, saved) = send(party, "glasu.save_state", {"round": 1}, phase="train")
+    assert "refused" not in head and set(saved) == {"digest"} and len(saved["digest"]) == 64
+    assert [f.name for f in own.iterdir()] == ["glasu-client-1-round-1.pt"]
+    assert not (tmp_path / "server-out").exists()
+
+
 # ---------------------------------------------------------------------- loopback federation
-def assert_vertical_same_as_local(deployed: dict, keys: dict) -> None:
+def assert_vertical_same_as_local(deployed: dict, keys: dict, setups: int = 1) -> None:
     """Every history row (losses, every accuracy, each label holder's test accuracy), value
     bytes, wire bytes and message counts equal ``fedgl.api.run(**keys)``'s (its phases; the
-    deployment's set-up messages come on top)."""
+    deployment's set-up messages come on top: ``setups`` hellos and set-ups per client)."""
     from fedgl.api import run
 
     local = run(**keys).repeats[0]
@@ -187,7 +226,8 @@ def assert_vertical_same_as_local(deployed: dict, keys: dict) -> None:
     for key in ("bytes", "wire_bytes", "messages"):
         assert {p: rep["ledger"][key][p] for p in local.ledger[key]} == local.ledger[key], key
     clients = len(rep["extra"]["flower"]["nodes"])   # each: one hello, one set-up
-    assert rep["ledger"]["messages"]["setup"] == {"up": 2 * clients, "down": 2 * clients}
+    assert rep["ledger"]["messages"]["setup"] == {"up": 2 * clients * setups,
+                                                  "down": 2 * clients * setups}
     assert rep["extra"]["params"] == json.loads(json.dumps(local.extra["params"]))
     for row in rep["extra"]["flower"]["per_round"]:
         assert row["flower_bytes"] >= row["ledger_wire_bytes"] > 0
@@ -216,3 +256,85 @@ def test_loopback_glasu_labels_at_one_client_equals_local(tmp_path: Path, data_r
         [True, False, False]
     deployed = deployed_run(root, "glasu-one", keys, [])
     assert_vertical_same_as_local(deployed, keys)
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_deployed_glasu_resumed_after_the_server_died_equals_the_uninterrupted_run(
+        tmp_path: Path, data_root: Path) -> None:
+    """The ServerApp is killed after its first checkpoint; the parties (each with its own
+    --state-dir) and the SuperLink stay up; ``fedgl server --resume`` continues: every party
+    restores the model it saved itself, and history and ledger are the uninterrupted local
+    run's. The server's checkpoint holds only its batch stream and the parties' digests."""
+    import os
+    import signal
+    import subprocess
+
+    from fedgl.checkpoint import load_checkpoint
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import wait_for
+    from tests.test_flower_operations import server_cmd, serverapp_pids
+
+    root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu"))
+    out = root / "out-resume"
+    with Loopback(root / "fed-resume", root / "shards", root / "keys", 3,
+                  ["--state-dir", str(root / "state-{k}")]) as fed:
+        first = subprocess.Popen(server_cmd(root, fed, out, {**GLASU_RUN, "checkpoint_every": 1}),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                 start_new_session=True)
+        try:
+            wait_for(lambda: (out / "checkpoint.pt").is_file(), first)
+            for pid in serverapp_pids(fed.address):
+                os.kill(pid, signal.SIGKILL)
+        finally:
+            os.killpg(first.pid, signal.SIGKILL)
+            first.wait()
+        ckpt = load_checkpoint(out)
+        assert 1 <= ckpt.progress.round < GLASU_RUN["rounds"]
+        assert set(ckpt.progress.weights) == {"server_generator", "clients"}
+        assert {m: set(c) for m, c in ckpt.progress.weights["clients"].items()} == \
+            {str(m): {"round", "digest"} for m in range(3)}
+        resumed = subprocess.run(server_cmd(root, fed, out, {}) + ["--resume", str(out)],
+                                 capture_output=True, text=True, timeout=900, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert not (out / "checkpoint.pt").exists()
+    deployed = json.loads((out / "result.json").read_text())
+    assert_vertical_same_as_local(deployed, GLASU_RUN, setups=2)
+    rep = deployed["repeats"][0]
+    assert [e["round"] for e in rep["extra"]["failures"] if e["action"] == "resumed"] == \
+        [ckpt.progress.round]
+    for m in range(3):   # each party's model files in its own state folder, none at the server
+        own = list((root / f"state-{m}").rglob(f"glasu-client-{m}-round-*.pt"))
+        assert own and all(f"state-{m}" in str(f) for f in own)
+    assert not list(out.rglob("glasu-client-*"))
+    assert rep["extra"]["flower"]["bytes"]["checkpoint"]["up"] > 0
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_deployed_glasu_party_killed_mid_run_is_dropped_and_the_survivors_finish(
+        tmp_path: Path, data_root: Path) -> None:
+    """Under ``on_client_failure: drop`` a party whose process dies in the middle of training
+    is dropped: its block is zero from then on (tested exactly in tests/test_glasu_party_drop.py),
+    the two survivors finish every round, and it gets no message after the failure."""
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import run_server_killing_a_client
+    from tests.test_flower_operations import server_cmd
+
+    root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu"))
+    out = root / "out-drop"
+    keys = {**GLASU_RUN, "on_client_failure": "drop"}
+    with Loopback(root / "fed-drop", root / "shards", root / "keys", 3) as fed:
+        code, err = run_server_killing_a_client(
+            fed, server_cmd(root, fed, out, keys, message_timeout=60), 2,
+            "train.glasu__local_updates")
+    assert code == 0, err[-2000:]
+    rep = json.loads((out / "result.json").read_text())["repeats"][0]
+    assert rep["final"]["rounds"] == GLASU_RUN["rounds"]
+    assert all(math.isfinite(h["train_loss"]) for h in rep["history"])
+    dropped = [e for e in rep["extra"]["failures"] if e["action"] == "dropped"]
+    assert [e["client"] for e in dropped] == [2]
+    evaluated = [h for h in rep["history"] if "client_test_acc" in h]
+    assert evaluated and all(set(h["client_test_acc"]) == {"0", "1"} for h in evaluated)
+    sent = rep["ledger"]["bytes_per_client"]["train"]["down"]   # broadcasts: equal per client
+    assert 0 < sent["2"] < sent["0"] == sent["1"]

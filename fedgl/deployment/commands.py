@@ -246,14 +246,7 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
 
     superlink = check_address(args.superlink)
     tls = _tls_flags(args.insecure, args.root_certificates)
-    driver = deployable(cfg.algorithm)[1]
-    if driver == "vertical" and (cfg.checkpoint_every or getattr(args, "resume", None)):
-        raise ConfigError(f"a deployed {cfg.algorithm} run does not checkpoint yet (each party "
-                          "keeps its own model); drop --checkpoint-every/--resume, or run it "
-                          "with --runtime local or ray to checkpoint")
-    if driver == "vertical" and cfg.on_client_failure == "drop":
-        raise ConfigError(f"a deployed {cfg.algorithm} run cannot drop a party (its aggregation "
-                          "needs every party's block); use --on-client-failure abort")
+    deployable(cfg.algorithm)
     roster = read_roster(args.roster)
     if cfg.clients != len(roster.ids):
         raise ConfigError(f"the config has {cfg.clients} clients but the roster "

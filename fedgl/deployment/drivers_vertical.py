@@ -19,6 +19,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,7 +71,7 @@ def write_vertical_shards(graph: GraphData, cfg: Config, out: Path) -> list[Path
 def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
     """The party's GLASU client, from its own shard and the run's configuration."""
     from fedgl.algorithms.glasu.client import GlasuClient
-    from fedgl.algorithms.glasu.runner import glasu_params
+    from fedgl.algorithms.glasu.runner import STATE_FOLDER, glasu_params
     from fedgl.data.vertical import VerticalClientData
 
     k = int(shard.client_id)
@@ -85,16 +86,22 @@ def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
         raise ConfigError(f"client {k}'s shard {'holds' if shard.has_labels else 'lacks'} labels "
                           f"but the run's label_holders is '{params.label_holders}'; write the "
                           "shards with the run's --label-holders")
-    return GlasuClient(shard, params, seed)
+    # a run that can be resumed: the party keeps its model's checkpoints in its own records
+    # (``fedgl client --state-dir``, set by the party as ``out``), never at the server
+    keeps = cfg.out is not None and bool(cfg.checkpoint_every)
+    state_dir = Path(cfg.out) / STATE_FOLDER / f"client-{k}" if keeps else None
+    return GlasuClient(shard, params, seed, state_dir=state_dir)
 
 
 def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
                  seed: int, extra: dict[str, Any], t0: float) -> RunResult:
     """One deployed GLASU repeat (see the module docstring); the run's result."""
-    from fedgl.algorithms.glasu.runner import _json_params, glasu_params
+    from fedgl.algorithms.glasu.runner import _json_params, glasu_params, party_state
+    from fedgl.algorithms.glasu.runner import _resume as resume_glasu
     from fedgl.algorithms.glasu.server import GlasuServer
     from fedgl.algorithms.runner import finish_repeat, network_columns
-    from fedgl.deployment.server_app import _bytes_now
+    from fedgl.checkpoint import RepeatProgress
+    from fedgl.deployment.server_app import _bytes_now, _continuation, _resume_keeping_setup
     from fedgl.federation.network import NetworkModel
     from fedgl.results import RunResult, environment
 
@@ -110,18 +117,32 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     params = glasu_params(cfg, _options(cfg), int(num_classes))
     server = GlasuServer(runtime, params, seed)
     server.setup()
-    ledger = runtime.ledger
-    ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
-                                               getattr(cfg, "latency", ""))
+    runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                                       getattr(cfg, "latency", ""))
     setup_seconds = time.perf_counter() - t0
+    cont = _continuation(runtime)
     history: list[dict] = []
+    events: list[dict] = []
+    start = 1
+    if cont.progress is not None:   # every party restores the state it saved itself
+        start, history, events = _aside(runtime, lambda: _resume_keeping_setup(
+            runtime, resume_glasu, server, cont.progress))
+    ledger = runtime.ledger
     per_round: list[dict] = []
     seen = _bytes_now(runtime)
-    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every)):
+    seen_events = 0
+    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
         history.append({"round": t, **metrics, **network_columns(ledger)})
         now = _bytes_now(runtime)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
         seen = now
+        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
+        seen_events = len(runtime.events)
+        every = cont.checkpointer.every if cont.checkpointer is not None else 0
+        if every and t % every == 0:
+            state = _aside(runtime, lambda t=t: party_state(server, t))
+            cont.checkpointer.round_done(RepeatProgress(0, seed, t, state, history,
+                                                        ledger.state_dict(), events))
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
                "total": time.perf_counter() - t0}
@@ -130,9 +151,25 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     rep = finish_repeat(0, seed, stats, history, ledger.summary(), seconds)
     rep.extra.update({"setting": "vertical", "mode": "glasu", "params": _json_params(params),
                       "runtime": "flower", "communication": "counted by the ledger",
-                      "failures": list(runtime.events)})
+                      "failures": events})
     rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
                            "calls": runtime.calls, "per_round": per_round}
     recorded = cfg.to_dict()
     recorded["runtime"] = "flower"
     return RunResult(recorded, environment(seed, cfg.device), [rep])
+
+
+def _aside(runtime: FlowerRuntime, step: Callable[[], Any]) -> Any:
+    """Run ``step`` (checkpoint messages: ``glasu.save_state``/``load_state``, kept out of the
+    ledger as a local run keeps them) and file what Flower carried for it under the phase
+    ``checkpoint`` of ``extra.flower.bytes``, apart from the training traffic."""
+    before = {p: dict(v) for p, v in runtime.flower_bytes.items()}
+    try:
+        return step()
+    finally:
+        for phase, dirs in list(runtime.flower_bytes.items()):
+            for d in ("up", "down"):
+                moved = dirs[d] - before.get(phase, {}).get(d, 0)
+                if moved and phase != "setup":
+                    dirs[d] -= moved
+                    runtime.flower_bytes["checkpoint"][d] += moved

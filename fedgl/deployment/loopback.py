@@ -35,7 +35,8 @@ def node_key(path: str | Path) -> tuple[Path, Path]:
 
 
 class Loopback:
-    """``with Loopback(folder, shards, keys, clients, extra_client_args) as fed: fed.address``;
+    """``with Loopback(folder, shards, keys, clients, extra_client_args) as fed: fed.address``
+    (``{k}`` in an extra client argument is the client's id, e.g. its own ``--state-dir``);
     ``tls=True``: the SuperLink serves TLS with trial certificates (:mod:`.tls`) and the clients
     verify it (``fed.tls_flags`` are the flags ``fedgl server`` needs); ``supernode_auth=True``
     (with TLS, as Flower requires): the SuperLink admits only registered SuperNodes
@@ -111,8 +112,9 @@ class Loopback:
             "--data", str(self.shards / f"client-{k}.json"),
             "--key", str(self.keys / f"client-{k}.key"),
             "--roster", str(self.keys / "roster.json"), *self.tls_flags,
-            "--flwr-home", str(self.folder / f"node-{name}"), *self.client_args,
-            *(extra or [])], dict(os.environ))
+            "--flwr-home", str(self.folder / f"node-{name}"),
+            *(a.replace("{k}", str(k)) for a in self.client_args), *(extra or [])],
+            dict(os.environ))
 
     def flwr(self, *args: str) -> subprocess.CompletedProcess:
         """``flwr ARGS`` against this SuperLink's Control API (the connection ``fedgl``)."""

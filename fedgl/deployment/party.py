@@ -264,20 +264,26 @@ class Party:
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool
                      ) -> tuple[Config, list[str]]:
         """The role's config with ``out`` at this party's own records for the run (its DP
-        release log), never the server's folder; and the releases logged there so far."""
+        release log; a vertical party's checkpointed model), never the server's folder; and the
+        DP releases logged there so far."""
         from fedgl.privacy.dp import logged_releases
 
-        if cfg.dp_epsilon is None:
+        resumable = bool(cfg.checkpoint_every or resumed)
+        keeps_model = resumable and deployable(cfg.algorithm)[1] == "vertical"
+        if cfg.dp_epsilon is None and not keeps_model:
             return cfg.replace(out=None), []
         if self.state_dir is None:
-            if cfg.checkpoint_every or resumed:
-                raise ConfigError("the run uses DP and can be resumed, so this client must log "
-                                  "its releases: start it with --state-dir DIR")
+            if resumable:
+                what = "log its DP releases" if cfg.dp_epsilon is not None else \
+                    "keep its own model's checkpoints"
+                raise ConfigError(f"the run can be resumed, so this client must {what}: start "
+                                  "it with --state-dir DIR")
             return cfg.replace(out=None), []
         folder = self.state_dir / "runs" / run_tag
         # a run that can be resumed keeps the log (the local rule: fedgl.privacy.dp)
         every = cfg.checkpoint_every or (1 if resumed else 0)
-        logged = logged_releases(folder, seed).get(str(self.client_id), [])
+        logged = logged_releases(folder, seed).get(str(self.client_id), []) \
+            if cfg.dp_epsilon is not None else []
         return cfg.replace(out=str(folder), checkpoint_every=every), logged
 
     def types(self) -> dict[str, list[str]]:

@@ -426,9 +426,6 @@ def _checkpointing(cfg: Config, out: Path, resume: bool, folder: OutputFolder
     run's parties find their records of the earlier attempts)."""
     cont = Continuation()
     tag = ""
-    if deployable(cfg.algorithm)[1] == "vertical" and (cfg.checkpoint_every or resume):
-        raise ConfigError(f"a deployed {cfg.algorithm} run does not checkpoint yet; drop "
-                          "--checkpoint-every/--resume")
     if resume:
         ckpt = load_checkpoint(out)
         if ckpt.progress is None or ckpt.progress.repeat != 0:
