@@ -213,12 +213,13 @@ def test_the_server_counts_releases_it_saw_and_those_the_clients_logged() -> Non
     through the client's set-up reply; the result counts the union, per client."""
     from types import SimpleNamespace
 
-    from fedgl.deployment.server_app import Continuation, _privacy
+    from fedgl.deployment.drivers_horizontal import privacy_extra
+    from fedgl.deployment.driving import Continuation
 
     cfg = Config.from_dict({"algorithm": "fedgcn", "clients": 3, "dp_epsilon": 0.5})
     server = SimpleNamespace(privacy_stats={"dp_releases": {"0": ["r0"], "1": ["r1"]}})
     cont = Continuation(logged={"0": ["old0", "r0"], "2": ["old2"]})
-    dp = _privacy(server, cfg, cont)["privacy"]["dp"]["accounting"]
+    dp = privacy_extra(server, cfg, cont)["privacy"]["dp"]["accounting"]
     assert dp["releases_per_client"] == {"0": 2, "1": 1, "2": 1}
     assert dp["repeat_total"]["epsilon"] == 1.0
 
@@ -228,7 +229,7 @@ def test_the_server_counts_releases_it_saw_and_those_the_clients_logged() -> Non
 def test_a_resume_keeps_both_attempts_set_up_messages() -> None:
     from types import SimpleNamespace
 
-    from fedgl.deployment.server_app import _keep_setup
+    from fedgl.deployment.driving import keep_setup
     from fedgl.federation.ledger import Ledger
 
     restored = Ledger()   # the checkpoint's: the first attempt's set-up and training
@@ -238,7 +239,7 @@ def test_a_resume_keeps_both_attempts_set_up_messages() -> None:
     now.record("setup", "down", 0, 40, wire=100)
     now.record("pretrain", "up", 0, 999, wire=999)   # the scratch re-run: not kept
     runtime = SimpleNamespace(ledger=restored)
-    _keep_setup(runtime, now.state_dict())
+    keep_setup(runtime, now.state_dict())
     summary = runtime.ledger.summary()
     assert summary["bytes"]["setup"] == {"up": 0, "down": 80}
     assert summary["messages"]["setup"] == {"up": 0, "down": 2}

@@ -101,7 +101,7 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     from fedgl.algorithms.glasu.server import GlasuServer
     from fedgl.algorithms.runner import finish_repeat, network_columns
     from fedgl.checkpoint import RepeatProgress
-    from fedgl.deployment.server_app import _bytes_now, _continuation, _resume_keeping_setup
+    from fedgl.deployment.driving import bytes_now, continuation, resume_keeping_setup
     from fedgl.federation.network import NetworkModel
     from fedgl.results import RunResult, environment
 
@@ -120,20 +120,20 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
                                                        getattr(cfg, "latency", ""))
     setup_seconds = time.perf_counter() - t0
-    cont = _continuation(runtime)
+    cont = continuation(runtime)
     history: list[dict] = []
     events: list[dict] = []
     start = 1
     if cont.progress is not None:   # every party restores the state it saved itself
-        start, history, events = _aside(runtime, lambda: _resume_keeping_setup(
+        start, history, events = _aside(runtime, lambda: resume_keeping_setup(
             runtime, resume_glasu, server, cont.progress))
     ledger = runtime.ledger
     per_round: list[dict] = []
-    seen = _bytes_now(runtime)
+    seen = bytes_now(runtime)
     seen_events = 0
     for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
         history.append({"round": t, **metrics, **network_columns(ledger)})
-        now = _bytes_now(runtime)
+        now = bytes_now(runtime)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
         seen = now
         events += [{**e, "round": t} for e in runtime.events[seen_events:]]

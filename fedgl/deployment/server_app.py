@@ -27,24 +27,16 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from fedgl.algorithms.runner import (
-    _resume,
-    divergence,
-    finish_repeat,
-    initial_weights_for,
-    network_columns,
-    wire_server,
-)
-from fedgl.checkpoint import Checkpointer, RepeatProgress, load_checkpoint, set_rng_state
+from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
-from fedgl.deployment.party import deployable, hello_message, load_class, read_roster
+from fedgl.deployment.driving import Continuation
+from fedgl.deployment.party import deployable, hello_message, read_roster
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
 from fedgl.federation.flower.client_app import (
@@ -56,7 +48,6 @@ from fedgl.federation.flower.client_app import (
     record_body,
 )
 from fedgl.federation.flower.runtime import FlowerRuntime, flower_nbytes, refusal
-from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
 from fedgl.federation.protocol import Bytes, Int, ProtocolViolation, Str, check_fields
 from fedgl.output import OutputFolder
@@ -183,11 +174,13 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
         raise ConfigError(f"the clients' shards disagree on (features, classes): {sorted(widths)}; "
                           "write every shard from one dataset with `fedgl shard`")
     (num_features, num_classes), = widths
+    from fedgl.deployment.drivers_horizontal import run_fedavg, run_minibatch
+
     driver = deployable(cfg.algorithm)[1]
     if driver == "minibatch":
-        rep = _run_minibatch(runtime, cfg, facts, seed, num_features, num_classes, t0)
+        rep = run_minibatch(runtime, cfg, facts, seed, num_features, num_classes, t0)
     else:
-        rep = _run_fedavg(runtime, cfg, facts, seed, num_features, num_classes, t0, driver)
+        rep = run_fedavg(runtime, cfg, facts, seed, num_features, num_classes, t0, driver)
     rep.extra["runtime"] = "flower"
     rep.extra.setdefault("failures", list(runtime.events))
     rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
@@ -195,193 +188,6 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     recorded = cfg.to_dict()
     recorded["runtime"] = "flower"
     return RunResult(recorded, environment(seed, cfg.device), [rep])
-
-
-def _stats(facts: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    return {"clients": len(facts),
-            "nodes_per_client": [facts[k]["num_nodes"] for k in sorted(facts)]}
-
-
-def _run_minibatch(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
-                   seed: int, num_features: int, num_classes: int, t0: float) -> Any:
-    """The mini-batch FedSGD server (Swift-FedGNN or a baseline: mini-batch steps,
-    server-mediated cross-client steps, the algorithm's schedule)."""
-    from types import SimpleNamespace
-
-    from fedgl.algorithms.minibatch.runner import initial_weights, minibatch_extra
-    from fedgl.algorithms.minibatch.server import FedSGDServer
-    from fedgl.algorithms.minibatch.settings import MiniBatchSettings
-    from fedgl.deployment.drivers_horizontal import minibatch_schedule
-    from fedgl.federation.network import NetworkModel
-
-    s = MiniBatchSettings.from_config(cfg)
-    widths = SimpleNamespace(num_features=num_features, num_classes=num_classes)
-    ledger = runtime.ledger
-    ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
-                                               getattr(cfg, "latency", ""))
-    # the shards partition every node, so their sizes add up to the graph's
-    num_nodes = sum(int(f["num_nodes"]) for f in facts.values())
-    schedule, pns_fanout = minibatch_schedule(cfg, s)
-    server = FedSGDServer(runtime, s, initial_weights(widths, s, seed), schedule,
-                          seed=seed, optimizer=cfg.server_optimizer, num_nodes=num_nodes,
-                          eval_mode=cfg.eval_mode, pns_fanout=pns_fanout,
-                          eval_batch=int(getattr(cfg, "eval_batch", 0)))
-    setup_seconds = time.perf_counter() - t0
-    cont = _continuation(runtime)
-    history: list[dict] = []
-    comm_bytes: list[int] = []
-    events: list[dict] = []
-    start = 0
-    if cont.progress is None:
-        server.setup()
-    else:
-        from fedgl.algorithms.minibatch.runner import _resume as resume_minibatch
-
-        start, history, comm_bytes, events = _resume_keeping_setup(runtime, resume_minibatch,
-                                                                   server, cont.progress)
-    ledger = runtime.ledger
-    seen_events = 0
-    for t, weights, metrics in server.iterations(start, int(cfg.eval_every), int(cfg.rounds)):
-        if metrics.pop("communicating"):
-            comm_bytes.append(metrics["iteration_bytes"])
-        history.append({"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
-                        **network_columns(ledger)})
-        divergence(t + 1, weights, history[-1]["train_loss"], cfg)
-        events += [{**e, "round": t + 1} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
-        if cont.checkpointer is not None:
-            cont.checkpointer.round_done(RepeatProgress(
-                0, seed, t + 1, weights, history, ledger.state_dict(), events,
-                server={**server.state_dict(), "comm_bytes": list(comm_bytes)}))
-    seconds = _seconds(ledger, setup_seconds, t0)
-    rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
-    rep.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
-    rep.extra["failures"] = events
-    return rep
-
-
-@dataclass
-class Continuation:
-    """A deployed run's checkpointing: the checkpointer (``checkpoint_every``), the progress to
-    resume from, and the DP releases the clients logged for the run before this attempt."""
-
-    checkpointer: Checkpointer | None = None
-    progress: RepeatProgress | None = None
-    logged: dict[str, list[str]] = field(default_factory=dict)
-
-
-def _continuation(runtime: FlowerRuntime) -> Continuation:
-    return getattr(runtime, "continuation", None) or Continuation()
-
-
-def _seconds(ledger: Any, setup_seconds: float, t0: float) -> dict[str, float]:
-    """The result's phase times (no oracle evaluation in a deployed run)."""
-    return {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
-            "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
-            "total": time.perf_counter() - t0}
-
-
-def _resume_keeping_setup(runtime: FlowerRuntime, resume: Any, server: Any,
-                          progress: RepeatProgress) -> Any:
-    """``resume(server, progress)`` (the local runner's resume, which restores the checkpoint's
-    ledger), then this attempt's set-up messages added back to it."""
-    before = runtime.ledger.state_dict()
-    out = resume(server, progress)
-    _keep_setup(runtime, before)
-    return out
-
-
-def _keep_setup(runtime: FlowerRuntime, before: dict[str, Any]) -> None:
-    """After a resume restored the checkpoint's ledger: add this attempt's set-up messages
-    (recorded in ``before``) to the set-up phase it holds."""
-    restored = runtime.ledger
-    state = restored.state_dict()
-    for key in ("bytes", "messages", "wire"):
-        acc = {(p, d, int(c)): int(v) for p, d, c, v in state[key]}
-        for p, d, c, v in before[key]:
-            if p == SETUP_PHASE:
-                acc[(p, d, int(c))] = acc.get((p, d, int(c)), 0) + int(v)
-        state[key] = [[*k, v] for k, v in acc.items()]
-    runtime.ledger = Ledger.from_state_dict(state)
-    runtime.ledger.network = restored.network
-
-
-def _run_fedavg(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
-                seed: int, num_features: int, num_classes: int, t0: float, server_path: str
-                ) -> Any:
-    """A FedAvg-style algorithm (FedGCN, FedGAT, FedSage+): pre-training exchange, then FedAvg
-    rounds, resumed and checkpointed as :func:`fedgl.algorithms.runner.run_federated` does. A
-    server class may bring its model's initial weights (``deployed_initial_weights``,
-    :mod:`fedgl.deployment.drivers_horizontal`); the default is the configured GCN/SAGE's."""
-    server_cls = load_class(server_path)
-    init = getattr(server_cls, "deployed_initial_weights", initial_weights_for)
-    server = wire_server(runtime, server_cls, init(num_features, num_classes, cfg, seed), cfg, seed,
-                         secure_mode=cfg.secure_sum, secagg_threshold=cfg.secagg_threshold,
-                         secure_models=cfg.secure_models)
-    cont = _continuation(runtime)
-    setup_seconds = time.perf_counter() - t0
-    history: list[dict] = []
-    events: list[dict] = []
-    start = 1
-    if cont.progress is None:
-        server.pretrain()
-    else:
-        start, history, events = _resume_keeping_setup(runtime, _resume, server, cont.progress)
-    ledger = runtime.ledger
-    per_round: list[dict] = []
-    seen = _bytes_now(runtime)
-    seen_events = 0
-    for t, weights, metrics in server.rounds(start):
-        row = {"round": t, **metrics, **network_columns(ledger)}
-        history.append(row)
-        now = _bytes_now(runtime)
-        per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
-        seen = now
-        divergence(t, weights, row["train_loss"], cfg)
-        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
-        if cont.checkpointer is not None:
-            releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
-            cont.checkpointer.round_done(RepeatProgress(0, seed, t, weights, history,
-                                                        ledger.state_dict(), events,
-                                                        {k: list(v) for k, v in releases.items()}))
-    seconds = _seconds(ledger, setup_seconds, t0)
-    rep = finish_repeat(0, seed, _stats(facts), history, ledger.summary(), seconds)
-    if hasattr(server, "result_extra"):
-        rep.extra.update(server.result_extra())
-    rep.extra["failures"] = events
-    rep.extra.update(_privacy(server, cfg, cont))
-    rep.extra["flower"] = {"per_round": per_round}
-    return rep
-
-
-def _privacy(server: Any, cfg: Config, cont: Continuation) -> dict[str, Any]:
-    """FedGCN's ``extra.privacy`` as a local run records it; DP counts every release: those the
-    server received (this attempt, and earlier ones via the checkpoint) and those the clients
-    logged before sending (reported at set-up: earlier attempts' releases after the last
-    checkpoint)."""
-    if cfg.algorithm != "fedgcn":
-        return {}
-    from fedgl.privacy.dp import merge_releases
-    from fedgl.privacy.leakage import privacy_settings
-
-    stats = getattr(server, "privacy_stats", None)
-    if stats is not None and cfg.dp_epsilon is not None:
-        stats["dp_releases"] = merge_releases(stats.get("dp_releases", {}), cont.logged)
-    out = privacy_settings(cfg, server)
-    if "secagg" in out:
-        out["secagg"]["identities"] = ("Ed25519 roster from the organisations' files (fedgl "
-                                       "keys); each party loads its own key")
-    return {"privacy": out}
-
-
-def _bytes_now(runtime: FlowerRuntime) -> dict[str, int]:
-    """Cumulative training-phase bytes: the ledger's fedgl wire bytes and Flower's."""
-    ledger = runtime.ledger
-    fl = runtime.flower_bytes
-    return {"ledger_wire_bytes": sum(ledger.wire_bytes(p) for p in ("train", "eval")),
-            "ledger_value_bytes": ledger.bytes("train") + ledger.bytes("eval"),
-            "flower_bytes": sum(fl[p]["up"] + fl[p]["down"] for p in ("train", "eval"))}
 
 
 def serve(grid: Grid, job: dict[str, Any]) -> RunResult:

@@ -1,0 +1,74 @@
+"""What every deployed server driver shares: the run's continuation (checkpointer, progress to
+resume from, the DP releases the clients logged), the resume that keeps this attempt's set-up
+messages, the phase times and the cumulative bytes per round (fedgl's ledger beside Flower's).
+
+The drivers themselves are :mod:`fedgl.deployment.drivers_horizontal` (FedAvg-style and
+mini-batch FedSGD) and :mod:`fedgl.deployment.drivers_vertical` (GLASU); the ServerApp
+(:mod:`fedgl.deployment.server_app`) sets the continuation up and picks the driver.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from fedgl.checkpoint import Checkpointer, RepeatProgress
+from fedgl.federation.flower.client_app import SETUP_PHASE
+from fedgl.federation.ledger import Ledger
+
+
+@dataclass
+class Continuation:
+    """A deployed run's checkpointing: the checkpointer (``checkpoint_every``), the progress to
+    resume from, and the DP releases the clients logged for the run before this attempt."""
+
+    checkpointer: Checkpointer | None = None
+    progress: RepeatProgress | None = None
+    logged: dict[str, list[str]] = field(default_factory=dict)
+
+
+def continuation(runtime: Any) -> Continuation:
+    """The runtime's continuation (none set: a run that neither checkpoints nor resumes)."""
+    return getattr(runtime, "continuation", None) or Continuation()
+
+
+def phase_seconds(ledger: Any, setup_seconds: float, t0: float) -> dict[str, float]:
+    """The result's phase times (no oracle evaluation in a deployed run)."""
+    return {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
+            "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
+            "total": time.perf_counter() - t0}
+
+
+def resume_keeping_setup(runtime: Any, resume: Any, server: Any,
+                         progress: RepeatProgress) -> Any:
+    """``resume(server, progress)`` (the local runner's resume, which restores the checkpoint's
+    ledger), then this attempt's set-up messages added back to it."""
+    before = runtime.ledger.state_dict()
+    out = resume(server, progress)
+    keep_setup(runtime, before)
+    return out
+
+
+def keep_setup(runtime: Any, before: dict[str, Any]) -> None:
+    """After a resume restored the checkpoint's ledger: add this attempt's set-up messages
+    (recorded in ``before``) to the set-up phase it holds."""
+    restored = runtime.ledger
+    state = restored.state_dict()
+    for key in ("bytes", "messages", "wire"):
+        acc = {(p, d, int(c)): int(v) for p, d, c, v in state[key]}
+        for p, d, c, v in before[key]:
+            if p == SETUP_PHASE:
+                acc[(p, d, int(c))] = acc.get((p, d, int(c)), 0) + int(v)
+        state[key] = [[*k, v] for k, v in acc.items()]
+    runtime.ledger = Ledger.from_state_dict(state)
+    runtime.ledger.network = restored.network
+
+
+def bytes_now(runtime: Any) -> dict[str, int]:
+    """Cumulative training-phase bytes: the ledger's fedgl wire bytes and Flower's."""
+    ledger = runtime.ledger
+    fl = runtime.flower_bytes
+    return {"ledger_wire_bytes": sum(ledger.wire_bytes(p) for p in ("train", "eval")),
+            "ledger_value_bytes": ledger.bytes("train") + ledger.bytes("eval"),
+            "flower_bytes": sum(fl[p]["up"] + fl[p]["down"] for p in ("train", "eval"))}
