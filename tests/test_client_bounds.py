@@ -102,6 +102,48 @@ def test_with_drop_the_liar_is_left_out_and_honest_sums_are_exact(small, cfg):
     assert server.runtime.ledger.per_client("train", "up").get(LIAR, 0) == 0
 
 
+def test_a_resumed_run_still_leaves_the_refused_client_out(small, tmp_path):
+    """The checkpoint keeps the clients the server refused: resuming from it re-runs the
+    pre-training without the liar (it is never asked again) and continues exactly as the
+    uninterrupted run, whose later rounds also go without it."""
+    from fedgl.algorithms.runner import _resume, round_progress
+    from fedgl.checkpoint import Checkpointer, load_checkpoint
+
+    cfg = {"hops": 2, "on_client_failure": "drop", "batch_clients": False}
+
+    class liar(_shifting(1e6)):   # counts its uploads of partial sums
+        uploads = 0
+
+        def block_sums(self):
+            self.uploads += 1
+            return super().block_sums()
+
+    server = _federation(small, liar, **cfg)
+    server.pretrain()
+    rounds = server.rounds()
+    _, weights, _ = next(rounds)
+    config = Config.from_dict({"clients": 4, "progress": False, "feature_bound": 1.0, **cfg})
+    Checkpointer(tmp_path, config.to_dict(), 1).round_done(
+        round_progress(server, 0, 0, 1, weights, [], []))
+    progress = load_checkpoint(tmp_path).progress
+    assert progress.server["refused"].keys() == {str(LIAR)}
+    _, want, _ = next(rounds)   # the uninterrupted run's round 2
+
+    resumed = _federation(small, liar, **cfg)
+    start, _, _ = _resume(resumed, progress)
+    assert start == 2 and list(resumed.refused) == [LIAR]
+    assert resumed.refusal_log == server.refusal_log
+    assert server.runtime.local_client(LIAR).uploads == 1
+    assert resumed.runtime.local_client(LIAR).uploads == 0   # never asked again
+    assert resumed.runtime.local_client(LIAR).received_sums is None
+    for k in (1, 2, 3):
+        assert torch.equal(resumed.runtime.local_client(k).received_sums,
+                           server.runtime.local_client(k).received_sums)
+    _, got, _ = next(resumed.rounds(start))
+    for name, value in want.items():
+        assert torch.equal(got[name], value)
+
+
 @pytest.mark.parametrize("cfg", PLAIN[:2])
 def test_a_shift_within_the_bound_goes_unnoticed(small, cfg):
     """What a bound cannot stop: a small constant passes every check and moves the sums."""

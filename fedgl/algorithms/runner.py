@@ -194,10 +194,8 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
             if diverged is not None:   # recorded (--allow-divergence); never checkpointed
                 break
             if checkpointer is not None:
-                releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
-                checkpointer.round_done(RepeatProgress(repeat, seed, t, weights, history,
-                                                       runtime.ledger.state_dict(), events,
-                                                       {k: list(v) for k, v in releases.items()}))
+                checkpointer.round_done(round_progress(server, repeat, seed, t, weights,
+                                                       history, events))
             if on_round is not None:
                 on_round(repeat, t, server)
         ledger = runtime.ledger
@@ -264,10 +262,29 @@ def divergence(t: int, weights: object, loss: object, cfg: Config) -> dict | Non
     return record
 
 
+def round_progress(server: FedAvgServer, repeat: int, seed: int, round_: int, weights: dict,
+                   history: list[dict], events: list[dict]) -> RepeatProgress:
+    """A FedAvg-style server's checkpoint after ``round_``: the model, history, ledger, events,
+    DP releases so far, and the clients it refused (``on_client_failure: drop``), so that a
+    resumed run leaves them out as the uninterrupted one does."""
+    releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
+    refused = getattr(server, "refused", {})
+    state = {"refused": {str(k): str(v) for k, v in refused.items()},
+             "refusal_log": list(getattr(server, "refusal_log", []))} if refused else {}
+    return RepeatProgress(repeat, seed, round_, weights, history,
+                          server.runtime.ledger.state_dict(), events,
+                          {k: list(v) for k, v in releases.items()}, server=state)
+
+
 def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
-    """Rebuild client state (pre-training re-run, on a scratch ledger so the restored totals
-    equal an uninterrupted run's) and restore the server's model, history and ledger."""
+    """Rebuild client state (pre-training re-run without the clients refused before the
+    checkpoint, on a scratch ledger so the restored totals equal an uninterrupted run's) and
+    restore the server's model, history and ledger."""
     runtime = server.runtime
+    refused = (state.server or {}).get("refused", {})
+    if refused:
+        server.refused = {int(k): str(v) for k, v in refused.items()}
+        server.refusal_log = [str(x) for x in state.server.get("refusal_log", [])]
     network = runtime.ledger.network
     scratch = Ledger()
     runtime.ledger = scratch

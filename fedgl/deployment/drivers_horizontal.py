@@ -38,6 +38,7 @@ from fedgl.algorithms.runner import (
     finish_repeat,
     initial_weights_for,
     network_columns,
+    round_progress,
     wire_server,
 )
 from fedgl.checkpoint import RepeatProgress
@@ -138,10 +139,8 @@ def run_fedavg(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
         events += [{**e, "round": t} for e in runtime.events[seen_events:]]
         seen_events = len(runtime.events)
         if cont.checkpointer is not None:
-            releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
-            cont.checkpointer.round_done(RepeatProgress(0, seed, t, weights, history,
-                                                        ledger.state_dict(), events,
-                                                        {k: list(v) for k, v in releases.items()}))
+            cont.checkpointer.round_done(round_progress(server, 0, seed, t, weights, history,
+                                                        events))
     seconds = phase_seconds(ledger, setup_seconds, t0)
     rep = finish_repeat(0, seed, shard_stats(facts), history, ledger.summary(), seconds)
     if hasattr(server, "result_extra"):
