@@ -14,6 +14,10 @@
   (set-up exchange, then ``rounds`` rounds of sampling, joint inference and local updates with
   evaluation every ``eval_every``), writing the same history and ledger. The GLASU server holds
   no data: it reads no file, and learns the training node ids from a label holder in the run.
+  With ``checkpoint_every`` each party saves its own model in its own ``--state-dir`` and the
+  server's checkpoint keeps only the digests (a resumed run continues exactly); under
+  ``on_client_failure: drop`` a lost party's block is zero from then on
+  (:mod:`fedgl.algorithms.glasu.server`).
 """
 
 from __future__ import annotations
@@ -170,6 +174,6 @@ def _aside(runtime: FlowerRuntime, step: Callable[[], Any]) -> Any:
         for phase, dirs in list(runtime.flower_bytes.items()):
             for d in ("up", "down"):
                 moved = dirs[d] - before.get(phase, {}).get(d, 0)
-                if moved and phase != "setup":
+                if moved and phase not in ("setup", "checkpoint"):
                     dirs[d] -= moved
                     runtime.flower_bytes["checkpoint"][d] += moved
