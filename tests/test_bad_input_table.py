@@ -263,6 +263,7 @@ def test_datasets_check_names_the_corrupt_files(sandbox, capsys):
     assert "different datasets" in out
     code, out, _ = _cli(capsys, ["datasets", "--check", "--data-root", str(DATA)])
     assert code == 0 and "cora      ok" in out
+    assert "synthetic:products generated on first use (no files to check)" in out
 
 
 def test_cli_out_locked_by_another_run(sandbox, capsys):
