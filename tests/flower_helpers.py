@@ -120,3 +120,45 @@ def run_server_killing_a_client(fed: Any, server_cmd: list[str], client: int,
             server.wait()
     return server.returncode, err
 
+
+def server_cmd(root: Path, fed: Any, out: Path, keys: dict[str, Any],
+               message_timeout: int = 300) -> list[str]:
+    """``fedgl server`` against the loopback federation ``fed`` with ``keys`` as flags."""
+    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
+             for k, v in keys.items() if v is not False]
+    flags += [f"--no-{k.replace('_', '-')}" for k, v in keys.items() if v is False]
+    return [sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
+            str(root / "keys" / "roster.json"), *fed.tls_flags, "--out", str(out),
+            "--join-timeout", "120", "--message-timeout", str(message_timeout), *flags]
+
+
+def serverapp_pids(address: str) -> list[int]:
+    """The Flower ServerApp processes serving the SuperLink at ``address`` (this test's own)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(c.endswith(b"flwr-serverapp") for c in cmd) and address.encode() in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+def kill_server_at_first_checkpoint(fed: Any, cmd: list[str], out: Path) -> None:
+    """Start ``fedgl server`` (``cmd``, which checkpoints into ``out``) and kill it and its
+    ServerApp once the first checkpoint is written; the parties and the SuperLink stay up."""
+    import os
+    import signal
+
+    first = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             start_new_session=True)
+    try:
+        wait_for(lambda: (out / "checkpoint.pt").is_file(), first)
+        for pid in serverapp_pids(fed.address):
+            os.kill(pid, signal.SIGKILL)
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait()

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import math
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +21,11 @@ from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
     RUN,
     deployed_run,
+    kill_server_at_first_checkpoint,
     needs_flwr,
     run_server_killing_a_client,
+    server_cmd,
     tiny_shard,
-    wait_for,
     write_deployment_files,
 )
 
@@ -313,32 +313,6 @@ def swift_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Pa
                                   shard_args=("--partition", "metis", "--normalize-features"))
 
 
-def server_cmd(root: Path, fed: Any, out: Path, keys: dict[str, Any],
-               message_timeout: int = 300) -> list[str]:
-    """``fedgl server`` against the loopback federation ``fed`` with ``keys`` as flags."""
-    flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}")
-             for k, v in keys.items() if v is not False]
-    flags += [f"--no-{k.replace('_', '-')}" for k, v in keys.items() if v is False]
-    return [sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
-            str(root / "keys" / "roster.json"), *fed.tls_flags, "--out", str(out),
-            "--join-timeout", "120", "--message-timeout", str(message_timeout), *flags]
-
-
-def serverapp_pids(address: str) -> list[int]:
-    """The Flower ServerApp processes serving the SuperLink at ``address`` (this test's own)."""
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if any(c.endswith(b"flwr-serverapp") for c in cmd) and address.encode() in cmd:
-            pids.append(int(proc.name))
-    return pids
-
-
 def same_as_local(rep: dict, keys: dict[str, Any], setups: int = 1, slack: int = 0,
                   loss_tol: float = 0.0) -> None:
     """History and ledger (pre-training, training, evaluation) equal the local run's (losses
@@ -377,9 +351,6 @@ def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run
     """The ServerApp process is killed after its first checkpoint; the parties and the SuperLink
     stay up; ``fedgl server --resume`` continues on a new Flower run: the history and ledger
     are the uninterrupted local run's, the checkpoint was written as a local run writes it."""
-    import os
-    import signal
-
     from fedgl.checkpoint import load_checkpoint
     from fedgl.deployment.loopback import Loopback
 
@@ -387,16 +358,8 @@ def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run
     name = keys["algorithm"]
     out = root / f"out-resume-{name}"
     with Loopback(root / f"fed-resume-{name}", root / "shards", root / "keys", 3) as fed:
-        first = subprocess.Popen(server_cmd(root, fed, out, {**keys, "checkpoint_every": 1}),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)
-        try:
-            wait_for(lambda: (out / "checkpoint.pt").is_file(), first)
-            for pid in serverapp_pids(fed.address):
-                os.kill(pid, signal.SIGKILL)
-        finally:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
+        kill_server_at_first_checkpoint(
+            fed, server_cmd(root, fed, out, {**keys, "checkpoint_every": 1}), out)
         ckpt = load_checkpoint(out)
         assert 1 <= ckpt.progress.round < keys["rounds"] and not (out / "result.json").exists()
         assert ckpt.config["checkpoint_every"] == 1 and ckpt.config["rounds"] == keys["rounds"]

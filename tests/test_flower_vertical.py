@@ -266,29 +266,18 @@ def test_deployed_glasu_resumed_after_the_server_died_equals_the_uninterrupted_r
     --state-dir) and the SuperLink stay up; ``fedgl server --resume`` continues: every party
     restores the model it saved itself, and history and ledger are the uninterrupted local
     run's. The server's checkpoint holds only its batch stream and the parties' digests."""
-    import os
-    import signal
     import subprocess
 
     from fedgl.checkpoint import load_checkpoint
     from fedgl.deployment.loopback import Loopback
-    from tests.flower_helpers import wait_for
-    from tests.test_flower_operations import server_cmd, serverapp_pids
+    from tests.flower_helpers import kill_server_at_first_checkpoint, server_cmd
 
     root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu"))
     out = root / "out-resume"
     with Loopback(root / "fed-resume", root / "shards", root / "keys", 3,
                   ["--state-dir", str(root / "state-{k}")]) as fed:
-        first = subprocess.Popen(server_cmd(root, fed, out, {**GLASU_RUN, "checkpoint_every": 1}),
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                 start_new_session=True)
-        try:
-            wait_for(lambda: (out / "checkpoint.pt").is_file(), first)
-            for pid in serverapp_pids(fed.address):
-                os.kill(pid, signal.SIGKILL)
-        finally:
-            os.killpg(first.pid, signal.SIGKILL)
-            first.wait()
+        kill_server_at_first_checkpoint(
+            fed, server_cmd(root, fed, out, {**GLASU_RUN, "checkpoint_every": 1}), out)
         ckpt = load_checkpoint(out)
         assert 1 <= ckpt.progress.round < GLASU_RUN["rounds"]
         assert set(ckpt.progress.weights) == {"server_generator", "clients"}
@@ -318,8 +307,7 @@ def test_deployed_glasu_party_killed_mid_run_is_dropped_and_the_survivors_finish
     is dropped: its block is zero from then on (tested exactly in tests/test_glasu_party_drop.py),
     the two survivors finish every round, and it gets no message after the failure."""
     from fedgl.deployment.loopback import Loopback
-    from tests.flower_helpers import run_server_killing_a_client
-    from tests.test_flower_operations import server_cmd
+    from tests.flower_helpers import run_server_killing_a_client, server_cmd
 
     root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu"))
     out = root / "out-drop"
