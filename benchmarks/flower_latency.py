@@ -11,9 +11,13 @@ either with Flower's ``Grid.send_and_receive`` (``flower``) or with fedgl's
 :func:`~fedgl.federation.flower.runtime.exchange` (``fedgl``), alternating. For each reply, the
 time until its ClientApp created it (Flower's ``created_at``) splits the exchange into the way
 out (SuperNode's poll, the ClientApp process start, the relay) and the way back (the SuperNode
-pushing the reply, the server's wait before it checks). Beside it: the start of a bare
-``flwr-clientapp`` process with the relay imported, and one relay round trip to a party over its
-Unix socket, both measured here.
+pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
+``FLWR_LOG_LEVEL=DEBUG`` (its log lines then carry times), from which every message's steps on
+the client machine are read: the SuperNode receiving it, the fresh ``flwr-clientapp`` process
+starting (the SuperExec's poll, Python and Flower's imports), the ClientApp's run (the relay and
+the party included), the SuperNode noticing and pushing the reply, and its idle time until it
+receives the next message. Beside it: the start of a bare ``flwr-clientapp`` process with the
+relay imported, and one relay round trip to a party over its Unix socket, both measured here.
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
+import re
 import statistics
 import subprocess
 import sys
@@ -108,6 +114,54 @@ def _stats(values: list[float]) -> dict[str, float]:
             "max": round(max(values), 3)}
 
 
+#: the SuperNode's log lines (with FLWR_LOG_LEVEL=DEBUG) that mark a message's steps
+STEPS = {"receiving": "Receiving: ", "received": "Received successfully",
+         "clientapp_started": "Start `flwr-clientapp` process", "finished": "Finished task",
+         "sending": "Sending: ", "sent": "Sent successfully"}
+STAMP = re.compile(r"^[A-Z]+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}):")
+
+
+def message_steps(log: Path) -> list[dict[str, float]]:
+    """Each message's step times (epoch seconds) from one SuperNode's log, in order."""
+    from datetime import datetime
+
+    out: list[dict[str, float]] = []
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace")).splitlines():
+        m = STAMP.match(line)
+        if not m:
+            continue
+        when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone().timestamp()
+        for step, marker in STEPS.items():
+            if marker in line:
+                if step == "receiving":
+                    out.append({})
+                if out and step not in out[-1]:
+                    out[-1][step] = when
+    return [r for r in out if len(r) == len(STEPS)]
+
+
+def client_breakdown(logs: list[Path], ways: list[str]) -> dict[str, dict]:
+    """Per way: seconds of each client-side step, over every client and exchange (the idle time
+    after a message goes with that message's exchange: the server's wait in it decides when the
+    next message is there)."""
+    parts: dict[str, dict[str, list[float]]] = {}
+    for log in logs:
+        steps = message_steps(log)
+        for i, r in enumerate(steps):
+            way = ways[i % len(ways)]
+            mine = parts.setdefault(way, {})
+            for name, (a, b) in {"supernode_receive": ("receiving", "received"),
+                                 "clientapp_process_start": ("received", "clientapp_started"),
+                                 "clientapp_run_with_relay": ("clientapp_started", "finished"),
+                                 "supernode_notices_reply": ("finished", "sending"),
+                                 "supernode_push_reply": ("sending", "sent")}.items():
+                mine.setdefault(name, []).append(r[b] - r[a])
+            if i + 1 < len(steps):
+                mine.setdefault("supernode_idle_until_next", []).append(
+                    steps[i + 1]["receiving"] - r["sent"])
+    return {way: {k: _stats(v) for k, v in p.items()} for way, p in parts.items()}
+
+
 def clientapp_start(repeats: int) -> list[float]:
     """Seconds for a fresh ``flwr-clientapp`` process with the relay imported (what every
     message costs before the relay runs): its imports, then exit."""
@@ -158,6 +212,8 @@ def main() -> None:
     ap.add_argument("--exchanges", type=int, default=8)
     ap.add_argument("--ways", default="flower,fedgl",
                     help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
+    ap.add_argument("--logs", default=None, metavar="DIR",
+                    help="copy the SuperLink's and clients' logs here")
     args = ap.parse_args()
     ways = [w for w in args.ways.split(",") if w]
     if not ways or set(ways) - {"flower", "fedgl"}:
@@ -176,6 +232,7 @@ def main() -> None:
         job = root / "job.json"
         job.write_text(json.dumps({"clients": args.clients, "exchanges": args.exchanges,
                                    "ways": ways, "out": str(root / "rows.json")}))
+        os.environ["FLWR_LOG_LEVEL"] = "DEBUG"   # Flower's log lines with times
         with Loopback(root / "fed", root / "shards", root / "keys", args.clients) as fed:
             home = root / "control-home"
             home.mkdir()
@@ -192,6 +249,13 @@ def main() -> None:
             raise SystemExit(f"the probe did not finish: {done.stdout[-1500:]}"
                              f"{done.stderr[-500:]}")
         rows = json.loads((root / "rows.json").read_text())
+        client_side = client_breakdown(sorted((root / "fed").glob("client-*.log")), ways)
+        if args.logs:
+            import shutil
+
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            for log in (root / "fed").glob("*.log"):
+                shutil.copy(log, args.logs)
         relay = relay_round_trip(root / "shards", root / "keys", 20)
     start = clientapp_start(3)
 
@@ -204,7 +268,8 @@ def main() -> None:
             "replies_missing": sum(args.clients - r["replies"] for r in mine),
             "out_seconds": _stats([x for r in mine for x in r["out"]]),
             "back_seconds": _stats([x for r in mine for x in r["back"]]),
-            "exchanges": [round(r["seconds"], 2) for r in mine]}
+            "exchanges": [round(r["seconds"], 2) for r in mine],
+            "client_side_seconds": client_side.get(way, {})}
     out["clientapp_process_start_seconds"] = _stats(start)
     out["relay_round_trip_seconds"] = _stats(relay)
     print(json.dumps(out, indent=2))
