@@ -81,6 +81,12 @@ def main(grid: Grid, context: Context) -> None:
             rows.append({"way": way, "exchange": i, "seconds": t1 - t0, "replies": len(replies),
                          "out": [r.metadata.created_at - t0 for r in replies],
                          "back": [t1 - r.metadata.created_at for r in replies]})
+    # what one check for replies costs the ServerApp (exchange makes up to 5 a second)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(50):
+        grid.pull_messages([])
+    rows.append({"way": "pull", "seconds": (time.perf_counter() - wall) / 50,
+                 "cpu": (time.process_time() - cpu) / 50})
     Path(job["out"]).write_text(json.dumps(rows))
 '''
 
@@ -270,6 +276,10 @@ def main() -> None:
             "back_seconds": _stats([x for r in mine for x in r["back"]]),
             "exchanges": [round(r["seconds"], 2) for r in mine],
             "client_side_seconds": client_side.get(way, {})}
+    pull = [r for r in rows if r["way"] == "pull"]
+    if pull:
+        out["one_pull_messages_call"] = {"wall_seconds": round(pull[0]["seconds"], 4),
+                                         "serverapp_cpu_seconds": round(pull[0]["cpu"], 4)}
     out["clientapp_process_start_seconds"] = _stats(start)
     out["relay_round_trip_seconds"] = _stats(relay)
     print(json.dumps(out, indent=2))
