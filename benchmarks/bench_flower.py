@@ -1,6 +1,7 @@
 """The Flower deployment against the local runtime: wall time of a FedGCN run on Cora, and the
 bytes per round the deployment carried (Flower's serialised messages) beside the ledger's
-(fedgl's encoded messages and their payload values). Prints one JSON object.
+(fedgl's encoded messages and their payload values), with the deployed/local ratio of the wall
+times, the peak RSS of every process and the machine's load average. Prints one JSON object.
 
     FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --clients 3 --rounds 5
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -48,6 +50,7 @@ def main() -> None:
             "rounds": args.rounds, "secure_sum": args.secure_sum, "progress": False,
             "oracle_eval": False, "batch_clients": False}
 
+    load_start = os.getloadavg()
     t0 = time.perf_counter()
     local = run(**keys).repeats[0]
     local_wall = time.perf_counter() - t0
@@ -78,19 +81,25 @@ def main() -> None:
         rep = json.loads((root / "out" / "result.json").read_text())["repeats"][0]
 
     flower = rep["extra"]["flower"]
+    run_total = rep["seconds"]["total"]
+    columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
     out = {
         "setting": keys,
-        "same_history": [h["test_acc"] for h in rep["history"]] ==
-                        [h["test_acc"] for h in local.history],
-        "same_ledger_bytes": rep["ledger"]["bytes"] == local.ledger["bytes"],
-        "same_wire_bytes": rep["ledger"]["wire_bytes"] == local.ledger["wire_bytes"],
+        "same_history": [{c: h.get(c) for c in columns} for h in rep["history"]] ==
+                        [{c: h.get(c) for c in columns} for h in local.history],
+        # the local run's phases (a deployment adds its set-up messages, phase "setup")
+        **{f"same_ledger_{key}": {p: rep["ledger"][key][p] for p in local.ledger[key]} ==
+           local.ledger[key] for key in ("bytes", "wire_bytes", "messages")},
         "final_test_acc": {"local": local.final["test_acc"], "flower": rep["final"]["test_acc"]},
         "wall_seconds": {"local_run": round(local_wall, 2),
                          "flower_server_command": round(deployed_wall, 2),
-                         "flower_run_total": round(rep["seconds"]["total"], 2),
+                         "flower_run_total": round(run_total, 2),
                          "flower_pretrain": round(rep["seconds"]["pretrain"], 2),
                          "flower_train": round(rep["seconds"]["train"], 2),
                          "flower_eval": round(rep["seconds"]["eval"], 2)},
+        # deployed / local: inside the ServerApp, and the whole `fedgl server` command
+        "ratio_to_local": {"flower_run_total": round(run_total / local_wall, 1),
+                           "flower_server_command": round(deployed_wall / local_wall, 1)},
         "pretrain_bytes": {"ledger_values": sum(rep["ledger"]["bytes"]["pretrain"].values()),
                            "ledger_wire": sum(rep["ledger"]["wire_bytes"]["pretrain"].values()),
                            "flower": sum(flower["bytes"]["pretrain"].values())},
@@ -100,6 +109,8 @@ def main() -> None:
                         "flower_serverapp": round(rep["peak_rss_mb"], 1),
                         "flower_clients": {k: (round(v, 1) if v else None)
                                            for k, v in client_rss.items()}},
+        "load_average": {"start": [round(x, 2) for x in load_start],
+                         "end": [round(x, 2) for x in os.getloadavg()]},
     }
     print(json.dumps(out, indent=2))
 

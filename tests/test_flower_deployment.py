@@ -134,6 +134,56 @@ def test_client_and_server_bad_input_is_one_line(tmp_path: Path, capsys) -> None
     assert not (tmp_path / "o").exists()
 
 
+# ---------------------------------------------------------------------- waiting for replies
+class ReplyingGrid:
+    """A Flower grid whose clients reply at given pulls: ``{message id: pull number}``."""
+
+    def __init__(self, reply_at: dict[str, int], pushed: list[str | None]) -> None:
+        self.reply_at, self.pushed = reply_at, pushed
+        self.pulls: list[set[str]] = []
+
+    def push_messages(self, messages: list) -> list[str | None]:
+        assert len(messages) == len(self.pushed)
+        return list(self.pushed)
+
+    def pull_messages(self, message_ids: set[str]) -> list:
+        from types import SimpleNamespace
+
+        self.pulls.append(set(message_ids))
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id=i))
+                for i in sorted(message_ids) if self.reply_at.get(i) == len(self.pulls)]
+
+
+#: importing the runtime imports Flower, whose CLI library warns about its own dependency
+FLWR_IMPORT = pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
+
+
+@needs_flwr
+@FLWR_IMPORT
+def test_exchange_collects_every_reply_and_stops_pulling_then() -> None:
+    from fedgl.federation.flower.runtime import exchange
+
+    grid = ReplyingGrid({"a": 1, "b": 4, "c": 6}, ["a", "b", "c"])
+    replies = exchange(grid, [object()] * 3, timeout=None)
+    assert sorted(r.metadata.reply_to_message_id for r in replies) == ["a", "b", "c"]
+    # each pull asks only for the replies still missing; none after the last one came
+    assert grid.pulls == [{"a", "b", "c"}] + [{"b", "c"}] * 3 + [{"c"}] * 2
+
+
+@needs_flwr
+@FLWR_IMPORT
+def test_exchange_returns_what_came_when_the_timeout_passes() -> None:
+    """A silent client: the exchange ends at the timeout with the others' replies; a message
+    Flower could not push (no id) is not waited for."""
+    from fedgl.federation.flower.runtime import exchange
+
+    grid = ReplyingGrid({"a": 2}, ["a", "b", None])
+    replies = exchange(grid, [object()] * 3, timeout=1.0)
+    assert [r.metadata.reply_to_message_id for r in replies] == ["a"]
+    assert grid.pulls[0] == {"a", "b"} and all(p == {"b"} for p in grid.pulls[2:])
+    assert len(grid.pulls) > 2
+
+
 # ---------------------------------------------------------------------- loopback federation
 @pytest.fixture(scope="module")
 def deployment_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:

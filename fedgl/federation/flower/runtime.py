@@ -8,6 +8,10 @@ and decodes it. The ledger counts payload values and fedgl wire bytes exactly as
 runtime does; :attr:`FlowerRuntime.flower_bytes` adds what Flower itself carried (the serialised
 Flower objects of every message, i.e. fedgl's bytes plus Flower's framing), by phase and
 direction, so the two can be compared.
+
+Every exchange goes through :func:`exchange`: Flower's ``Grid.push_messages`` and
+``Grid.pull_messages`` (its public API), checking for replies every :data:`PULL_INTERVAL`
+seconds at most, where ``Grid.send_and_receive`` waits 3 s between checks.
 """
 
 from __future__ import annotations
@@ -37,6 +41,35 @@ def flower_nbytes(message: Message) -> int | None:
         return sum(len(obj.deflate()) for obj in get_all_nested_objects(message).values())
     except Exception:  # noqa: BLE001 - a measurement only; never fails a run
         return None
+
+
+#: the longest wait, in seconds, between two checks for replies; the first checks come sooner
+#: (:data:`FIRST_PULL_INTERVAL`, growing by half each time) so that a quick reply is seen quickly
+PULL_INTERVAL = 0.2
+FIRST_PULL_INTERVAL = 0.02
+
+
+def exchange(grid: Any, messages: list[Message], timeout: float | None) -> list[Message]:
+    """Push ``messages`` and pull their replies until every reply has come or ``timeout``
+    seconds have passed (None: no limit): ``grid.send_and_receive``'s contract, with checks
+    for replies every :data:`PULL_INTERVAL` s at most instead of every 3 s. A message Flower
+    could not push gets no reply (its client is reported silent)."""
+    waiting = {i for i in grid.push_messages(messages) if i}
+    end = None if timeout is None else time.monotonic() + timeout
+    replies: list[Message] = []
+    pause = FIRST_PULL_INTERVAL
+    while waiting:
+        got = list(grid.pull_messages(waiting))
+        replies.extend(got)
+        waiting.difference_update(m.metadata.reply_to_message_id for m in got)
+        if not waiting:
+            break
+        left = None if end is None else end - time.monotonic()
+        if left is not None and left <= 0:
+            break
+        time.sleep(pause if left is None else min(pause, left))
+        pause = min(pause * 1.5, PULL_INTERVAL)
+    return replies
 
 
 def refusal(reply: Message, client: int) -> str | None:
@@ -98,7 +131,7 @@ class FlowerRuntime:
             messages.append(msg)
             owner[self.nodes[k]] = k
         replies = {}
-        for reply in self.grid.send_and_receive(messages, timeout=self.timeout):
+        for reply in exchange(self.grid, messages, self.timeout):
             k = owner.get(reply.metadata.src_node_id)
             if k is not None:
                 replies[k] = reply

@@ -1,0 +1,289 @@
+"""Where one Flower message exchange of the deployment spends its time. Prints one JSON object.
+
+    FEDGL_DATA=../shared/data python benchmarks/flower_latency.py --clients 3 --exchanges 8
+
+A loopback deployment (:class:`fedgl.deployment.loopback.Loopback`: one SuperLink, one
+``fedgl client`` per client) runs a probe ServerApp that sends every client a ``party.hello``
+(the cheapest message: the party signs a challenge, or refuses a second hello of the run in one
+line; either way the message goes SuperLink -> SuperNode -> a fresh ClientApp process -> the
+relay -> the party and back). Each exchange is timed on the server, waiting for the replies
+either with Flower's ``Grid.send_and_receive`` (``flower``) or with fedgl's
+:func:`~fedgl.federation.flower.runtime.exchange` (``fedgl``), alternating. For each reply, the
+time until its ClientApp created it (Flower's ``created_at``) splits the exchange into the way
+out (SuperNode's poll, the ClientApp process start, the relay) and the way back (the SuperNode
+pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
+``FLWR_LOG_LEVEL=DEBUG`` (its log lines then carry times), from which every message's steps on
+the client machine are read: the SuperNode receiving it, the fresh ``flwr-clientapp`` process
+starting (the SuperExec's poll, Python and Flower's imports), the ClientApp's run (the relay and
+the party included), the SuperNode noticing and pushing the reply, and its idle time until it
+receives the next message. Beside it: the start of a bare ``flwr-clientapp`` process with the
+relay imported, and one relay round trip to a party over its Unix socket, both measured here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+PROBE = '''"""fedgl's latency probe ServerApp (written by benchmarks/flower_latency.py)."""
+import json
+import os
+import time
+from pathlib import Path
+
+from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from fedgl.federation.codec import encode
+from fedgl.federation.flower.client_app import body_record, flower_type
+from fedgl.federation.flower.local_link import HELLO, SETUP_PHASE
+
+app = ServerApp()
+
+
+def _hello(node: int) -> Message:
+    body = encode(HELLO, {"challenge": os.urandom(32)}).to_bytes()
+    return Message(RecordDict({"fedgl-meta": ConfigRecord({"phase": SETUP_PHASE}),
+                               "fedgl": body_record(body)}),
+                   dst_node_id=node, message_type=flower_type(HELLO, SETUP_PHASE))
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    job = json.loads(Path(context.run_config["probe-job"]).read_text())
+    deadline = time.monotonic() + 120
+    while len(nodes := sorted(int(n) for n in grid.get_node_ids())) < job["clients"]:
+        if time.monotonic() > deadline:
+            raise RuntimeError("the SuperNodes did not join")
+        time.sleep(0.2)
+    rows = []
+    for i in range(job["exchanges"]):
+        for way in job["ways"]:
+            messages = [_hello(n) for n in nodes]
+            t0 = time.time()
+            if way == "flower":
+                replies = list(grid.send_and_receive(messages, timeout=120))
+            else:
+                from fedgl.federation.flower.runtime import exchange
+
+                replies = exchange(grid, messages, 120)
+            t1 = time.time()
+            rows.append({"way": way, "exchange": i, "seconds": t1 - t0, "replies": len(replies),
+                         "out": [r.metadata.created_at - t0 for r in replies],
+                         "back": [t1 - r.metadata.created_at for r in replies]})
+    # what one check for replies costs the ServerApp (exchange makes up to 5 a second)
+    wall, cpu = time.perf_counter(), time.process_time()
+    for _ in range(50):
+        grid.pull_messages([])
+    rows.append({"way": "pull", "seconds": (time.perf_counter() - wall) / 50,
+                 "cpu": (time.process_time() - cpu) / 50})
+    Path(job["out"]).write_text(json.dumps(rows))
+'''
+
+APP_TOML = """[build-system]
+requires = ["setuptools>=68"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "fedgl-latency-probe"
+version = "1.0.0"
+description = "fedgl's latency probe"
+license = "MIT"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "fedgl"
+
+[tool.flwr.app.components]
+serverapp = "latency_probe:app"
+clientapp = "fedgl.federation.flower.client_app:app"
+
+[tool.flwr.app.config]
+probe-job = ""
+"""
+
+
+def _stats(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    return {"mean": round(statistics.fmean(values), 3), "min": round(min(values), 3),
+            "max": round(max(values), 3)}
+
+
+#: the SuperNode's log lines (with FLWR_LOG_LEVEL=DEBUG) that mark a message's steps
+STEPS = {"receiving": "Receiving: ", "received": "Received successfully",
+         "clientapp_started": "Start `flwr-clientapp` process", "finished": "Finished task",
+         "sending": "Sending: ", "sent": "Sent successfully"}
+STAMP = re.compile(r"^[A-Z]+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}):")
+
+
+def message_steps(log: Path) -> list[dict[str, float]]:
+    """Each message's step times (epoch seconds) from one SuperNode's log, in order."""
+    from datetime import datetime
+
+    out: list[dict[str, float]] = []
+    for line in re.sub(r"\x1b\[[0-9;]*m", "", log.read_text(errors="replace")).splitlines():
+        m = STAMP.match(line)
+        if not m:
+            continue
+        when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone().timestamp()
+        for step, marker in STEPS.items():
+            if marker in line:
+                if step == "receiving":
+                    out.append({})
+                if out and step not in out[-1]:
+                    out[-1][step] = when
+    return [r for r in out if len(r) == len(STEPS)]
+
+
+def client_breakdown(logs: list[Path], ways: list[str]) -> dict[str, dict]:
+    """Per way: seconds of each client-side step, over every client and exchange (the idle time
+    after a message goes with that message's exchange: the server's wait in it decides when the
+    next message is there)."""
+    parts: dict[str, dict[str, list[float]]] = {}
+    for log in logs:
+        steps = message_steps(log)
+        for i, r in enumerate(steps):
+            way = ways[i % len(ways)]
+            mine = parts.setdefault(way, {})
+            for name, (a, b) in {"supernode_receive": ("receiving", "received"),
+                                 "clientapp_process_start": ("received", "clientapp_started"),
+                                 "clientapp_run_with_relay": ("clientapp_started", "finished"),
+                                 "supernode_notices_reply": ("finished", "sending"),
+                                 "supernode_push_reply": ("sending", "sent")}.items():
+                mine.setdefault(name, []).append(r[b] - r[a])
+            if i + 1 < len(steps):
+                mine.setdefault("supernode_idle_until_next", []).append(
+                    steps[i + 1]["receiving"] - r["sent"])
+    return {way: {k: _stats(v) for k, v in p.items()} for way, p in parts.items()}
+
+
+def clientapp_start(repeats: int) -> list[float]:
+    """Seconds for a fresh ``flwr-clientapp`` process with the relay imported (what every
+    message costs before the relay runs): its imports, then exit."""
+    from fedgl.deployment.commands import _flower_bin
+
+    code = ("import flwr.supernode.cli.flwr_clientapp, flwr.supernode.runtime.run_clientapp, "
+            "fedgl.federation.flower.client_app")
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        subprocess.run([sys.executable, "-c", code], check=True)
+        times.append(time.perf_counter() - t0)
+    _flower_bin("flwr-clientapp")   # the entry point the SuperExec starts exists
+    return times
+
+
+def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
+    """Seconds for one relay request (``types``) to a party over its Unix socket."""
+    from fedgl.deployment.party import Party
+    from fedgl.federation.flower.local_link import ask
+
+    party = Party(shards / "client-0.json", keys / "client-0.key", keys / "roster.json")
+    with tempfile.TemporaryDirectory(prefix="fedgl-relay-") as tmp:
+        path = Path(tmp) / "party.sock"
+        stop = threading.Event()
+        server = threading.Thread(target=party.serve, args=(path, stop), daemon=True)
+        server.start()
+        while not path.exists():
+            time.sleep(0.01)
+        times = []
+        for _ in range(repeats):
+            t0 = time.perf_counter()
+            ask(str(path), {"op": "types"})
+            times.append(time.perf_counter() - t0)
+        stop.set()
+        server.join(timeout=5)
+    return times
+
+
+def main() -> None:
+    from fedgl.cli import main as fedgl_main
+    from fedgl.deployment.commands import _flower_bin, _flower_env
+    from fedgl.deployment.loopback import Loopback
+    from fedgl.privacy.identity import write_keys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--exchanges", type=int, default=8)
+    ap.add_argument("--ways", default="flower,fedgl",
+                    help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
+    ap.add_argument("--logs", default=None, metavar="DIR",
+                    help="copy the SuperLink's and clients' logs here")
+    args = ap.parse_args()
+    ways = [w for w in args.ways.split(",") if w]
+    if not ways or set(ways) - {"flower", "fedgl"}:
+        raise SystemExit("--ways takes flower, fedgl or both, e.g. --ways flower,fedgl")
+
+    with tempfile.TemporaryDirectory(prefix="fedgl-latency-") as tmp:
+        root = Path(tmp)
+        write_keys(root / "keys", args.clients)
+        with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
+            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
+                               "--out", str(root / "shards")]) == 0
+        app = root / "app"
+        app.mkdir()
+        (app / "pyproject.toml").write_text(APP_TOML)
+        (app / "latency_probe.py").write_text(PROBE)
+        job = root / "job.json"
+        job.write_text(json.dumps({"clients": args.clients, "exchanges": args.exchanges,
+                                   "ways": ways, "out": str(root / "rows.json")}))
+        os.environ["FLWR_LOG_LEVEL"] = "DEBUG"   # Flower's log lines with times
+        with Loopback(root / "fed", root / "shards", root / "keys", args.clients) as fed:
+            home = root / "control-home"
+            home.mkdir()
+            (home / "config.toml").write_text(f'[superlink]\ndefault = "fedgl"\n\n'
+                                              f'[superlink.fedgl]\naddress = "{fed.address}"\n'
+                                              "insecure = true\n")
+            t0 = time.perf_counter()
+            done = subprocess.run([_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
+                                   "--run-config", f'probe-job="{job}"'],
+                                  env=_flower_env(home), capture_output=True, text=True,
+                                  check=False)
+            run_seconds = time.perf_counter() - t0
+        if not (root / "rows.json").is_file():
+            raise SystemExit(f"the probe did not finish: {done.stdout[-1500:]}"
+                             f"{done.stderr[-500:]}")
+        rows = json.loads((root / "rows.json").read_text())
+        client_side = client_breakdown(sorted((root / "fed").glob("client-*.log")), ways)
+        if args.logs:
+            import shutil
+
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            for log in (root / "fed").glob("*.log"):
+                shutil.copy(log, args.logs)
+        relay = relay_round_trip(root / "shards", root / "keys", 20)
+    start = clientapp_start(3)
+
+    out: dict = {"clients": args.clients, "exchanges_per_way": args.exchanges,
+                 "flwr_run_command_seconds": round(run_seconds, 2), "per_way": {}}
+    for way in ways:
+        mine = [r for r in rows if r["way"] == way]
+        out["per_way"][way] = {
+            "exchange_seconds": _stats([r["seconds"] for r in mine]),
+            "replies_missing": sum(args.clients - r["replies"] for r in mine),
+            "out_seconds": _stats([x for r in mine for x in r["out"]]),
+            "back_seconds": _stats([x for r in mine for x in r["back"]]),
+            "exchanges": [round(r["seconds"], 2) for r in mine],
+            "client_side_seconds": client_side.get(way, {})}
+    pull = [r for r in rows if r["way"] == "pull"]
+    if pull:
+        out["one_pull_messages_call"] = {"wall_seconds": round(pull[0]["seconds"], 4),
+                                         "serverapp_cpu_seconds": round(pull[0]["cpu"], 4)}
+    out["clientapp_process_start_seconds"] = _stats(start)
+    out["relay_round_trip_seconds"] = _stats(relay)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
