@@ -45,6 +45,9 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--hops", type=int, default=2)
     ap.add_argument("--secure-sum", default="none")
+    ap.add_argument("--logs", default=None, metavar="DIR",
+                    help="copy the SuperLink's and clients' logs here (with FLWR_LOG_LEVEL=DEBUG "
+                         "set, Flower's lines carry times)")
     args = ap.parse_args()
     keys = {"algorithm": "fedgcn", "dataset": "cora", "clients": args.clients, "hops": args.hops,
             "rounds": args.rounds, "secure_sum": args.secure_sum, "progress": False,
@@ -76,6 +79,12 @@ def main() -> None:
             deployed_wall = time.perf_counter() - t0
             client_rss = {name: vm_hwm_mb(p.pid) for name, p in fed.procs.items()
                           if name.startswith("client-")}
+        if args.logs:
+            import shutil
+
+            Path(args.logs).mkdir(parents=True, exist_ok=True)
+            for log in (root / "fed").glob("*.log"):
+                shutil.copy(log, args.logs)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-2000:])
         rep = json.loads((root / "out" / "result.json").read_text())["repeats"][0]
