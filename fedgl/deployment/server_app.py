@@ -47,7 +47,7 @@ from fedgl.federation.flower.client_app import (
     flower_type,
     record_body,
 )
-from fedgl.federation.flower.runtime import FlowerRuntime, flower_nbytes, refusal
+from fedgl.federation.flower.runtime import FlowerRuntime, exchange, flower_nbytes, refusal
 from fedgl.federation.messages import payload_nbytes
 from fedgl.federation.protocol import Bytes, Int, ProtocolViolation, Str, check_fields
 from fedgl.output import OutputFolder
@@ -95,7 +95,7 @@ def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
     facts: dict[int, dict[str, Any]] = {}
     refused: list[str] = []
     traffic: list[tuple] = []
-    for reply in grid.send_and_receive(messages, timeout=timeout):
+    for reply in exchange(grid, messages, timeout):
         n = int(reply.metadata.src_node_id)
         why = refusal(reply, -1)
         if why is not None or n not in challenges:
