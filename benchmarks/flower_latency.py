@@ -90,28 +90,6 @@ def main(grid: Grid, context: Context) -> None:
     Path(job["out"]).write_text(json.dumps(rows))
 '''
 
-APP_TOML = """[build-system]
-requires = ["setuptools>=68"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "fedgl-latency-probe"
-version = "1.0.0"
-description = "fedgl's latency probe"
-license = "MIT"
-dependencies = []
-
-[tool.flwr.app]
-publisher = "fedgl"
-
-[tool.flwr.app.components]
-serverapp = "latency_probe:app"
-clientapp = "fedgl.federation.flower.client_app:app"
-
-[tool.flwr.app.config]
-probe-job = ""
-"""
-
 
 def _stats(values: list[float]) -> dict[str, float]:
     if not values:
@@ -209,7 +187,7 @@ def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
 
 def main() -> None:
     from fedgl.cli import main as fedgl_main
-    from fedgl.deployment.commands import _flower_bin, _flower_env
+    from fedgl.deployment.commands import _flower_bin, _flower_env, write_app
     from fedgl.deployment.loopback import Loopback
     from fedgl.privacy.identity import write_keys
 
@@ -231,9 +209,8 @@ def main() -> None:
         with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
             assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
                                "--out", str(root / "shards")]) == 0
-        app = root / "app"
-        app.mkdir()
-        (app / "pyproject.toml").write_text(APP_TOML)
+        app = write_app(root / "app", serverapp="latency_probe:app", config_key="probe-job",
+                        name="fedgl-latency-probe")
         (app / "latency_probe.py").write_text(PROBE)
         job = root / "job.json"
         job.write_text(json.dumps({"clients": args.clients, "exchanges": args.exchanges,

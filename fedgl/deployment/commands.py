@@ -216,7 +216,7 @@ build-backend = "setuptools.build_meta"
 [project]
 name = "{name}"
 version = "1.0.0"
-description = "fedgl's deployment: the fedgl ServerApp and the ClientApp relay"
+description = "fedgl's deployment: {serverapp} and the ClientApp relay"
 license = "MIT"
 dependencies = []
 
@@ -224,19 +224,22 @@ dependencies = []
 publisher = "fedgl"
 
 [tool.flwr.app.components]
-serverapp = "fedgl.deployment.server_app:app"
+serverapp = "{serverapp}"
 clientapp = "fedgl.federation.flower.client_app:app"
 
 [tool.flwr.app.config]
-fedgl-job = ""
+{config_key} = ""
 """
 
 
-def write_app(folder: Path) -> Path:
+def write_app(folder: Path, serverapp: str = "fedgl.deployment.server_app:app",
+              config_key: str = "fedgl-job", name: str = APP_NAME) -> Path:
     """The Flower app folder ``flwr run`` submits: only its pyproject.toml (the components are
-    fedgl's, installed on every machine)."""
+    fedgl's, installed on every machine; a benchmark may name its own ServerApp, a module in
+    ``folder``, and the run-config key that points it at its job file)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "pyproject.toml").write_text(APP_TOML.format(name=APP_NAME))
+    (folder / "pyproject.toml").write_text(APP_TOML.format(name=name, serverapp=serverapp,
+                                                           config_key=config_key))
     return folder
 
 

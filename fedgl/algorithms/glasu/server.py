@@ -75,9 +75,10 @@ class GlasuServer:
         reply = self._call(method, args, phase, [holder]) \
             if holder in self.runtime.client_ids else {}
         if holder not in reply:
-            raise RunAborted(f"GLASU's label holder (client {holder}) has left the run; with "
-                             "labels at one client the run cannot go on without it (rerun with "
-                             "--on-client-failure abort, or labels at every client)")
+            why = ("with labels at one client the run cannot go on without it (labels at every "
+                   "client can lose a party)" if self.p.label_holders == "one" else
+                   f"it was lost during '{method}'")
+            raise RunAborted(f"GLASU's label holder (client {holder}) has left the run; {why}")
         return reply[holder]
 
     # ------------------------------------------------------------------ protocol
