@@ -15,7 +15,7 @@ import torch
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.data.shard_format import read_shard, shard_paths, write_shard
-from fedgl.errors import ConfigError, DataError
+from fedgl.errors import ConfigError, DataError, RunAborted
 from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
     RUN,
@@ -182,6 +182,46 @@ def test_exchange_returns_what_came_when_the_timeout_passes() -> None:
     assert [r.metadata.reply_to_message_id for r in replies] == ["a"]
     assert grid.pulls[0] == {"a", "b"} and all(p == {"b"} for p in grid.pulls[2:])
     assert len(grid.pulls) > 2
+
+
+class FailingGrid:
+    """Client 0's message cannot be pushed; client 1's SuperNode is gone, so the SuperLink
+    itself answers (from its own node id, 0) with Flower's "node unavailable" error."""
+
+    def push_messages(self, messages: list) -> list[str | None]:
+        return [{11: None, 12: "m12"}[int(m.metadata.dst_node_id)] for m in messages]
+
+    def pull_messages(self, message_ids: set[str]) -> list:
+        from types import SimpleNamespace
+
+        error = SimpleNamespace(code=5, reason="Error: Node Unavailable")
+        return [SimpleNamespace(metadata=SimpleNamespace(reply_to_message_id="m12",
+                                                         src_node_id=0),
+                                has_error=lambda: True, error=error)]
+
+
+@needs_flwr
+@FLWR_IMPORT
+def test_a_lost_client_is_named_with_the_real_reason_and_time(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SuperLink's error reply for a lost SuperNode is matched to that client by the message
+    it answers (not reported as silence for the whole timeout); an undeliverable message says
+    so."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedgl.federation.flower.runtime import FlowerRuntime
+
+    for name in ("_run_id", "_node_id", "_task_id"):  # a Message is made inside a run
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    rt = FlowerRuntime(FailingGrid(), {0: 11, 1: 12}, timeout=600.0, on_client_failure="drop")
+    assert rt.call("fedavg.evaluate", {}, phase="eval") == {}
+    why = {e["client"]: e["error"] for e in rt.events}
+    assert "could not deliver" in why[0]
+    assert "stopped reporting to the SuperLink after 0 s" in why[1]
+    assert not any("600" in w for w in why.values())
+    with pytest.raises(RunAborted, match="client 1 failed.*stopped reporting"):
+        FlowerRuntime(FailingGrid(), {0: 11, 1: 12}, on_client_failure="abort",
+                      timeout=600.0).call("fedavg.evaluate", {}, phase="eval", clients=[1])
 
 
 # ---------------------------------------------------------------------- loopback federation

@@ -19,6 +19,7 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -54,14 +55,39 @@ def exchange(grid: Any, messages: list[Message], timeout: float | None) -> list[
     seconds have passed (None: no limit): ``grid.send_and_receive``'s contract, with checks
     for replies every :data:`PULL_INTERVAL` s at most instead of every 3 s. A message Flower
     could not push gets no reply (its client is reported silent)."""
-    waiting = {i for i in grid.push_messages(messages) if i}
-    end = None if timeout is None else time.monotonic() + timeout
-    replies: list[Message] = []
+    return list(exchange_keyed(grid, messages, timeout).replies.values())
+
+
+@dataclass
+class Exchanged:
+    """What one :func:`exchange_keyed` saw: the id Flower gave each pushed message (``""``
+    where it could not push it), the replies by the id of the message they answer, and when
+    each came (seconds after the push)."""
+
+    ids: list[str]
+    replies: dict[str, Message] = field(default_factory=dict)
+    after: dict[str, float] = field(default_factory=dict)
+    elapsed: float = 0.0
+
+
+def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None) -> Exchanged:
+    """:func:`exchange`, keeping which message each reply answers. A reply is matched by its
+    ``reply_to_message_id``, not by its sender: the SuperLink itself answers for a SuperNode
+    that stopped reporting (Flower's "node unavailable" error reply comes from the SuperLink's
+    node id, not the client's)."""
+    start = time.monotonic()
+    ids = [str(i) if i else "" for i in grid.push_messages(messages)]
+    seen = Exchanged(ids)
+    waiting = {i for i in ids if i}
+    end = None if timeout is None else start + timeout
     pause = FIRST_PULL_INTERVAL
     while waiting:
-        got = list(grid.pull_messages(waiting))
-        replies.extend(got)
-        waiting.difference_update(m.metadata.reply_to_message_id for m in got)
+        for reply in grid.pull_messages(waiting):
+            answered = str(reply.metadata.reply_to_message_id)
+            if answered in waiting:
+                waiting.discard(answered)
+                seen.replies[answered] = reply
+                seen.after[answered] = time.monotonic() - start
         if not waiting:
             break
         left = None if end is None else end - time.monotonic()
@@ -69,7 +95,8 @@ def exchange(grid: Any, messages: list[Message], timeout: float | None) -> list[
             break
         time.sleep(pause if left is None else min(pause, left))
         pause = min(pause * 1.5, PULL_INTERVAL)
-    return replies
+    seen.elapsed = time.monotonic() - start
+    return seen
 
 
 def refusal(reply: Message, client: int) -> str | None:
@@ -119,7 +146,7 @@ class FlowerRuntime:
         down: dict[int, int] = {}
         up: dict[int, int] = {}
         wall = time.perf_counter()
-        messages, owner = [], {}
+        messages = []
         for k in targets:
             enc = shared if shared is not None else encode(method, per_client[k])
             down[k] = payload_nbytes(per_client[k])
@@ -129,23 +156,19 @@ class FlowerRuntime:
             msg = Message(content, dst_node_id=self.nodes[k], message_type=flower_type(method, phase))
             self.flower_bytes[phase]["down"] += flower_nbytes(msg) or 0
             messages.append(msg)
-            owner[self.nodes[k]] = k
-        replies = {}
-        for reply in exchange(self.grid, messages, self.timeout):
-            k = owner.get(reply.metadata.src_node_id)
-            if k is not None:
-                replies[k] = reply
+        seen = exchange_keyed(self.grid, messages, self.timeout)
         self.calls += 1
         results: dict[int, Any] = {}
-        for k in targets:
-            reply = replies.get(k)
+        for k, message_id in zip(targets, seen.ids, strict=True):
+            reply = seen.replies.get(message_id) if message_id else None
             if reply is None:
-                self._failed(k, method, phase, f"no reply within {self.timeout:g} s")
+                self._failed(k, method, phase, _silence(message_id, seen.elapsed, self.timeout))
                 continue
             why = refusal(reply, k)
             if why is not None:
                 if reply.has_error():
-                    self._failed(k, method, phase, why)
+                    self._failed(k, method, phase, _flower_failure(reply, why,
+                                                                   seen.after[message_id]))
                     continue
                 raise ProtocolViolation(why)
             self.flower_bytes[phase]["up"] += flower_nbytes(reply) or 0
@@ -171,3 +194,26 @@ class FlowerRuntime:
         self.events.append({**event, "action": "aborted"})
         raise RunAborted(f"client {k} failed during '{method}' ({why}); policy "
                          f"{self.on_client_failure}")
+
+
+def _silence(message_id: str, elapsed: float, timeout: float) -> str:
+    """Why a client has no reply, with the time it really took."""
+    if not message_id:
+        return ("Flower could not deliver the message (is its SuperNode connected to the "
+                "SuperLink?)")
+    return (f"no reply after {elapsed:.0f} s (--message-timeout {timeout:g} s); if the client "
+            "is slow rather than gone, raise --message-timeout")
+
+
+#: Flower's error code for a reply the SuperLink writes itself when the destination SuperNode
+#: stopped sending heartbeats (``flwr.common.constant.ErrorCode.NODE_UNAVAILABLE``)
+NODE_UNAVAILABLE = 5
+
+
+def _flower_failure(reply: Message, why: str, after: float) -> str:
+    """A Flower error reply, said plainly, with when it came."""
+    if int(reply.error.code) == NODE_UNAVAILABLE:
+        return (f"its SuperNode stopped reporting to the SuperLink after {after:.0f} s (Flower: "
+                "node unavailable): the organisation's `fedgl client` stopped or lost its "
+                "connection; restart it, or run with --on-client-failure drop to go on without it")
+    return f"{why} (after {after:.0f} s)"
