@@ -220,9 +220,10 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
                                       "client only, never to the server).")
     keys.add_argument("--clients", type=int, required=True)
     keys.add_argument("--out", required=True, metavar="DIR")
-    from fedgl.deployment.commands import add_parsers
+    from fedgl.deployment.commands import add_certs_parser, add_parsers
 
     add_parsers(sub, _add_config_flags, algorithm)
+    add_certs_parser(sub)
     return parser
 
 
@@ -252,7 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_keys(args)
         if args.command == "plugins":
             return _cmd_plugins()
-        if args.command in ("shard", "client", "server"):
+        if args.command in ("shard", "client", "server", "certs"):
             return _cmd_deployment(args)
         if args.command == "sweep":
             from fedgl.sweep import load_sweep, parse_only, sweep
@@ -324,6 +325,12 @@ def _cmd_deployment(args: argparse.Namespace) -> int:
 
     if args.command == "client":
         return commands.cmd_client(args)
+    if args.command == "certs":
+        _check_writable_folder(Path(args.certs_out), "--out")
+        paths = commands.cmd_certs(args)
+        print(f"certificates written to {paths['ca'].parent}: give ca.pem to every "
+              "organisation; superlink.pem and superlink.key stay with the SuperLink")
+        return 0
     from fedgl.api import as_config
 
     overrides = _overrides(args)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from fedgl.config import Config
+from fedgl.deployment.tls import check_transport, trial_certificates
 from fedgl.errors import ConfigError, RunAborted
 
 APP_NAME = "fedgl-deployment"
@@ -126,6 +127,7 @@ def cmd_client(args: Any) -> int:
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
     check_reachable(superlink)
+    check_transport(superlink, None if args.insecure else args.root_certificates)
     private = Path(tempfile.mkdtemp(prefix="fedgl-party-"))
     private.chmod(0o700)
     sock_path = private / "party.sock"
@@ -267,6 +269,7 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
                           f"`fedgl server --resume {out}` or choose another --out")
     _flower_bin("flwr")
     check_reachable(superlink)
+    check_transport(superlink, None if args.insecure else args.root_certificates)
     work = Path(tempfile.mkdtemp(prefix="fedgl-server-"))
     try:
         app = write_app(work / "app")
@@ -397,6 +400,45 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     server.add_argument("--message-timeout", type=float, default=600.0, metavar="S",
                         help="seconds to wait for a client's reply to one message")
     add_config_flags(server, algorithm=algorithm)
+
+
+def add_certs_parser(sub: Any) -> None:
+    """``fedgl certs``: trial TLS certificates for the SuperLink's addresses."""
+    certs = sub.add_parser("certs", help="write trial TLS certificates for the SuperLink (a CA "
+                           "and a server certificate covering its addresses)",
+                           description="Write ca.pem (public: give it to every organisation), "
+                                       "superlink.pem and superlink.key (the server's) into "
+                                       "--out. The certificate covers every --host: a DNS name "
+                                       "or an IP address, as the clients will reach the server. "
+                                       "For a trial; production uses the organisations' PKI.")
+    certs.add_argument("--host", action="append", required=True, metavar="NAME_OR_IP",
+                       help="an address the SuperLink is reached by (repeat for several)")
+    certs.add_argument("--out", dest="certs_out", required=True, metavar="DIR")
+    certs.add_argument("--days", type=int, default=30, help="validity (default: 30)")
+
+
+def cmd_certs(args: Any) -> dict[str, Path]:
+    """Write the trial CA and SuperLink certificate for ``--host`` into ``--out``."""
+    import ipaddress
+
+    hosts = tuple(dict.fromkeys(h.strip().strip("[]") for h in args.host))
+    for h in hosts:
+        try:
+            ipaddress.ip_address(h)
+        except ValueError:
+            if not h or len(h) > 253 or not all(
+                    part and len(part) <= 63 and part.replace("-", "").isalnum()
+                    for part in h.split(".")):
+                raise ConfigError(f"--host '{h}' is neither an IP address nor a DNS name; give "
+                                  "the address clients reach the SuperLink by") from None
+    if not 1 <= args.days <= 3650:
+        raise ConfigError(f"--days must be between 1 and 3650 (got {args.days})")
+    out = Path(args.certs_out)
+    existing = [n for n in ("ca.pem", "superlink.pem", "superlink.key") if (out / n).exists()]
+    if existing:
+        raise ConfigError(f"'{out / existing[0]}' exists; choose an empty --out folder "
+                          "(certificates are never overwritten)")
+    return trial_certificates(out, hosts, days=args.days)
 
 
 def _add_tls(parser: Any) -> None:
