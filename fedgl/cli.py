@@ -229,6 +229,7 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    command = None
     try:
         chosen = _algorithm_in(argv)
         helping = "-h" in argv or "--help" in argv
@@ -278,8 +279,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"fedgl: run aborted: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
-        print("fedgl: interrupted; no results were written (a run with --checkpoint-every "
-              "continues with `fedgl run --resume DIR`)", file=sys.stderr)
+        resume = "fedgl server --resume DIR" if command == "server" else "fedgl run --resume DIR"
+        stopped = "; the run was stopped on the SuperLink" if command == "server" else ""
+        print(f"fedgl: interrupted; no results were written (a run with --checkpoint-every "
+              f"continues with `{resume}`){stopped}", file=sys.stderr)
         return 130
 
 
@@ -322,6 +325,11 @@ def _cmd_keys(args: argparse.Namespace) -> int:
 def _cmd_deployment(args: argparse.Namespace) -> int:
     """``fedgl shard`` / ``client`` / ``server`` (docs/deployment.md)."""
     from fedgl.deployment import commands
+
+    if signal.getsignal(signal.SIGINT) is _exit_at_once:
+        # modules are loaded: from here Ctrl-C raises KeyboardInterrupt, so the client stops its
+        # SuperNode and removes its private folder, and the server stops its run on the SuperLink
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
     if args.command == "client":
         return commands.cmd_client(args)

@@ -488,3 +488,44 @@ def test_client_killed_during_the_robust_secure_sum(federation_files: Path) -> N
     assert [e["client"] for e in dropped] == [2]
     uploads = rep["ledger"]["bytes_per_client"]["train"]["up"]
     assert uploads.get("2", 0) == 0 < uploads["0"] and uploads["1"] > 0   # 2 never trained
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_ctrl_c_on_the_server_stops_the_run_on_the_superlink(federation_files: Path) -> None:
+    """Ctrl-C (SIGINT) on ``fedgl server`` mid-run: one line, exit 130, the run is stopped on the
+    SuperLink (no ServerApp left running), and no temporary folder of the command is left."""
+    import os
+    import signal
+
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import serverapp_pids, wait_for
+
+    root = federation_files
+    out = root / "out-interrupt"
+    temp = root / "server-temp"  # the command's own temporary folders go here
+    temp.mkdir()
+    with Loopback(root / "fed-interrupt", root / "shards", root / "keys", 3) as fed:
+        server = subprocess.Popen(server_cmd(root, fed, out, {**RUN, "rounds": 400,
+                                                              "checkpoint_every": 1}),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  env={**os.environ, "TMPDIR": str(temp)})
+        try:
+            wait_for(lambda: (out / "checkpoint.pt").is_file(), server)
+            server.send_signal(signal.SIGINT)
+            _, err = server.communicate(timeout=120)
+        finally:
+            if server.poll() is None:
+                server.kill()
+        assert server.returncode == 130, err[-2000:]
+        lines = err.strip().splitlines()
+        assert len(lines) == 1 and "stopped on the SuperLink" in lines[0], lines
+        assert "fedgl server --resume" in lines[0]
+        import time
+
+        deadline = time.monotonic() + 60
+        while serverapp_pids(fed.address) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert serverapp_pids(fed.address) == []
+    assert list(temp.glob("fedgl-server-*")) == []
+    assert not (out / "result.json").exists()

@@ -196,18 +196,20 @@ def _die_with_parent() -> None:
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
-    """Stop the SuperNode and what it started (its process group)."""
-    if proc.poll() is not None:
-        return
-    try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
+    """Stop the SuperNode and what it started (its process group): SIGTERM, then SIGKILL for
+    whatever is left in the group after 10 s or once the leader is gone (a ClientApp process
+    that ignores SIGTERM would otherwise outlive its SuperNode)."""
+    if proc.poll() is None:
         try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
             pass
-        proc.wait()
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 # ---------------------------------------------------------------------- server
@@ -285,15 +287,20 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
         job = {"config": cfg.replace(out=str(out)).to_dict(), "roster": str(Path(args.roster)
                                                                              .absolute()),
                "out": str(out), "overwrite": bool(args.overwrite), "status": str(status),
-               "resume": resume,
+               "resume": resume, "run_id_file": str(work / "run_id"),
                "timeout": args.message_timeout, "join_timeout": args.join_timeout}
         (work / "job.json").write_text(json.dumps(job))
         cmd = [_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
                "--run-config", f'fedgl-job="{work / "job.json"}"']
         log = work / "flwr-run.log"
         with open(log, "w") as f:
-            proc = subprocess.run(cmd, env=_flower_env(home), stdout=f, stderr=subprocess.STDOUT,
-                                  check=False)
+            proc = subprocess.Popen(cmd, env=_flower_env(home), stdout=f,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+            try:
+                proc.wait()
+            except KeyboardInterrupt:
+                _stop_run(work / "run_id", home, proc)
+                raise
         if not status.is_file():
             tail = log.read_text()[-600:].strip().splitlines()
             raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
@@ -306,6 +313,31 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
         return {"out": str(out)}
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _stop_run(run_id_file: Path, flwr_home: Path, proc: subprocess.Popen) -> None:
+    """Ctrl-C on ``fedgl server``: stop the run on the SuperLink too (``flwr stop``; the
+    ServerApp it started would otherwise go on, orphaned), then ``flwr run`` itself. The
+    SuperLink ends the run's ServerApp and tells the SuperNodes, which end its ClientApps."""
+    import time
+
+    run_id = None
+    for _ in range(100):  # the ServerApp writes its run id as it starts: wait up to 10 s
+        try:
+            run_id = int(run_id_file.read_text())
+            break
+        except (OSError, ValueError):
+            if proc.poll() is not None:
+                break
+            time.sleep(0.1)
+    if run_id is not None:
+        try:
+            subprocess.run([_flower_bin("flwr"), "stop", str(run_id), "fedgl"],
+                           env=_flower_env(flwr_home), capture_output=True, timeout=30,
+                           check=False)
+        except (subprocess.TimeoutExpired, OSError):
+            pass
+    _kill_group(proc)
 
 
 def resumed_config(args: Any, overrides: dict[str, Any]) -> Config:

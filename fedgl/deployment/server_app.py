@@ -264,6 +264,8 @@ def main(grid: Grid, context: Context) -> None:
                           "`fedgl server`")
     job = json.loads(Path(path).read_text())
     status = Path(job["status"]) if job.get("status") else None
+    if job.get("run_id_file"):  # lets `fedgl server` stop this run on the SuperLink (Ctrl-C)
+        Path(job["run_id_file"]).write_text(str(int(grid.run.run_id)))
     try:
         serve(grid, job)
     except Exception as exc:  # noqa: BLE001 - the job's status file gets the one line
