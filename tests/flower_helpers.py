@@ -69,7 +69,14 @@ def deployed_run(root: Path, name: str, keys: dict, client_args: list[str],
                                "--message-timeout", "300", *flags],
                               capture_output=True, text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    return json.loads((out / "result.json").read_text())
+    result = json.loads((out / "result.json").read_text())
+    # the ServerApp's log is kept in --out: who joined, every round, the end
+    log = (out / "server.log").read_text()
+    rounds = result["config"]["rounds"]
+    for needle in ("organisations joined and proved their roster keys",
+                   f"round {rounds}/{rounds}: ", "finished in"):
+        assert needle in log, (needle, log[-1500:])
+    return result
 
 
 def assert_same_as_local(deployed: dict, keys: dict) -> None:

@@ -224,6 +224,46 @@ def test_a_lost_client_is_named_with_the_real_reason_and_time(
                       timeout=600.0).call("fedavg.evaluate", {}, phase="eval", clients=[1])
 
 
+class SilentGrid:
+    """Pushes every message; nobody ever replies."""
+
+    def push_messages(self, messages: list) -> list[str]:
+        return [f"m{int(m.metadata.dst_node_id)}" for m in messages]
+
+    def pull_messages(self, message_ids: set[str]) -> list:
+        return []
+
+
+@needs_flwr
+@FLWR_IMPORT
+def test_the_server_log_names_whom_it_waits_for_and_who_was_dropped(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """The deployed run's log (printed by ``fedgl server``, kept in ``--out``): a line every
+    ``wait_every`` seconds naming the clients still missing, and the drop with its reason."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from fedgl.deployment.server_log import ServerLog, Tail
+    from fedgl.federation.flower.runtime import FlowerRuntime
+
+    for name in ("_run_id", "_node_id", "_task_id"):
+        monkeypatch.setattr(TaskIdentity, name, 1)
+    log = ServerLog(tmp_path / "server.log")
+    tail = Tail(tmp_path / "server.log")
+    rt = FlowerRuntime(SilentGrid(), {0: 11, 1: 12}, timeout=0.5, on_client_failure="drop")
+    rt.log, rt.wait_every = log, 0.1
+    assert rt.call("fedavg.evaluate", {}, phase="eval") == {}
+    log.round_line(1, 5, {"train_loss": 0.5, "val_acc": 0.25, "test_acc": float("nan")}, 2_500)
+    log.close()
+    lines = [line.split(" ", 1)[1] for line in tail.new_lines()]
+    waits = [x for x in lines if x.startswith("waiting for clients 0, 1 ('fedavg.evaluate'")]
+    assert len(waits) >= 2
+    dropped = [x for x in lines if x.startswith("client ")]
+    assert [x.split(" dropped")[0] for x in dropped] == ["client 0", "client 1"]
+    assert all("no reply after" in x and "(--message-timeout 0.5 s)" in x for x in dropped)
+    assert lines[-1].startswith("round 1/5: loss 0.5000, val acc 0.2500; 2.5 kB sent in all")
+    assert tail.new_lines() == []
+
+
 # ---------------------------------------------------------------------- loopback federation
 @pytest.fixture(scope="module")
 def deployment_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:

@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -288,6 +289,7 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
                                                                              .absolute()),
                "out": str(out), "overwrite": bool(args.overwrite), "status": str(status),
                "resume": resume, "run_id_file": str(work / "run_id"),
+               "log": str(work / "server.log"),
                "timeout": args.message_timeout, "join_timeout": args.join_timeout}
         (work / "job.json").write_text(json.dumps(job))
         cmd = [_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
@@ -296,11 +298,15 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
         with open(log, "w") as f:
             proc = subprocess.Popen(cmd, env=_flower_env(home), stdout=f,
                                     stderr=subprocess.STDOUT, start_new_session=True)
+            shown = _show_log(work / "server.log", proc, bool(cfg.progress))
             try:
                 proc.wait()
             except KeyboardInterrupt:
                 _stop_run(work / "run_id", home, proc)
                 raise
+            finally:
+                shown.join()
+                _keep_log(work / "server.log", out)
         if not status.is_file():
             tail = log.read_text()[-600:].strip().splitlines()
             raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
@@ -315,12 +321,40 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
         shutil.rmtree(work, ignore_errors=True)
 
 
+def _show_log(path: Path, proc: subprocess.Popen, show: bool) -> threading.Thread:
+    """Print the ServerApp's log lines (:mod:`fedgl.deployment.server_log`) as they appear,
+    until ``proc`` (``flwr run``) ends; nothing with ``show`` False (``--no-progress``)."""
+    from fedgl.deployment.server_log import Tail
+
+    tail = Tail(path)
+
+    def follow() -> None:
+        while True:
+            done = proc.poll() is not None
+            for line in tail.new_lines():
+                if show:
+                    print(f"fedgl: {line}", file=sys.stderr, flush=True)
+            if done:
+                return
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=follow, daemon=True)
+    thread.start()
+    return thread
+
+
+def _keep_log(path: Path, out: Path) -> None:
+    """The ServerApp's log goes to ``--out/server.log`` (appended to on a resumed run) when the
+    run wrote its folder."""
+    if path.is_file() and out.is_dir():
+        with open(out / "server.log", "ab") as f:
+            f.write(path.read_bytes())
+
+
 def _stop_run(run_id_file: Path, flwr_home: Path, proc: subprocess.Popen) -> None:
     """Ctrl-C on ``fedgl server``: stop the run on the SuperLink too (``flwr stop``; the
     ServerApp it started would otherwise go on, orphaned), then ``flwr run`` itself. The
     SuperLink ends the run's ServerApp and tells the SuperNodes, which end its ClientApps."""
-    import time
-
     run_id = None
     for _ in range(100):  # the ServerApp writes its run id as it starts: wait up to 10 s
         try:

@@ -47,6 +47,8 @@ from fedgl.deployment.driving import (
     Continuation,
     bytes_now,
     continuation,
+    log_phase,
+    log_round,
     phase_seconds,
     resume_keeping_setup,
 )
@@ -123,6 +125,8 @@ def run_fedavg(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
     start = 1
     if cont.progress is None:
         server.pretrain()
+        if runtime.ledger.messages("pretrain"):
+            log_phase(runtime, "pretrain", "pre-training")
     else:
         start, history, events = resume_keeping_setup(runtime, _resume, server, cont.progress)
     ledger = runtime.ledger
@@ -136,6 +140,7 @@ def run_fedavg(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
         seen = now
         divergence(t, weights, row["train_loss"], cfg)
+        log_round(runtime, t, int(cfg.rounds), row)
         events += [{**e, "round": t} for e in runtime.events[seen_events:]]
         seen_events = len(runtime.events)
         if cont.checkpointer is not None:
@@ -215,6 +220,7 @@ def run_minibatch(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
         history.append({"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
                         **network_columns(ledger)})
         divergence(t + 1, weights, history[-1]["train_loss"], cfg)
+        log_round(runtime, t + 1, int(cfg.rounds), history[-1])
         events += [{**e, "round": t + 1} for e in runtime.events[seen_events:]]
         seen_events = len(runtime.events)
         if cont.checkpointer is not None:

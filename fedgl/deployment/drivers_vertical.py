@@ -105,7 +105,7 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     from fedgl.algorithms.glasu.server import GlasuServer
     from fedgl.algorithms.runner import finish_repeat, network_columns
     from fedgl.checkpoint import RepeatProgress
-    from fedgl.deployment.driving import bytes_now, continuation, resume_keeping_setup
+    from fedgl.deployment.driving import bytes_now, continuation, log_round, resume_keeping_setup
     from fedgl.federation.network import NetworkModel
     from fedgl.results import RunResult, environment
 
@@ -137,6 +137,7 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     seen_events = 0
     for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
         history.append({"round": t, **metrics, **network_columns(ledger)})
+        log_round(runtime, t, int(cfg.rounds), history[-1])
         now = bytes_now(runtime)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
         seen = now

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedgl.checkpoint import Checkpointer, RepeatProgress
+from fedgl.deployment.server_log import megabytes
 from fedgl.federation.flower.client_app import SETUP_PHASE
 from fedgl.federation.ledger import Ledger
 
@@ -72,3 +73,19 @@ def bytes_now(runtime: Any) -> dict[str, int]:
     return {"ledger_wire_bytes": sum(ledger.wire_bytes(p) for p in ("train", "eval")),
             "ledger_value_bytes": ledger.bytes("train") + ledger.bytes("eval"),
             "flower_bytes": sum(fl[p]["up"] + fl[p]["down"] for p in ("train", "eval"))}
+
+
+def log_round(runtime: Any, t: int, total: int, row: dict[str, Any]) -> None:
+    """The round's line in the deployed run's log (:mod:`fedgl.deployment.server_log`)."""
+    log = getattr(runtime, "server_log", None)
+    if log is not None:
+        log.round_line(t, total, row, runtime.ledger.wire_bytes())
+
+
+def log_phase(runtime: Any, phase: str, name: str) -> None:
+    """A finished phase's line: its exchanges, bytes and time so far."""
+    log = getattr(runtime, "server_log", None)
+    if log is not None:
+        ledger = runtime.ledger
+        log(f"{name}: {ledger.messages(phase, 'down')} messages, "
+            f"{megabytes(ledger.wire_bytes(phase))}, {log.elapsed():.0f} s")

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
 from fedgl.deployment.driving import Continuation
 from fedgl.deployment.party import deployable, hello_message, read_roster
+from fedgl.deployment.server_log import WAIT_LINE_EVERY, ServerLog
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
 from fedgl.federation.flower.client_app import (
@@ -57,13 +59,21 @@ from fedgl.results import RunResult, environment
 JOB_KEY = "fedgl-job"
 
 
-def wait_for_nodes(grid: Grid, wanted: int, timeout: float) -> list[int]:
-    """The connected SuperNodes once at least ``wanted`` have joined (ConfigError on timeout)."""
-    deadline = time.monotonic() + timeout
+def wait_for_nodes(grid: Grid, wanted: int, timeout: float,
+                   log: Callable[[str], None] | None = None) -> list[int]:
+    """The connected SuperNodes once at least ``wanted`` have joined (ConfigError on timeout);
+    ``log`` gets a line every :data:`~fedgl.deployment.server_log.WAIT_LINE_EVERY` s."""
+    start = time.monotonic()
+    deadline = start + timeout
+    next_line = start + WAIT_LINE_EVERY
     while True:
         ids = sorted(int(n) for n in grid.get_node_ids())
         if len(ids) >= wanted:
             return ids
+        if log is not None and time.monotonic() >= next_line:
+            log(f"waiting for SuperNodes: {len(ids)}/{wanted} joined "
+                f"({time.monotonic() - start:.0f} s)")
+            next_line += WAIT_LINE_EVERY
         if time.monotonic() > deadline:
             raise ConfigError(f"only {len(ids)} of {wanted} SuperNodes joined within "
                               f"{timeout:g} s; start every client with `fedgl client`")
@@ -203,17 +213,26 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
     resume = bool(job.get("resume"))
     folder = OutputFolder(job["out"], overwrite=bool(job.get("overwrite")), resume=resume,
                           flag="--resume" if resume else "--out").open()
+    log = ServerLog(job.get("log"))
     try:
         cont, run_tag = _checkpointing(cfg, Path(job["out"]), resume, folder)
-        node_ids = wait_for_nodes(grid, len(roster.ids), float(job.get("join_timeout", 300)))
+        log(f"{cfg.algorithm}: waiting for {len(roster.ids)} organisations' SuperNodes")
+        node_ids = wait_for_nodes(grid, len(roster.ids), float(job.get("join_timeout", 300)),
+                                  log)
         nodes, facts, refused, traffic = handshake(grid, roster, node_ids, timeout)
+        for line in refused:
+            log(f"refused {line}")
         missing = sorted(set(roster.ids) - set(nodes))
         if missing:
             raise RunAborted(f"roster clients {missing} did not prove their identity "
                              f"({'; '.join(refused) or 'no reply'})")
+        log(f"{len(nodes)} organisations joined and proved their roster keys: clients "
+            f"{', '.join(map(str, sorted(nodes)))}")
         runtime = FlowerRuntime(grid, nodes, timeout=timeout,
                                 on_client_failure="drop" if cfg.on_client_failure == "drop"
                                 else "abort")
+        runtime.log = log
+        runtime.server_log = log
         record_hello(runtime, traffic)
         cont.logged = setup_clients(runtime, cfg, cfg.seed, run_tag, resume)
         runtime.continuation = cont
@@ -221,8 +240,13 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
                               {"nodes": {str(k): n for k, n in nodes.items()},
                                "refused_nodes": refused, "run_tag": run_tag})
         folder.commit(result.save)
+        log(f"finished in {log.elapsed():.0f} s; results in {job['out']}")
         return result
+    except Exception as exc:
+        log(f"stopped: {exc}")
+        raise
     finally:
+        log.close()
         folder.close()
 
 

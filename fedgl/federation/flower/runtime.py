@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,12 +70,16 @@ class Exchanged:
     elapsed: float = 0.0
 
 
-def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None) -> Exchanged:
+def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
+                   on_wait: Callable[[list[int], float], None] | None = None,
+                   wait_every: float = 10.0) -> Exchanged:
     """:func:`exchange`, keeping which message each reply answers. A reply is matched by its
     ``reply_to_message_id``, not by its sender: the SuperLink itself answers for a SuperNode
     that stopped reporting (Flower's "node unavailable" error reply comes from the SuperLink's
-    node id, not the client's)."""
+    node id, not the client's). ``on_wait(positions, seconds)`` is called every ``wait_every``
+    seconds while replies are missing, with the positions in ``messages`` of those unanswered."""
     start = time.monotonic()
+    next_wait = start + wait_every
     ids = [str(i) if i else "" for i in grid.push_messages(messages)]
     seen = Exchanged(ids)
     waiting = {i for i in ids if i}
@@ -90,7 +94,11 @@ def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None) ->
                 seen.after[answered] = time.monotonic() - start
         if not waiting:
             break
-        left = None if end is None else end - time.monotonic()
+        now = time.monotonic()
+        if on_wait is not None and now >= next_wait:
+            on_wait(sorted(ids.index(i) for i in waiting), now - start)
+            next_wait = now + wait_every
+        left = None if end is None else end - now
         if left is not None and left <= 0:
             break
         time.sleep(pause if left is None else min(pause, left))
@@ -128,6 +136,10 @@ class FlowerRuntime:
         self.calls = 0
         #: the deployment's checkpointing of this run (``fedgl.deployment.server_app``)
         self.continuation: Any = None
+        #: where the run's progress lines go (``fedgl.deployment.server_log``): a callable
+        self.log: Callable[[str], None] = lambda _line: None
+        #: seconds between two "waiting for clients ..." lines of one exchange
+        self.wait_every = 10.0
 
     @property
     def client_ids(self) -> list[int]:
@@ -156,7 +168,12 @@ class FlowerRuntime:
             msg = Message(content, dst_node_id=self.nodes[k], message_type=flower_type(method, phase))
             self.flower_bytes[phase]["down"] += flower_nbytes(msg) or 0
             messages.append(msg)
-        seen = exchange_keyed(self.grid, messages, self.timeout)
+        def waiting(missing: list[int], seconds: float) -> None:
+            names = ", ".join(str(targets[i]) for i in missing)
+            self.log(f"waiting for clients {names} ('{method}', {seconds:.0f} s)")
+
+        seen = exchange_keyed(self.grid, messages, self.timeout, on_wait=waiting,
+                              wait_every=self.wait_every)
         self.calls += 1
         results: dict[int, Any] = {}
         for k, message_id in zip(targets, seen.ids, strict=True):
@@ -190,8 +207,10 @@ class FlowerRuntime:
         if self.on_client_failure == "drop":
             self._dropped.add(k)
             self.events.append({**event, "action": "dropped"})
+            self.log(f"client {k} dropped during '{method}': {why}")
             return
         self.events.append({**event, "action": "aborted"})
+        self.log(f"client {k} failed during '{method}': {why}; the run stops")
         raise RunAborted(f"client {k} failed during '{method}' ({why}); policy "
                          f"{self.on_client_failure}")
 
