@@ -274,6 +274,12 @@ class HEClientContext:
         return [Ciphertext(ts.ckks_vector(self._ctx, flat[i:i + s].tolist(), scale).serialize())
                 for i in progress.track(range(0, flat.size, s), "HE encryption")]
 
+    def add(self, parts: Sequence[Sequence[Ciphertext]]) -> list[Ciphertext]:
+        """Chunk-wise sum of checked contributions (:mod:`fedgl.privacy.he_blocks`), here at
+        the receiver, which then decrypts it."""
+        ts = _ts()
+        return add_ciphertexts(lambda c: ts.ckks_vector_from(self._ctx, c.data), parts)
+
     def _decrypt_slots(self, chunks: Sequence[Ciphertext]) -> np.ndarray:
         ts = _ts()
         parts = [np.asarray(ts.ckks_vector_from(self._ctx, c.data).decrypt(), dtype=np.float64)
@@ -295,15 +301,22 @@ class HEServerContext:
 
     def add(self, parts: Sequence[Sequence[Ciphertext]]) -> list[Ciphertext]:
         """Chunk-wise sum of several clients' equally long ciphertext lists."""
-        if not parts:
-            return []
-        n = len(parts[0])
-        if any(len(p) != n for p in parts):
-            raise ValueError("clients sent different numbers of ciphertexts for one block")
-        out = []
-        for i in range(n):
-            acc = self.load(parts[0][i])
-            for p in parts[1:]:
-                acc.add_(self.load(p[i]))
-            out.append(Ciphertext(acc.serialize()))
-        return out
+        return add_ciphertexts(self.load, parts)
+
+
+def add_ciphertexts(load, parts: Sequence[Sequence[Ciphertext]]) -> list[Ciphertext]:
+    """Chunk-wise sum of equally long ciphertext lists, added in list order (``load`` links a
+    ciphertext to a context). The addition is exact modulo the ciphertext modulus, so any order
+    gives the same ciphertext."""
+    if not parts:
+        return []
+    n = len(parts[0])
+    if any(len(p) != n for p in parts):
+        raise ValueError("clients sent different numbers of ciphertexts for one block")
+    out = []
+    for i in range(n):
+        acc = load(parts[0][i])
+        for p in parts[1:]:
+            acc.add_(load(p[i]))
+        out.append(Ciphertext(acc.serialize()))
+    return out

@@ -6,7 +6,8 @@ only the rows it asked for (Algorithm 1, "Server Operation").
 
 Privacy (issue 4, docs/threat-model.md): with ``secure_sum: mask`` it sees only masked rows (and
 learns the sums), with ``he`` only ciphertexts and a public CKKS context (it learns nothing about
-values); ``min_contributors`` makes it drop, per receiving client, rows whose remote part comes
+values; it forwards each block's signed ciphertexts to the block's receivers, which check and add
+them: :mod:`fedgl.privacy.he_blocks`); ``min_contributors`` makes it drop, per receiving client, rows whose remote part comes
 from too few nodes; ``encrypt_models`` makes its FedAvg strategy add encrypted models.
 """
 
@@ -397,11 +398,10 @@ class FedGCNServer(FedAvgServer):
                  "block_sizes": torch.tensor([len(b.rows) for b in blocks], dtype=torch.long),
                  "rows": _cat([b.positions[k] for b in blocks]),
                  "use_own": plan.use_own[k]}
-            if mask:
-                peers = [[m for m in b.members if m != k] for b in blocks]
-                p.update(peers=torch.tensor([m for ms in peers for m in ms], dtype=torch.long),
-                         peer_counts=torch.tensor([len(ms) for ms in peers], dtype=torch.long))
-            else:
+            peers = [[m for m in b.members if m != k] for b in blocks]
+            p.update(peers=torch.tensor([m for ms in peers for m in ms], dtype=torch.long),
+                     peer_counts=torch.tensor([len(ms) for ms in peers], dtype=torch.long))
+            if not mask:
                 p["receive"] = torch.tensor([k in b.receivers for b in blocks], dtype=torch.bool)
                 if frac is not None:
                     p["frac_bits"] = torch.tensor([frac[b] for b in mine], dtype=torch.long)
@@ -424,16 +424,20 @@ class FedGCNServer(FedAvgServer):
                 want = rows_of[k][:plan.requested[k]]
                 replies[k] = {"session": session, "sums": total[want[~plan.use_own[k]]]}
         else:
+            # HE: no sum here. Each receiver gets the other members' signed ciphertexts and
+            # adds them itself after checking them (fedgl/privacy/he_blocks.py)
             index = {k: {b: i for i, b in enumerate(plan.blocks_of(k))} for k in alive}
-            parts = [[up[k]["blocks"][index[k][b]] for k in blk.members]
+            parts = [{k: {"client": k, "chunks": up[k]["blocks"][index[k][b]],
+                          "sig": up[k]["sigs"][index[k][b]]} for k in blk.members}
                      for b, blk in enumerate(plan.blocks)]
-            summed = [self.he_context.add(p) for p in parts]
             for k in alive:
                 replies[k] = {"session": session, "blocks": [
-                    summed[b] for b in plan.blocks_of(k) if k in plan.blocks[b].receivers]}
-            self.privacy_stats["ciphertexts_up"] = sum(len(c) for p in parts for c in p)
+                    [c for m, c in parts[b].items() if m != k]
+                    for b in plan.blocks_of(k) if k in plan.blocks[b].receivers]}
+            self.privacy_stats["ciphertexts_up"] = sum(len(c["chunks"]) for p in parts
+                                                       for c in p.values())
             self.privacy_stats["ciphertexts_down"] = sum(
-                len(summed[b]) for b, blk in enumerate(plan.blocks) for _ in blk.receivers)
+                len(c["chunks"]) for r in replies.values() for blk in r["blocks"] for c in blk)
         if degree is not None:
             for k in survivors:
                 want = rows_of[k][:plan.requested[k]]

@@ -1,0 +1,189 @@
+"""HE decrypts only what it can check: a malicious server hands a client, as "its sums", another
+client's unsummed ciphertexts, a sum over a subset of the block's members, a sum it made itself,
+or a block of an older session. The client refuses in one line before decrypting anything and
+never trains on it. Honest sums are the very ciphertexts the server used to add."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from fedgl.federation.protocol import ProtocolViolation
+from fedgl.privacy.he import HEClientContext
+from fedgl.privacy.identity import AttackDetected
+from tests.helpers import fedgcn_federation, random_graph, random_partition
+
+VICTIM = 0
+
+
+@pytest.fixture(scope="module")
+def small():
+    graph = random_graph(nodes=100, seed=11)
+    return graph, random_partition(graph.num_nodes, 4, seed=11)
+
+
+class _Server:
+    """The server's runtime, with the ``secure_receive`` message to the victim rewritten by
+    ``edit(runtime, args)`` (after the honest upload, with everything the server holds)."""
+
+    def __init__(self, runtime, edit=None):
+        self.rt, self.edit = runtime, edit
+        self.uploads: dict | None = None
+        self.received: list[dict] = []  # every secure_receive payload the server sent
+
+    def __getattr__(self, name):
+        return getattr(self.rt, name)
+
+    @property
+    def client_ids(self):
+        return self.rt.client_ids
+
+    def call(self, method, args=None, *, phase, clients=None):
+        if method == "fedgcn.secure_receive":
+            self.received.append(args)
+            if self.edit is not None:
+                args = {**args, VICTIM: self.edit(self, args)}
+        out = self.rt.call(method, args, phase=phase, clients=clients)
+        if method == "fedgcn.secure_upload":
+            self.uploads = out
+        return out
+
+
+def _federation(small, edit=None, **cfg):
+    server = fedgcn_federation(*small, hops=2, secure_sum="he", **cfg)
+    server.runtime = _Server(server.runtime, edit)
+    server.runtime.server = server
+    return server
+
+
+def _another_clients_block(rt, args):
+    """Client j's own, unsummed ciphertexts (signed by j) of a block the victim is not sent,
+    handed over as the victim's first block."""
+    blocks = [list(r) for r in args[VICTIM]["blocks"]]
+    forwarded = {id(c["chunks"]) for r in blocks for c in r}
+    j = next(k for k in sorted(rt.uploads) if k != VICTIM)
+    i = next(i for i, c in enumerate(rt.uploads[j]["blocks"]) if id(c) not in forwarded)
+    blocks[0] = [{"client": j, "chunks": rt.uploads[j]["blocks"][i],
+                  "sig": rt.uploads[j]["sigs"][i]}]
+    return {**args[VICTIM], "blocks": blocks}
+
+
+def _relabelled_block(rt, args):
+    """A co-member's signed contribution to *another* block, handed over as its contribution
+    to this one."""
+    blocks = [list(r) for r in args[VICTIM]["blocks"]]
+    j, chunks = blocks[0][0]["client"], blocks[0][0]["chunks"]
+    other = next(i for i, c in enumerate(rt.uploads[j]["blocks"]) if c is not chunks)
+    blocks[0][0] = {"client": j, "chunks": rt.uploads[j]["blocks"][other],
+                    "sig": rt.uploads[j]["sigs"][other]}
+    return {**args[VICTIM], "blocks": blocks}
+
+
+def _subset(rt, args):
+    """One co-member left out of a block with three or more members: a sum over fewer."""
+    blocks = [list(r) for r in args[VICTIM]["blocks"]]
+    i = next(i for i, r in enumerate(blocks) if len(r) >= 2)
+    blocks[i] = blocks[i][1:]
+    return {**args[VICTIM], "blocks": blocks}
+
+
+def _server_summed(rt, args):
+    """The server adds the co-members' ciphertexts itself and labels the sum as one of them."""
+    blocks = [list(r) for r in args[VICTIM]["blocks"]]
+    i = next(i for i, r in enumerate(blocks) if len(r) >= 2)
+    summed = rt.server.he_context.add([c["chunks"] for c in blocks[i]])
+    blocks[i] = [{**blocks[i][0], "chunks": summed}] + blocks[i][1:]
+    return {**args[VICTIM], "blocks": blocks}
+
+
+def _old_format(rt, args):
+    """Today's message: one summed ciphertext list per block (the form a decryption oracle
+    accepted); here the lone ciphertexts of another client."""
+    j = next(k for k in sorted(rt.uploads) if k != VICTIM)
+    return {**args[VICTIM], "blocks": [rt.uploads[j]["blocks"][0]]
+            * len(args[VICTIM]["blocks"])}
+
+
+@pytest.mark.parametrize("attack,error,match", [
+    ("another_clients_block", AttackDetected, "not the planned co-members|not signed by it"),
+    ("relabelled_block", AttackDetected, "not signed by it for this session, block"),
+    ("subset", AttackDetected, "not the planned co-members"),
+    ("server_summed", AttackDetected, "not signed by it"),
+    ("old_format", ProtocolViolation, "blocks"),
+])
+def test_server_cannot_get_a_ciphertext_decrypted(small, monkeypatch, attack, error, match):
+    edit = {"another_clients_block": _another_clients_block, "relabelled_block": _relabelled_block,
+            "subset": _subset, "server_summed": _server_summed, "old_format": _old_format}[attack]
+    server = _federation(small, edit)
+    victim = server.runtime.local_client(VICTIM)
+    calls: list = []
+    original = HEClientContext._decrypt_slots
+
+    def spy(self, chunks):
+        calls.append(self is victim._he)
+        return original(self, chunks)
+
+    monkeypatch.setattr(HEClientContext, "_decrypt_slots", spy)
+    with pytest.raises(error, match=match) as err:
+        server.pretrain()
+    assert "\n" not in str(err.value)
+    assert True not in calls  # the victim decrypted nothing
+    assert victim.received_sums is None and victim.protocol_state == "pretraining"  # no training
+
+
+def test_replayed_block_from_an_older_session_is_refused(small):
+    """Session 1 runs honestly; in session 2 the server hands the victim session 1's
+    (authentic, signed) contributions. The signatures bind the session: refused, and the
+    victim keeps session 1's sums."""
+    server = _federation(small)
+    server.pretrain()
+    victim = server.runtime.local_client(VICTIM)
+    first = victim.received_sums.clone()
+    old = server.runtime.received[-1][VICTIM]["blocks"]
+    server.runtime.edit = lambda rt, args: {**args[VICTIM], "blocks": old}
+    with pytest.raises(AttackDetected, match="not signed by it for this session") as err:
+        server.pretrain()
+    assert "\n" not in str(err.value)
+    assert torch.equal(victim.received_sums, first)
+
+
+def test_honest_sum_is_the_ciphertext_the_server_used_to_add(small):
+    """The receiver adds the checked contributions in member order: the same ciphertext bytes
+    the server's addition gives (ciphertext addition is exact), so honest runs decrypt exactly
+    what they decrypted before."""
+    server = _federation(small, he_pack=2)
+    server.pretrain()
+    args = server.runtime.received[-1]
+    checked = 0
+    for k in server.runtime.client_ids:
+        client = server.runtime.local_client(k)
+        for b, received in zip(sorted(client._he_own), args[k]["blocks"], strict=True):
+            view, own = client._he_own[b]
+            by = {c["client"]: c["chunks"] for c in received}
+            parts = [own if m == k else by[m] for m in view.members]
+            mine, servers = client._he.add(parts), server.he_context.add(parts)
+            assert [c.data for c in mine] == [c.data for c in servers]
+            checked += 1
+    assert checked > 0
+    assert server.privacy_stats["ciphertexts_down"] >= checked
+
+
+def test_he_plan_with_a_co_member_outside_the_session_is_refused(small):
+    """The plan lists, as a block's co-member, a client that is not in this session's
+    directory: refused before anything is encrypted."""
+    server = _federation(small)
+    real = server.runtime.rt.call
+
+    def call(method, args=None, *, phase, clients=None):
+        if method == "fedgcn.secure_upload":
+            plan = dict(args[VICTIM]["plan"])
+            peers = plan["peers"].clone()
+            peers[0] = 99
+            args = {**args, VICTIM: {**args[VICTIM], "plan": {**plan, "peers": peers}}}
+        return real(method, args, phase=phase, clients=clients)
+
+    server.runtime.rt.call = call
+    with pytest.raises(AttackDetected, match="not in this session's directory") as err:
+        server.pretrain()
+    assert "\n" not in str(err.value)
+    assert server.runtime.local_client(VICTIM)._he_own == {}
