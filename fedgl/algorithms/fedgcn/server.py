@@ -7,8 +7,9 @@ only the rows it asked for (Algorithm 1, "Server Operation").
 Privacy (issue 4, docs/threat-model.md): with ``secure_sum: mask`` it sees only masked rows (and
 learns the sums), with ``he`` only ciphertexts and a public CKKS context (it learns nothing about
 values; it forwards each block's signed ciphertexts to the block's receivers, which check and add
-them: :mod:`fedgl.privacy.he_blocks`); ``min_contributors`` makes it drop, per receiving client, rows whose remote part comes
-from too few nodes; ``encrypt_models`` makes its FedAvg strategy add encrypted models.
+them: :mod:`fedgl.privacy.he_blocks`); ``min_contributors`` makes it drop, per receiving client,
+rows whose remote part comes from too few nodes; ``encrypt_models`` makes its FedAvg strategy
+add encrypted models.
 """
 
 from __future__ import annotations
