@@ -49,13 +49,15 @@ from fedgl.federation.messages import SparseRows, as_dense
 from fedgl.federation.protocol import Arr, Bool, Bytes, Int, Opt, Record, Seq, handles
 from fedgl.models import gcn_edge_weights
 from fedgl.privacy.dp import GaussianMechanism, clip_rows, record_release
-from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
-from fedgl.privacy.he_blocks import (
+from fedgl.privacy.he import EncryptedModel, EncryptedModelSum, HEClientContext, HEParams
+from fedgl.privacy.he_signed import (
     CONTRIBUTION,
     BlockView,
     check_contributions,
+    check_model_sum,
     rows_digest,
     sign_contribution,
+    sign_model,
 )
 from fedgl.privacy.secagg import RECEIVED, SESSION, AttackDetected
 from fedgl.privacy.secure_models import SecureModelParty
@@ -96,6 +98,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._plan: dict | None = None
         self._he_own: dict[int, tuple] = {}  # HE: own (view, ciphertexts) of blocks it receives
         self._he: HEClientContext | None = None
+        self._fit_round = 0
         self._he_params = (HEParams.from_config(config)
                            if config.secure_sum == "he" or config.encrypt_models else None)
         self.feature_bound = value_bound(config)  # public bound on feature values, or None
@@ -306,6 +309,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """FedAvg's local training (:meth:`GNNClient.fit`), accepted only once the
         pre-training sums it trains on have arrived (state ``ready``)."""
+        self._fit_round = round  # an encrypted update is signed for its round
         return super().fit(weights, local_steps, round)
 
     @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
@@ -464,7 +468,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
                        blocks: list | None = None, degrees: Tensor | None = None) -> dict:
         """The aggregated rows: plaintext sums (mask; the server learns sums, not parts) or,
         per block this client receives (HE), the other members' signed ciphertexts, checked
-        and added to its own here, then decrypted (:mod:`fedgl.privacy.he_blocks`)."""
+        and added to its own here, then decrypted (:mod:`fedgl.privacy.he_signed`)."""
         if self._stale(session) or self._plan is None:
             return {"stale": True}
         plan = self._plan
@@ -514,23 +518,36 @@ class FedGCNClient(GNNClient, SecureModelParty):
             return weights
         coeff = float(num_train) if self.config.aggregation == "weighted" else 1.0
         flat = torch.cat([v.detach().reshape(-1).double() for v in weights.values()]) * coeff
-        return EncryptedModel(tuple(self._require_he().encrypt_real(flat.numpy())), coeff)
+        he = self._require_he()
+        chunks = tuple(he.encrypt_real(flat.numpy()))
+        me, r = self.data.client_id, int(self._fit_round)
+        return EncryptedModel(chunks, coeff, me, r,
+                              sign_model(self._agg().identity, me, he.key_id, r, coeff, chunks))
 
     def decode_weights(self, weights):
-        if not isinstance(weights, EncryptedModel):
+        if not isinstance(weights, EncryptedModel | EncryptedModelSum):
             return weights
         if not self.config.encrypt_models:
             # this client's key decrypts only what its protocol says: with plaintext models a
             # ciphertext posing as the global model would make the client a decryption oracle
             raise AttackDetected("the server sent an encrypted model but this run's models are "
                                  "not encrypted (a decryption-oracle attempt); the run stops")
+        if isinstance(weights, EncryptedModel):
+            raise AttackDetected("the server sent one encrypted model, not the signed updates of "
+                                 "a round (a single client's model could be decrypted); the run "
+                                 "stops")
         shapes = self.model.state_dict()
         total = sum(v.numel() for v in shapes.values())
-        slots = self._require_he().params.slots
-        if len(weights.chunks) != -(-total // slots):
-            raise AttackDetected("the encrypted model has the wrong number of ciphertexts for "
-                                 "this model; the run stops")
-        flat = self._require_he().decrypt_real(weights.chunks, total) / weights.weight
+        he = self._require_he()
+        st = self._agg().current(self._session) if self._session is not None else None
+        if st is None:
+            raise AttackDetected("an encrypted model arrived outside a key session; the run stops")
+        check_model_sum(self._agg().roster, he.key_id, sorted(st.directory), weights.parts,
+                        -(-total // he.params.slots))
+        coeff = float(sum(p.weight for p in weights.parts))
+        if coeff == 0:
+            raise AttackDetected("the encrypted model's updates all have weight 0; the run stops")
+        flat = he.decrypt_real(he.add([p.chunks for p in weights.parts]), total) / coeff
         out, offset = {}, 0
         for key, ref in shapes.items():
             n = ref.numel()

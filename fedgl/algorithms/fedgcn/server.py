@@ -7,7 +7,7 @@ only the rows it asked for (Algorithm 1, "Server Operation").
 Privacy (issue 4, docs/threat-model.md): with ``secure_sum: mask`` it sees only masked rows (and
 learns the sums), with ``he`` only ciphertexts and a public CKKS context (it learns nothing about
 values; it forwards each block's signed ciphertexts to the block's receivers, which check and add
-them: :mod:`fedgl.privacy.he_blocks`); ``min_contributors`` makes it drop, per receiving client,
+them: :mod:`fedgl.privacy.he_signed`); ``min_contributors`` makes it drop, per receiving client,
 rows whose remote part comes from too few nodes; ``encrypt_models`` makes its FedAvg strategy
 add encrypted models.
 """
@@ -37,7 +37,7 @@ from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ServerBlocks
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
 from fedgl.federation.messages import SparseRows, payload_dense_nbytes, payload_nbytes
-from fedgl.privacy.he import EncryptedModel, HEParams, HEServerContext
+from fedgl.privacy.he import EncryptedModelSum, HEParams, HEServerContext
 from fedgl.privacy.secagg_server import SecureSumServer
 from fedgl.privacy.secure_sum import RowPlan, plan_rows
 
@@ -360,7 +360,7 @@ class FedGCNServer(FedAvgServer):
         if out is None or holder not in out:
             return False
         reply = out[holder]
-        if isinstance(self.weights, EncryptedModel) and reply["key_id"] != self._key_id:
+        if isinstance(self.weights, EncryptedModelSum) and reply["key_id"] != self._key_id:
             raise RunAborted(f"the HE key holder (client {holder}) restarted and its key is lost: "
                              "the encrypted global model cannot be decrypted any more")
         self._key_id = reply["key_id"]
@@ -371,11 +371,8 @@ class FedGCNServer(FedAvgServer):
                 for k in others}
         if others and self._call("fedgcn.he_install", args, others) is None:
             return False
-        if cfg.encrypt_models:
-            if isinstance(self.strategy, EncryptedFedAvg):
-                self.strategy.he = he
-            else:
-                self.strategy = EncryptedFedAvg(self.strategy.weighting, he)
+        if cfg.encrypt_models and not isinstance(self.strategy, EncryptedFedAvg):
+            self.strategy = EncryptedFedAvg(self.strategy.weighting)
         return True
 
     def _secure_sums(self, session: bytes, alive: list[int], hello: dict, directory: dict,
@@ -426,7 +423,7 @@ class FedGCNServer(FedAvgServer):
                 replies[k] = {"session": session, "sums": total[want[~plan.use_own[k]]]}
         else:
             # HE: no sum here. Each receiver gets the other members' signed ciphertexts and
-            # adds them itself after checking them (fedgl/privacy/he_blocks.py)
+            # adds them itself after checking them (fedgl/privacy/he_signed.py)
             index = {k: {b: i for i, b in enumerate(plan.blocks_of(k))} for k in alive}
             parts = [{k: {"client": k, "chunks": up[k]["blocks"][index[k][b]],
                           "sig": up[k]["sigs"][index[k][b]]} for k in blk.members}

@@ -1,7 +1,8 @@
 """HE decrypts only what it can check: a malicious server hands a client, as "its sums", another
 client's unsummed ciphertexts, a sum over a subset of the block's members, a sum it made itself,
-or a block of an older session. The client refuses in one line before decrypting anything and
-never trains on it. Honest sums are the very ciphertexts the server used to add."""
+or a block of an older session; or, as the encrypted global model, one client's update. The
+client refuses in one line before decrypting anything and never trains on it. Honest sums are
+the very ciphertexts the server used to add."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 import torch
 
 from fedgl.federation.protocol import ProtocolViolation
-from fedgl.privacy.he import HEClientContext
+from fedgl.privacy.he import EncryptedModel, EncryptedModelSum, HEClientContext
 from fedgl.privacy.identity import AttackDetected
 from tests.helpers import fedgcn_federation, random_graph, random_partition
 
@@ -187,3 +188,84 @@ def test_he_plan_with_a_co_member_outside_the_session_is_refused(small):
         server.pretrain()
     assert "\n" not in str(err.value)
     assert server.runtime.local_client(VICTIM)._he_own == {}
+
+
+# ---------------------------------------------------------------------- encrypted models
+@pytest.fixture(scope="module")
+def model_round(small):
+    """Keys distributed, one honest round of encrypted updates (round 1)."""
+    server = fedgcn_federation(*small, hops=0, encrypt_models=True, oracle_eval=False)
+    server.pretrain()
+    ups = server.runtime.call("fedavg.fit", {"weights": server.weights, "local_steps": 1,
+                                             "round": 1}, phase="train")
+    return server, {k: ups[k]["weights"] for k in sorted(ups)}
+
+
+def _model_attack(attack, server, ups):
+    parts = [ups[k] for k in sorted(ups)]
+    if attack == "one_update":
+        return ups[1]
+    if attack == "one_part":
+        return EncryptedModelSum((ups[1],))
+    if attack == "twice":
+        return EncryptedModelSum((ups[1], ups[1]))
+    if attack == "mixed_rounds":
+        p = ups[2]
+        return EncryptedModelSum((*parts[:2], EncryptedModel(p.chunks, p.weight, p.client,
+                                                             p.round + 1, p.sig)))
+    if attack == "altered":  # the server scales client 1's share of the sum by its weight
+        p = ups[1]
+        return EncryptedModelSum((*parts[:1], EncryptedModel(p.chunks, 2 * p.weight, p.client,
+                                                             p.round, p.sig), *parts[2:]))
+    if attack == "server_made":  # a part the server built from another part's ciphertexts
+        p = ups[0]
+        return EncryptedModelSum((EncryptedModel(ups[1].chunks, p.weight, p.client, p.round,
+                                                 p.sig), *parts[1:]))
+    raise AssertionError(attack)
+
+
+@pytest.mark.parametrize("attack,match", [
+    ("one_update", "one encrypted model, not the signed updates"),
+    ("one_part", "not at least 2 distinct clients"),
+    ("twice", "not at least 2 distinct clients"),
+    ("mixed_rounds", "mixes updates of different rounds"),
+    ("altered", "not signed by it for this key, round and weight"),
+    ("server_made", "not signed by it"),
+])
+@pytest.mark.parametrize("method", ["fedavg.fit", "fedavg.evaluate"])
+def test_server_cannot_get_one_clients_model_decrypted(model_round, monkeypatch, attack, match,
+                                                       method):
+    """``--encrypt-models``: the server sends, as the global model, one client's update, a
+    "sum" of one, a part twice, parts of two rounds, a part whose weight it changed, or another
+    client's ciphertexts under a signature: refused in one line, nothing decrypted."""
+    server, ups = model_round
+    victim = server.runtime.local_client(VICTIM)
+    calls: list = []
+    original = HEClientContext._decrypt_slots
+    monkeypatch.setattr(HEClientContext, "_decrypt_slots",
+                        lambda self, chunks: (calls.append(self is victim._he),
+                                              original(self, chunks))[1])
+    fake = _model_attack(attack, server, ups)
+    args = {"weights": fake} if method == "fedavg.evaluate" else \
+        {"weights": fake, "local_steps": 1, "round": 2}
+    with pytest.raises(AttackDetected, match=match) as err:
+        server.runtime.call(method, args, phase="train", clients=[VICTIM])
+    assert "\n" not in str(err.value)
+    assert True not in calls
+
+
+def test_honest_model_sum_decrypts_as_the_servers_sum_did(model_round):
+    """The client adds the round's checked updates: bit for bit the model that decrypting the
+    server's sum of the same updates gives."""
+    server, ups = model_round
+    client = server.runtime.local_client(VICTIM)
+    parts = tuple(ups[k] for k in sorted(ups))
+    got = client.decode_weights(EncryptedModelSum(parts))
+    total = sum(v.numel() for v in got.values())
+    flat = client._he.decrypt_real(server.he_context.add([p.chunks for p in parts]), total) / sum(
+        p.weight for p in parts)
+    assert torch.equal(torch.cat([v.reshape(-1).double() for v in got.values()]),
+                       torch.from_numpy(flat).float().double())
+    # and the round's updates are all signed, for round 1, by distinct clients
+    assert sorted(p.client for p in parts) == sorted(server.runtime.client_ids)
+    assert {p.round for p in parts} == {1} and all(len(p.sig) == 64 for p in parts)
