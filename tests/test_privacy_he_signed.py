@@ -113,6 +113,10 @@ def _old_format(rt, args):
     ("old_format", ProtocolViolation, "blocks"),
 ])
 def test_server_cannot_get_a_ciphertext_decrypted(small, monkeypatch, attack, error, match):
+    """After an honest upload the server rewrites the victim's ``secure_receive``: refused in
+    one line, the victim's key decrypts nothing, and it never reaches state ``ready`` (so it
+    neither trains on the block nor returns weights). Before signed contributions, the
+    ``old_format`` message with another client's ciphertexts was decrypted and trained on."""
     edit = {"another_clients_block": _another_clients_block, "relabelled_block": _relabelled_block,
             "subset": _subset, "server_summed": _server_summed, "old_format": _old_format}[attack]
     server = _federation(small, edit)
@@ -269,3 +273,26 @@ def test_honest_model_sum_decrypts_as_the_servers_sum_did(model_round):
     # and the round's updates are all signed, for round 1, by distinct clients
     assert sorted(p.client for p in parts) == sorted(server.runtime.client_ids)
     assert {p.round for p in parts} == {1} and all(len(p.sig) == 64 for p in parts)
+
+
+def test_signed_payloads_cross_the_wire_exactly(model_round):
+    """What the Ray and Flower transports carry: the forwarded block contributions and the
+    signed model sum decode to the same bytes, and the client's schema accepts them."""
+    from fedgl.federation.codec import Encoded, decode, encode
+    from fedgl.federation.protocol import Wire
+    from fedgl.privacy.he_signed import CONTRIBUTION
+
+    _, ups = model_round
+    model_sum = EncryptedModelSum(tuple(ups[k] for k in sorted(ups)))
+    part = ups[1]
+    payload = {"blocks": [[{"client": part.client, "chunks": list(part.chunks),
+                            "sig": part.sig}]], "weights": model_sum}
+    _, got = decode(Encoded.from_bytes(encode("test.he", payload).to_bytes()))
+    c = got["blocks"][0][0]
+    assert CONTRIBUTION.check(c, {}) is None
+    assert c["client"] == part.client and c["sig"] == part.sig
+    assert [x.data for x in c["chunks"]] == [x.data for x in part.chunks]
+    assert Wire("ckks.model_sum").check(got["weights"], {}) is None
+    for a, b in zip(got["weights"].parts, model_sum.parts, strict=True):
+        assert (a.client, a.round, a.weight, a.sig) == (b.client, b.round, b.weight, b.sig)
+        assert [x.data for x in a.chunks] == [x.data for x in b.chunks]
