@@ -173,22 +173,41 @@ def test_honest_sum_is_the_ciphertext_the_server_used_to_add(small):
     assert server.privacy_stats["ciphertexts_down"] >= checked
 
 
-def test_he_plan_with_a_co_member_outside_the_session_is_refused(small):
-    """The plan lists, as a block's co-member, a client that is not in this session's
-    directory: refused before anything is encrypted."""
+def _without_peers(plan):
+    return {k: v for k, v in plan.items() if k not in ("peers", "peer_counts")}
+
+
+def _outsider(plan):
+    peers = plan["peers"].clone()
+    peers[0] = 99
+    return {**plan, "peers": peers}
+
+
+def _block_id_twice(plan):
+    ids = plan["block_ids"].clone()
+    ids[1] = ids[0]
+    return {**plan, "block_ids": ids}
+
+
+@pytest.mark.parametrize("craft,match", [
+    (_without_peers, "lacks the co-members"),
+    (_outsider, "not in this session's directory"),
+    (_block_id_twice, "lists a block id twice"),
+])
+def test_he_plan_that_cannot_be_signed_is_refused(small, craft, match):
+    """An HE plan without the blocks' co-members (nothing to sign a member set over), with a
+    co-member outside this session's directory, or with a block id twice: refused before
+    anything is encrypted."""
     server = _federation(small)
     real = server.runtime.rt.call
 
     def call(method, args=None, *, phase, clients=None):
         if method == "fedgcn.secure_upload":
-            plan = dict(args[VICTIM]["plan"])
-            peers = plan["peers"].clone()
-            peers[0] = 99
-            args = {**args, VICTIM: {**args[VICTIM], "plan": {**plan, "peers": peers}}}
+            args = {**args, VICTIM: {**args[VICTIM], "plan": craft(dict(args[VICTIM]["plan"]))}}
         return real(method, args, phase=phase, clients=clients)
 
     server.runtime.rt.call = call
-    with pytest.raises(AttackDetected, match="not in this session's directory") as err:
+    with pytest.raises(AttackDetected, match=match) as err:
         server.pretrain()
     assert "\n" not in str(err.value)
     assert server.runtime.local_client(VICTIM)._he_own == {}

@@ -437,7 +437,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             why = "has per-block fields that do not match its blocks"
         elif he and torch.unique(plan["block_ids"]).numel() != len(plan["block_ids"]):
             why = "lists a block id twice"
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= num_rows):
+        elif rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= num_rows):
             why = "lists rows this client does not hold"
         elif torch.unique(rows).numel() != rows.numel():
             why = "lists a row more than once"
