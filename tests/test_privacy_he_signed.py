@@ -315,3 +315,16 @@ def test_signed_payloads_cross_the_wire_exactly(model_round):
     for a, b in zip(got["weights"].parts, model_sum.parts, strict=True):
         assert (a.client, a.round, a.weight, a.sig) == (b.client, b.round, b.weight, b.sig)
         assert [x.data for x in a.chunks] == [x.data for x in b.chunks]
+
+
+def test_one_client_per_round_with_encrypted_models_is_refused_at_configuration():
+    """Its "average" would be one client's model, which every client refuses to decrypt."""
+    from fedgl.config import Config
+    from fedgl.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="one client per round") as err:
+        Config.from_dict({"clients": 3, "clients_per_round": 1, "encrypt_models": True,
+                          "oracle_eval": False})
+    assert "\n" not in str(err.value)
+    Config.from_dict({"clients": 3, "clients_per_round": 2, "encrypt_models": True,
+                      "oracle_eval": False})

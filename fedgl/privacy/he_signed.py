@@ -45,7 +45,8 @@ or row set, a model sum mixing rounds, and ciphertexts the server altered or mad
 not: the member sets are the server's plan. A server can leave a contributor out of a block *for
 every member* (each then signs the smaller set), which makes the receivers' sums smaller as
 dropping that client from the run would; and it chooses which signed updates of a round (at
-least two) make a model sum, as dropping clients from a round would.
+least two, of any round under this key) make a model sum, as dropping clients from a round
+would.
 """
 
 from __future__ import annotations
