@@ -3,7 +3,9 @@
 One designated client (the key holder) creates the CKKS context. The secret key leaves it only
 sealed to each roster-authenticated client (X25519 + ChaCha20-Poly1305, :mod:`fedgl.privacy.secagg`),
 relayed by the server, which receives a *public* context: the encryption parameters and no key.
-With it the server can load and add ciphertexts, and nothing else: it cannot decrypt.
+With it the server could load and add ciphertexts, and nothing else: it cannot decrypt. The
+protocol has it add nothing: it forwards the senders' signed ciphertexts, and each receiver checks
+them and adds them itself before it decrypts (:mod:`fedgl.privacy.he_signed`).
 
 Clients encrypt with the secret key (SEAL's symmetric mode), which has ~16x less fresh noise than
 public-key encryption and so leaves more room in each slot for packed values.

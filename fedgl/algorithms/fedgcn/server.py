@@ -9,7 +9,7 @@ learns the sums), with ``he`` only ciphertexts and a public CKKS context (it lea
 values; it forwards each block's signed ciphertexts to the block's receivers, which check and add
 them: :mod:`fedgl.privacy.he_signed`); ``min_contributors`` makes it drop, per receiving client,
 rows whose remote part comes from too few nodes; ``encrypt_models`` makes its FedAvg strategy
-add encrypted models.
+send the round's signed encrypted updates, which clients check and add.
 """
 
 from __future__ import annotations
