@@ -328,3 +328,17 @@ def test_one_client_per_round_with_encrypted_models_is_refused_at_configuration(
     assert "\n" not in str(err.value)
     Config.from_dict({"clients": 3, "clients_per_round": 2, "encrypt_models": True,
                       "oracle_eval": False})
+
+
+def test_a_key_holder_that_lost_its_key_stops_an_encrypted_model_run(small):
+    """The global model is the round's signed updates under the holder's key: a holder that
+    comes back with a new key cannot decrypt it, so the run stops with that line."""
+    from fedgl.errors import RunAborted
+
+    server = fedgcn_federation(*small, hops=0, encrypt_models=True, oracle_eval=False, rounds=2)
+    server.pretrain()
+    next(server.rounds())
+    assert isinstance(server.weights, EncryptedModelSum)
+    server.runtime.local_client(server.config.he_key_holder)._he = None  # as after a restart
+    with pytest.raises(RunAborted, match="restarted and its key is lost"):
+        server.pretrain()
