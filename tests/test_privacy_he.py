@@ -145,10 +145,14 @@ def test_ledger_counts_serialized_ciphertext_bytes(small):
     server.pretrain()
     uploads, charged = [(out, up) for method, out, up in rt.replies
                         if method == "fedgcn.secure_upload"][0]
-    # The upload replies hold only ciphertexts: the ledger charged exactly their serialized
-    # length (TenSEAL's serialize(), what a real transport would carry).
+    # The upload replies hold only ciphertexts and one Ed25519 signature (64 bytes) per block:
+    # the ledger charged exactly their serialized length (TenSEAL's serialize(), what a real
+    # transport would carry).
     serialized = sum(len(ct.data) for r in uploads.values() for blk in r["blocks"] for ct in blk)
-    assert serialized > 0 and charged == serialized
+    sigs = [s for r in uploads.values() for s in r["sigs"]]
+    assert len(sigs) == sum(len(r["blocks"]) for r in uploads.values())
+    assert all(len(s) == 64 for s in sigs)
+    assert serialized > 0 and charged == serialized + 64 * len(sigs)
     ct = uploads[0]["blocks"][0][0]
     assert isinstance(ct, Ciphertext) and payload_nbytes(ct) == len(ct.data)
     assert payload_nbytes(EncryptedModel((ct, ct), 2.0)) == 2 * len(ct.data) + 8

@@ -25,8 +25,9 @@ from fedgl.models import build_model, gcn_edge_weights
 
 #: evaluating this many clients or more shows a progress line (fewer take a moment)
 MANY_CLIENTS = 100
-#: a global model as the server sends it: a state dict, or CKKS ciphertexts (``encrypt_models``)
-MODEL = OneOf((Weights(), Wire("ckks.model")))
+#: a global model as the server sends it: a state dict, or the round's signed CKKS updates
+#: (``encrypt_models``); a lone encrypted model is accepted here to be refused by name
+MODEL = OneOf((Weights(), Wire("ckks.model"), Wire("ckks.model_sum")))
 MAX_LOCAL_STEPS = 1_000_000
 
 @dataclass

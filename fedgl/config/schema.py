@@ -314,6 +314,10 @@ class Config:
                 raise ConfigError("encrypt_models cannot checkpoint: the key lives only in client "
                                   "memory, so a resumed run could not decrypt the model; drop "
                                   "--checkpoint-every")
+            if self.clients >= 2 and self.clients_per_round == 1:
+                raise ConfigError("encrypt_models with one client per round would make every "
+                                  "client decrypt that one client's model, which clients refuse; "
+                                  "use --clients-per-round 2 or more (or 0: all)")
 
 
 # ---------------------------------------------------------------------- helpers

@@ -42,18 +42,15 @@ class FedAvg:
 class EncryptedFedAvg(FedAvg):
     """FedAvg over CKKS-encrypted models (``--encrypt-models``). The server never sees a model.
 
-    Each client sends ``Enc(c_k · w_k)`` with ``c_k = 1`` (uniform) or ``n_k`` (weighted) and
-    ``c_k`` in clear; the server adds the ciphertexts and the coefficients, and clients decrypt
-    and divide: ``Σ c_k w_k / Σ c_k``, the same average as :class:`FedAvg`. ``he`` is the
-    server's public context (:class:`~fedgl.privacy.he.HEServerContext`); it cannot decrypt.
+    Each client sends ``Enc(c_k · w_k)`` with ``c_k = 1`` (uniform) or ``n_k`` (weighted),
+    ``c_k`` in clear, signed with its identity. The server adds nothing: the global model is the
+    round's signed updates, which each client checks, adds and decrypts, dividing by ``Σ c_k``:
+    ``Σ c_k w_k / Σ c_k``, the same average as :class:`FedAvg`
+    (:mod:`fedgl.privacy.he_signed`).
     """
 
-    def __init__(self, weighting: str, he) -> None:
-        super().__init__(weighting)
-        self.he = he
-
     def aggregate(self, states, num_samples):
-        from fedgl.privacy.he import EncryptedModel
+        from fedgl.privacy.he import EncryptedModelSum
 
         if not states:
             raise ValueError("nothing to aggregate")
@@ -61,4 +58,4 @@ class EncryptedFedAvg(FedAvg):
         if total == 0:
             raise RuntimeError("weighted FedAvg of encrypted models: no client has training "
                                "nodes, so the weighted average is undefined")
-        return EncryptedModel(tuple(self.he.add([s.chunks for s in states])), total)
+        return EncryptedModelSum(tuple(states))

@@ -1,6 +1,8 @@
 """Privacy for the federation (docs/threat-model.md).
 
 - :mod:`fedgl.privacy.he`: CKKS (TenSEAL) with a client-held key, integer packing, encrypted models.
+- :mod:`fedgl.privacy.he_signed`: signed CKKS contributions, which a client checks and adds
+  itself before it decrypts (pre-training blocks and encrypted models).
 - :mod:`fedgl.privacy.identity`: Ed25519 identities, the roster, Shamir sharing.
 - :mod:`fedgl.privacy.secagg`: authenticated secure aggregation for any sum (``mask`` and the
   dropout-robust ``robust``), client side; :mod:`fedgl.privacy.secagg_server`, server side;

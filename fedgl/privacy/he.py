@@ -3,7 +3,9 @@
 One designated client (the key holder) creates the CKKS context. The secret key leaves it only
 sealed to each roster-authenticated client (X25519 + ChaCha20-Poly1305, :mod:`fedgl.privacy.secagg`),
 relayed by the server, which receives a *public* context: the encryption parameters and no key.
-With it the server can load and add ciphertexts, and nothing else: it cannot decrypt.
+With it the server could load and add ciphertexts, and nothing else: it cannot decrypt. The
+protocol has it add nothing: it forwards the senders' signed ciphertexts, and each receiver checks
+them and adds them itself before it decrypts (:mod:`fedgl.privacy.he_signed`).
 
 Clients encrypt with the secret key (SEAL's symmetric mode), which has ~16x less fresh noise than
 public-key encryption and so leaves more room in each slot for packed values.
@@ -65,28 +67,62 @@ class Ciphertext:
 
 
 def _model_tree(m: EncryptedModel) -> dict:
-    return {"chunks": [c.data for c in m.chunks], "weight": float(m.weight)}
+    return {"chunks": [c.data for c in m.chunks], "weight": float(m.weight),
+            "client": int(m.client), "round": int(m.round), "sig": bytes(m.sig)}
 
 
 def _model_from_tree(tree: dict) -> EncryptedModel:
     if not (isinstance(tree, dict) and isinstance(tree.get("chunks"), list)
             and all(isinstance(c, bytes) for c in tree["chunks"])
-            and isinstance(tree.get("weight"), float)):
+            and isinstance(tree.get("weight"), float)
+            and all(isinstance(tree.get(k), int) and not isinstance(tree.get(k), bool)
+                    for k in ("client", "round"))
+            and isinstance(tree.get("sig"), bytes)):
         raise WireError("malformed encrypted model")
-    return EncryptedModel(tuple(Ciphertext(c) for c in tree["chunks"]), tree["weight"])
+    return EncryptedModel(tuple(Ciphertext(c) for c in tree["chunks"]), tree["weight"],
+                          tree["client"], tree["round"], tree["sig"])
 
 
 @wire_type("ckks.model", _model_tree, _model_from_tree)
 @dataclass(frozen=True)
 class EncryptedModel:
     """A model (flattened state dict) as CKKS ciphertexts, and the plaintext sum of the
-    coefficients it was multiplied by (decrypt, then divide by ``weight``)."""
+    coefficients it was multiplied by (decrypt, then divide by ``weight``). A client's update
+    also names its sender, its round and the sender's signature
+    (:func:`fedgl.privacy.he_signed.model_statement`); unsigned: ``client = round = -1``."""
 
     chunks: tuple[Ciphertext, ...]
     weight: float
+    client: int = -1
+    round: int = -1
+    sig: bytes = b""
 
     def serialized_nbytes(self) -> int:
-        return sum(c.serialized_nbytes() for c in self.chunks) + 8
+        signed = 16 + len(self.sig) if self.sig else 0
+        return sum(c.serialized_nbytes() for c in self.chunks) + 8 + signed
+
+
+def _sum_tree(m: EncryptedModelSum) -> dict:
+    return {"parts": [_model_tree(p) for p in m.parts]}
+
+
+def _sum_from_tree(tree: dict) -> EncryptedModelSum:
+    if not (isinstance(tree, dict) and isinstance(tree.get("parts"), list)):
+        raise WireError("malformed encrypted model sum")
+    return EncryptedModelSum(tuple(_model_from_tree(p) for p in tree["parts"]))
+
+
+@wire_type("ckks.model_sum", _sum_tree, _sum_from_tree)
+@dataclass(frozen=True)
+class EncryptedModelSum:
+    """The global model of ``--encrypt-models`` as the server sends it: the round's signed
+    client updates, which each client checks and adds itself before decrypting
+    (:mod:`fedgl.privacy.he_signed`); the server adds nothing."""
+
+    parts: tuple[EncryptedModel, ...]
+
+    def serialized_nbytes(self) -> int:
+        return sum(p.serialized_nbytes() for p in self.parts)
 
 
 @dataclass(frozen=True)
@@ -274,6 +310,12 @@ class HEClientContext:
         return [Ciphertext(ts.ckks_vector(self._ctx, flat[i:i + s].tolist(), scale).serialize())
                 for i in progress.track(range(0, flat.size, s), "HE encryption")]
 
+    def add(self, parts: Sequence[Sequence[Ciphertext]]) -> list[Ciphertext]:
+        """Chunk-wise sum of checked contributions (:mod:`fedgl.privacy.he_signed`), here at
+        the receiver, which then decrypts it."""
+        ts = _ts()
+        return add_ciphertexts(lambda c: ts.ckks_vector_from(self._ctx, c.data), parts)
+
     def _decrypt_slots(self, chunks: Sequence[Ciphertext]) -> np.ndarray:
         ts = _ts()
         parts = [np.asarray(ts.ckks_vector_from(self._ctx, c.data).decrypt(), dtype=np.float64)
@@ -295,15 +337,22 @@ class HEServerContext:
 
     def add(self, parts: Sequence[Sequence[Ciphertext]]) -> list[Ciphertext]:
         """Chunk-wise sum of several clients' equally long ciphertext lists."""
-        if not parts:
-            return []
-        n = len(parts[0])
-        if any(len(p) != n for p in parts):
-            raise ValueError("clients sent different numbers of ciphertexts for one block")
-        out = []
-        for i in range(n):
-            acc = self.load(parts[0][i])
-            for p in parts[1:]:
-                acc.add_(self.load(p[i]))
-            out.append(Ciphertext(acc.serialize()))
-        return out
+        return add_ciphertexts(self.load, parts)
+
+
+def add_ciphertexts(load, parts: Sequence[Sequence[Ciphertext]]) -> list[Ciphertext]:
+    """Chunk-wise sum of equally long ciphertext lists, added in list order (``load`` links a
+    ciphertext to a context). The addition is exact modulo the ciphertext modulus, so any order
+    gives the same ciphertext."""
+    if not parts:
+        return []
+    n = len(parts[0])
+    if any(len(p) != n for p in parts):
+        raise ValueError("clients sent different numbers of ciphertexts for one block")
+    out = []
+    for i in range(n):
+        acc = load(parts[0][i])
+        for p in parts[1:]:
+            acc.add_(load(p[i]))
+        out.append(Ciphertext(acc.serialize()))
+    return out

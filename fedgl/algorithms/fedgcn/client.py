@@ -46,10 +46,19 @@ from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.federation.aggregate import State
 from fedgl.federation.messages import SparseRows, as_dense
-from fedgl.federation.protocol import Arr, Bool, Bytes, Int, Opt, Record, Seq, Wire, handles
+from fedgl.federation.protocol import Arr, Bool, Bytes, Int, Opt, Record, Seq, handles
 from fedgl.models import gcn_edge_weights
 from fedgl.privacy.dp import GaussianMechanism, clip_rows, record_release
-from fedgl.privacy.he import EncryptedModel, HEClientContext, HEParams
+from fedgl.privacy.he import EncryptedModel, EncryptedModelSum, HEClientContext, HEParams
+from fedgl.privacy.he_signed import (
+    CONTRIBUTION,
+    BlockView,
+    check_contributions,
+    check_model_sum,
+    rows_digest,
+    sign_contribution,
+    sign_model,
+)
 from fedgl.privacy.secagg import RECEIVED, SESSION, AttackDetected
 from fedgl.privacy.secure_models import SecureModelParty
 
@@ -87,7 +96,9 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._dp_release: str | None = None  # public random name of this release (accounting)
         self._session: bytes | None = None  # the secure protocol session in progress
         self._plan: dict | None = None
+        self._he_own: dict[int, tuple] = {}  # HE: own (view, ciphertexts) of blocks it receives
         self._he: HEClientContext | None = None
+        self._fit_round = 0
         self._he_params = (HEParams.from_config(config)
                            if config.secure_sum == "he" or config.encrypt_models else None)
         self.feature_bound = value_bound(config)  # public bound on feature values, or None
@@ -298,6 +309,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """FedAvg's local training (:meth:`GNNClient.fit`), accepted only once the
         pre-training sums it trains on have arrived (state ``ready``)."""
+        self._fit_round = round  # an encrypted update is signed for its round
         return super().fit(weights, local_steps, round)
 
     @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
@@ -314,7 +326,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         when the sums are to be sent securely, what the server needs to plan the rows (ids,
         counts, degrees), but no values. With packed HE also ``range_exp``: a power-of-two bound
         on |released sums|."""
-        self._session, self._plan = bytes(session), None
+        self._session, self._plan, self._he_own = bytes(session), None, {}
         out: dict = {"adv": self._agg().advertise(session, PRETRAIN)}
         if announce:
             out.update(ids=self._touched(), num_requested=self._num_requested())
@@ -371,10 +383,11 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if self._stale(session):
             return {"stale": True}
         values = self._release()[2].double().numpy()
-        self._check_plan(plan, len(values))
-        self._plan = plan
+        he = self.config.secure_sum == "he"
+        self._check_plan(plan, len(values), he)
+        self._plan, self._he_own = plan, {}
         rows = plan["rows"].numpy()
-        if "peers" in plan:
+        if not he:
             agg = self._agg()
             agg.accept(session, received["confirm"], received.get("shares"))
             d = values.shape[1]
@@ -382,23 +395,49 @@ class FedGCNClient(GNNClient, SecureModelParty):
                 plan["block_sizes"].tolist(), _split(plan["peers"], plan["peer_counts"]),
                 strict=True)]
             return {"masked": agg.mask(session, values[rows], segments)}
-        out = []
+        out, sigs = [], []
         for b, block_rows in enumerate(_split(plan["rows"], plan["block_sizes"])):
             block = values[block_rows]
             if self._he_params.pack == 1:
-                out.append(self._he.encrypt_real(block))
+                chunks = self._he.encrypt_real(block)
             else:
-                out.append(self._he.encrypt_packed(block, int(plan["frac_bits"][b])))
-        return {"blocks": out}
+                chunks = self._he.encrypt_packed(block, int(plan["frac_bits"][b]))
+            view = self._block_view(session, plan, b, block_rows, values.shape[1])
+            out.append(chunks)
+            sigs.append(sign_contribution(self._agg().identity, self.data.client_id, view, chunks))
+            if bool(plan["receive"][b]):
+                self._he_own[b] = (view, chunks)
+        return {"blocks": out, "sigs": sigs}
 
-    @staticmethod
-    def _check_plan(plan: dict, num_rows: int) -> None:
+    def _block_view(self, session: bytes, plan: dict, b: int, block_rows: np.ndarray,
+                    d: int) -> BlockView:
+        """What this client signs for (and checks the sum of) its ``b``-th HE block: the
+        session, the block id, its members, its rows as global ids, its encoding."""
+        peers = _split(plan["peers"], plan["peer_counts"])[b]
+        frac = int(plan["frac_bits"][b]) if self._he_params.pack > 1 else -1
+        return BlockView(bytes(session), self._agg().current(session).dir_hash,
+                         int(plan["block_ids"][b]),
+                         tuple(sorted([*(int(p) for p in peers), self.data.client_id])),
+                         rows_digest(self._touched()[torch.from_numpy(block_rows)].numpy()),
+                         frac, len(block_rows) * d)
+
+    def _check_plan(self, plan: dict, num_rows: int, he: bool = False) -> None:
         """Before anything is revealed: the plan's rows are this client's own and each listed
         once (a row listed twice lets the server solve for it), its blocks cover them, and
-        every block has a co-member to mask with."""
+        every block has a co-member to mask with. HE: the co-members are listed too (each
+        block's signed member set), distinct, in this session's directory, and the block ids
+        distinct."""
         rows, sizes = plan["rows"], plan["block_sizes"]
         why = None
-        if rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= num_rows):
+        if he and not all(f in plan for f in ("peers", "peer_counts", "receive")):
+            why = "lacks the co-members or the receive flags of its blocks"
+        elif he and (len(plan["receive"]) != len(sizes) or (
+                self._he_params.pack > 1 and ("frac_bits" not in plan
+                                              or len(plan["frac_bits"]) != len(sizes)))):
+            why = "has per-block fields that do not match its blocks"
+        elif he and torch.unique(plan["block_ids"]).numel() != len(plan["block_ids"]):
+            why = "lists a block id twice"
+        elif rows.numel() and (int(rows.min()) < 0 or int(rows.max()) >= num_rows):
             why = "lists rows this client does not hold"
         elif torch.unique(rows).numel() != rows.numel():
             why = "lists a row more than once"
@@ -409,22 +448,37 @@ class FedGCNClient(GNNClient, SecureModelParty):
                                   or int(plan["peer_counts"].sum()) != len(plan["peers"])
                                   or bool((plan["peer_counts"][sizes > 0] < 1).any())):
             why = "has a block without co-members"
+        elif he:
+            me = self.data.client_id
+            known = set(self._agg().current(self._session).directory)
+            for peers in _split(plan["peers"], plan["peer_counts"]):
+                ps = [int(p) for p in peers]
+                if len(set(ps)) != len(ps) or me in ps or not set(ps) <= known:
+                    why = ("has a block whose co-members repeat, include this client, or are "
+                           "not in this session's directory")
+                    break
         if why is not None:
             raise AttackDetected(f"the secure upload plan {why}: it could reveal this client's "
                                  "rows; the run stops")
 
     @handles("fedgcn.secure_receive", phases=("pretrain",), optional=("sums", "blocks", "degrees"),
              schema={"session": SESSION, "sums": Opt(SUMS), "degrees": Opt(DEGREES),
-                     "blocks": Opt(Seq(Seq(Wire("ckks.ciphertext"))))})
+                     "blocks": Opt(Seq(Seq(CONTRIBUTION)))})
     def secure_receive(self, session: bytes, sums: Tensor | None = None,
                        blocks: list | None = None, degrees: Tensor | None = None) -> dict:
-        """The aggregated rows: plaintext sums (mask; the server learns sums, not parts) or the
-        summed ciphertexts of the blocks this client receives (HE), decrypted here."""
+        """The aggregated rows: plaintext sums (mask; the server learns sums, not parts) or,
+        per block this client receives (HE), the other members' signed ciphertexts, checked
+        and added to its own here, then decrypted (:mod:`fedgl.privacy.he_signed`)."""
         if self._stale(session) or self._plan is None:
             return {"stale": True}
         plan = self._plan
         use_own = plan["use_own"]
-        if blocks is None:
+        he = self.config.secure_sum == "he"
+        if (blocks is not None) != he:
+            raise AttackDetected("the secure sums arrived in the other mode's form ("
+                                 f"{'ciphertexts' if blocks is not None else 'plaintext'} in "
+                                 f"secure-sum mode {self.config.secure_sum}); the run stops")
+        if not he:
             self.receive_sums(sums, degrees, use_own)
             return {}
         exact = self._release()[1]
@@ -432,9 +486,16 @@ class FedGCNClient(GNNClient, SecureModelParty):
         filled = use_own.clone()
         d = exact.size(1)
         block_rows = _split(plan["rows"], plan["block_sizes"])
-        mine = [b for b in range(len(block_rows)) if bool(plan["receive"][b])]
-        for b, chunks in zip(mine, blocks, strict=True):
+        mine = sorted(self._he_own)  # the blocks flagged for receiving, in plan order
+        if len(blocks) != len(mine):
+            raise AttackDetected(f"the server sent {len(blocks)} HE sums for the {len(mine)} "
+                                 "blocks this client receives; nothing decrypted, the run stops")
+        roster, me = self._agg().roster, self.data.client_id
+        parts = [check_contributions(roster, me, *self._he_own[b], received)
+                 for b, received in zip(mine, blocks, strict=True)]  # all, before decrypting
+        for b, part in zip(mine, parts, strict=True):
             rows, n = block_rows[b], len(block_rows[b]) * d
+            chunks = self._he.add(part)
             if self._he_params.pack == 1:
                 flat = self._he.decrypt_real(chunks, n)
             else:
@@ -457,23 +518,36 @@ class FedGCNClient(GNNClient, SecureModelParty):
             return weights
         coeff = float(num_train) if self.config.aggregation == "weighted" else 1.0
         flat = torch.cat([v.detach().reshape(-1).double() for v in weights.values()]) * coeff
-        return EncryptedModel(tuple(self._require_he().encrypt_real(flat.numpy())), coeff)
+        he = self._require_he()
+        chunks = tuple(he.encrypt_real(flat.numpy()))
+        me, r = self.data.client_id, int(self._fit_round)
+        return EncryptedModel(chunks, coeff, me, r,
+                              sign_model(self._agg().identity, me, he.key_id, r, coeff, chunks))
 
     def decode_weights(self, weights):
-        if not isinstance(weights, EncryptedModel):
+        if not isinstance(weights, EncryptedModel | EncryptedModelSum):
             return weights
         if not self.config.encrypt_models:
             # this client's key decrypts only what its protocol says: with plaintext models a
             # ciphertext posing as the global model would make the client a decryption oracle
             raise AttackDetected("the server sent an encrypted model but this run's models are "
                                  "not encrypted (a decryption-oracle attempt); the run stops")
+        if isinstance(weights, EncryptedModel):
+            raise AttackDetected("the server sent one encrypted model, not the signed updates of "
+                                 "a round (a single client's model could be decrypted); the run "
+                                 "stops")
         shapes = self.model.state_dict()
         total = sum(v.numel() for v in shapes.values())
-        slots = self._require_he().params.slots
-        if len(weights.chunks) != -(-total // slots):
-            raise AttackDetected("the encrypted model has the wrong number of ciphertexts for "
-                                 "this model; the run stops")
-        flat = self._require_he().decrypt_real(weights.chunks, total) / weights.weight
+        he = self._require_he()
+        st = self._agg().current(self._session) if self._session is not None else None
+        if st is None:
+            raise AttackDetected("an encrypted model arrived outside a key session; the run stops")
+        check_model_sum(self._agg().roster, he.key_id, sorted(st.directory), weights.parts,
+                        -(-total // he.params.slots))
+        coeff = float(sum(p.weight for p in weights.parts))
+        if coeff == 0:
+            raise AttackDetected("the encrypted model's updates all have weight 0; the run stops")
+        flat = he.decrypt_real(he.add([p.chunks for p in weights.parts]), total) / coeff
         out, offset = {}, 0
         for key, ref in shapes.items():
             n = ref.numel()

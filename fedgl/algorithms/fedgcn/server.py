@@ -6,8 +6,10 @@ only the rows it asked for (Algorithm 1, "Server Operation").
 
 Privacy (issue 4, docs/threat-model.md): with ``secure_sum: mask`` it sees only masked rows (and
 learns the sums), with ``he`` only ciphertexts and a public CKKS context (it learns nothing about
-values); ``min_contributors`` makes it drop, per receiving client, rows whose remote part comes
-from too few nodes; ``encrypt_models`` makes its FedAvg strategy add encrypted models.
+values; it forwards each block's signed ciphertexts to the block's receivers, which check and add
+them: :mod:`fedgl.privacy.he_signed`); ``min_contributors`` makes it drop, per receiving client,
+rows whose remote part comes from too few nodes; ``encrypt_models`` makes its FedAvg strategy
+send the round's signed encrypted updates, which clients check and add.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ServerBlocks
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
 from fedgl.federation.messages import SparseRows, payload_dense_nbytes, payload_nbytes
-from fedgl.privacy.he import EncryptedModel, HEParams, HEServerContext
+from fedgl.privacy.he import EncryptedModelSum, HEParams, HEServerContext
 from fedgl.privacy.secagg_server import SecureSumServer
 from fedgl.privacy.secure_sum import RowPlan, plan_rows
 
@@ -358,7 +360,7 @@ class FedGCNServer(FedAvgServer):
         if out is None or holder not in out:
             return False
         reply = out[holder]
-        if isinstance(self.weights, EncryptedModel) and reply["key_id"] != self._key_id:
+        if isinstance(self.weights, EncryptedModelSum) and reply["key_id"] != self._key_id:
             raise RunAborted(f"the HE key holder (client {holder}) restarted and its key is lost: "
                              "the encrypted global model cannot be decrypted any more")
         self._key_id = reply["key_id"]
@@ -369,11 +371,8 @@ class FedGCNServer(FedAvgServer):
                 for k in others}
         if others and self._call("fedgcn.he_install", args, others) is None:
             return False
-        if cfg.encrypt_models:
-            if isinstance(self.strategy, EncryptedFedAvg):
-                self.strategy.he = he
-            else:
-                self.strategy = EncryptedFedAvg(self.strategy.weighting, he)
+        if cfg.encrypt_models and not isinstance(self.strategy, EncryptedFedAvg):
+            self.strategy = EncryptedFedAvg(self.strategy.weighting)
         return True
 
     def _secure_sums(self, session: bytes, alive: list[int], hello: dict, directory: dict,
@@ -397,11 +396,10 @@ class FedGCNServer(FedAvgServer):
                  "block_sizes": torch.tensor([len(b.rows) for b in blocks], dtype=torch.long),
                  "rows": _cat([b.positions[k] for b in blocks]),
                  "use_own": plan.use_own[k]}
-            if mask:
-                peers = [[m for m in b.members if m != k] for b in blocks]
-                p.update(peers=torch.tensor([m for ms in peers for m in ms], dtype=torch.long),
-                         peer_counts=torch.tensor([len(ms) for ms in peers], dtype=torch.long))
-            else:
+            peers = [[m for m in b.members if m != k] for b in blocks]
+            p.update(peers=torch.tensor([m for ms in peers for m in ms], dtype=torch.long),
+                     peer_counts=torch.tensor([len(ms) for ms in peers], dtype=torch.long))
+            if not mask:
                 p["receive"] = torch.tensor([k in b.receivers for b in blocks], dtype=torch.bool)
                 if frac is not None:
                     p["frac_bits"] = torch.tensor([frac[b] for b in mine], dtype=torch.long)
@@ -424,16 +422,20 @@ class FedGCNServer(FedAvgServer):
                 want = rows_of[k][:plan.requested[k]]
                 replies[k] = {"session": session, "sums": total[want[~plan.use_own[k]]]}
         else:
+            # HE: no sum here. Each receiver gets the other members' signed ciphertexts and
+            # adds them itself after checking them (fedgl/privacy/he_signed.py)
             index = {k: {b: i for i, b in enumerate(plan.blocks_of(k))} for k in alive}
-            parts = [[up[k]["blocks"][index[k][b]] for k in blk.members]
+            parts = [{k: {"client": k, "chunks": up[k]["blocks"][index[k][b]],
+                          "sig": up[k]["sigs"][index[k][b]]} for k in blk.members}
                      for b, blk in enumerate(plan.blocks)]
-            summed = [self.he_context.add(p) for p in parts]
             for k in alive:
                 replies[k] = {"session": session, "blocks": [
-                    summed[b] for b in plan.blocks_of(k) if k in plan.blocks[b].receivers]}
-            self.privacy_stats["ciphertexts_up"] = sum(len(c) for p in parts for c in p)
+                    [c for m, c in parts[b].items() if m != k]
+                    for b in plan.blocks_of(k) if k in plan.blocks[b].receivers]}
+            self.privacy_stats["ciphertexts_up"] = sum(len(c["chunks"]) for p in parts
+                                                       for c in p.values())
             self.privacy_stats["ciphertexts_down"] = sum(
-                len(summed[b]) for b, blk in enumerate(plan.blocks) for _ in blk.receivers)
+                len(c["chunks"]) for r in replies.values() for blk in r["blocks"] for c in blk)
         if degree is not None:
             for k in survivors:
                 want = rows_of[k][:plan.requested[k]]
