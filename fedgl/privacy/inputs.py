@@ -25,8 +25,8 @@ would take the total above the organisation's ``dp_budget`` is refused
 simulated clients: ``<state_dir>/client-<k>``): two JSON-lines files, ``inputs.jsonl`` and
 ``dp-noise.jsonl``, each line appended and fsync'ed (:func:`fedgl.privacy.dp.append_durably`)
 before the value it covers leaves the party, under an exclusive lock (two processes sharing
-the folder see each other's lines). A line torn by a crash is ignored: it was never followed
-by a release. Without a folder the record lives in memory, as long as the party object (a
+the folder see each other's lines). A last line torn by a crash is ignored (and cut before the
+next append): it was never followed by a release. Without a folder the record lives in memory, as long as the party object (a
 simulated client: its run; a ``fedgl client`` process: until it stops).
 """
 
@@ -249,9 +249,11 @@ class InputRecord:
 
         path = self.folder / name
         try:
-            # a torn last line (no newline) is closed first, so the new line stays whole
-            if path.exists() and path.stat().st_size and not path.read_bytes().endswith(b"\n"):
-                append_durably(path, b"\n")
+            # a last line torn by a crash (no newline) was never followed by a release: cut it
+            if path.exists() and path.stat().st_size:
+                data = path.read_bytes()
+                if not data.endswith(b"\n"):
+                    os.truncate(path, data.rfind(b"\n") + 1)
             append_durably(path, (json.dumps(entry, sort_keys=True) + "\n").encode())
         except OSError as exc:  # not recorded: the value it covers is not sent
             raise OutputError(f"the input record '{path}' could not be written "
