@@ -26,9 +26,9 @@ simulated clients: ``<state_dir>/client-<k>``): two JSON-lines files, ``inputs.j
 ``dp-noise.jsonl``, each line appended and fsync'ed (:func:`fedgl.privacy.dp.append_durably`)
 before the value it covers leaves the party, under an exclusive lock (two processes sharing
 the folder see each other's lines). A last line torn by a crash is ignored (and cut before the
-next append): it was never followed by a release. Without a folder the record lives in memory, as long as the party object (a
-simulated client: its run; a ``fedgl client`` process: until it stops).
-"""
+next append): it was never followed by a release. Without a folder the record lives in memory,
+as long as the party object (a simulated client: its run; a ``fedgl client`` process: until it
+stops)."""
 
 from __future__ import annotations
 
