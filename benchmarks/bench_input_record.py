@@ -65,7 +65,8 @@ def _instrument(timer: _Timer) -> None:
     import fedgl.privacy.secure_models as sm
     from fedgl.privacy.inputs import InputRecord
 
-    for module, names in ((sa, ("aggregate_id", "digest")), (sm, ("digest", "data_digest")),
+    for module, names in ((sa, ("aggregate_id", "digest", "values_hash")),
+                          (sm, ("digest", "data_digest")),
                           (fc, ("digest", "feature_digest"))):
         for name in names:
             setattr(module, name, timer.wrap(getattr(module, name)))

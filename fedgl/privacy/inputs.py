@@ -95,15 +95,20 @@ def feature_digest(data: Any) -> str:
     return digest("features", data.node_ids, data.x)
 
 
+def values_hash(encoded: np.ndarray) -> bytes:
+    """SHA-256 of a client's fixed-point upload before masking."""
+    return hashlib.sha256(np.ascontiguousarray(encoded).tobytes()).digest()
+
+
 def aggregate_id(mode: str, members: Sequence[int], segments: Sequence[tuple[int, Any]],
-                 encoded: np.ndarray) -> str:
+                 values: bytes) -> str:
     """What a secure sum reveals about one client's input: mode, the clients summed, each
-    segment's length and co-members (those among ``members``), and the fixed-point values."""
+    segment's length and co-members (those among ``members``), and the fixed-point values
+    (their :func:`values_hash`)."""
     inside = set(int(m) for m in members)
     layout = [frame(int(n), *sorted(int(p) for p in ps if int(p) in inside))
               for n, ps in segments]
-    return digest("aggregate", mode, sorted(inside), *layout,
-                  hashlib.sha256(np.ascontiguousarray(encoded).tobytes()).digest())
+    return digest("aggregate", mode, sorted(inside), *layout, values)
 
 
 def short(name: str) -> str:

@@ -59,7 +59,7 @@ from fedgl.privacy.identity import (
     frame,
     shamir_split,
 )
-from fedgl.privacy.inputs import InputRecord, aggregate_id, digest, short
+from fedgl.privacy.inputs import InputRecord, aggregate_id, digest, short, values_hash
 
 MODES = ("mask", "robust", "auth")  # auth: authenticated keys and sealing only (HE), no masks
 FIXED_POINT_BITS = 32
@@ -186,7 +186,7 @@ class _Session:
     refused: bool = False  # this client refused the survivor set: never unmasked
     segments: list = field(default_factory=list)  # co-members of each uploaded segment
     layout: list = field(default_factory=list)  # (length, co-members) of every segment
-    encoded: np.ndarray | None = None  # the fixed-point input, unmasked (for its aggregate id)
+    values: bytes | None = None  # hash of the fixed-point input, unmasked (its aggregate id)
 
 
 class SecAggClient:
@@ -374,11 +374,10 @@ class SecAggClient:
         st.layout = [(int(n), sorted(int(p) for p in ps)) for n, ps in segments]
         largest = max((len(ps) for _, ps in segments), default=0) + 1
         out = encode_fixed(flat, largest)
+        st.values = values_hash(out)
         if self.mode == "mask":  # every upload of a complete session is summed: commit now
-            self.record.commit(st.input_id, aggregate_id("mask", sorted(st.u2), st.layout, out),
-                               st.u2, "this client's input")
-        else:
-            st.encoded = out.copy()
+            self.record.commit(st.input_id, aggregate_id("mask", sorted(st.u2), st.layout,
+                                                         st.values), st.u2, "this client's input")
         for v in sorted(peers):
             apply_pair_mask(out, pair_spans(segments, v), st.masks[v], self.me < v)
         if self.mode == "robust":
@@ -427,13 +426,12 @@ class SecAggClient:
             st.refused = True
             return {"stale": True, "refused": f"client {self.me} reveals no shares: only "
                     f"{len(valid)} of the {len(st.u3)} survivors signed the survivor set"}
-        if st.encoded is None:
+        if st.values is None:
             raise AttackDetected("asked to reveal shares for a session this client uploaded "
                                  "nothing in; the run stops")
         # the sum revealed: the survivors' inputs (dropped clients' masks are removed)
         self.record.commit(st.input_id, aggregate_id("robust", sorted(st.u3), st.layout,
-                                                     st.encoded), st.u3,
-                           "this client's input")
+                                                     st.values), st.u3, "this client's input")
         st.revealed = True
         return {"b": {u: st.shares_b[u] for u in sorted(st.u3)},
                 "s": {u: st.shares_s[u] for u in sorted(st.u2 - st.u3)}}
