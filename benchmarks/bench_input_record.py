@@ -10,8 +10,8 @@ FedGCN 2-hop, 10 clients, Dirichlet β = 1, seed 0, one torch thread. For each p
 side in one process: the record in memory (the default) and in a state folder (each line
 fsync'ed). Per variant: the ledger's pre-training and training seconds (median of
 ``--repeats``), the bytes (both directions, every phase), the seconds spent inside the record's
-own work (naming inputs, aggregate ids, commits, noise draws: timed around those calls) and
-its share of the run's federated seconds, the record's size on disk, and the process's peak
+own work (naming inputs, aggregate ids, commits, noise draws: timed around those calls; also
+per call site) and its share of the run's federated seconds, the record's size on disk, and the process's peak
 RSS after the variant (cumulative). The checks add no message: the bytes of the two variants
 are equal, and equal to the code before the record (tested: ``tests/test_privacy_inputs.py``).
 Prints one JSON document.
@@ -42,9 +42,13 @@ class _Timer:
     """Seconds spent inside the wrapped functions (outermost calls only)."""
 
     def __init__(self) -> None:
-        self.seconds, self.calls, self._depth = 0.0, 0, 0
+        self.seconds, self._depth = 0.0, 0
+        self.by_name: dict[str, float] = {}
 
-    def wrap(self, fn):
+    def reset(self) -> None:
+        self.seconds, self.by_name = 0.0, {}
+
+    def wrap(self, fn, name: str):
         def timed(*args, **kwargs):
             self._depth += 1
             t0 = time.perf_counter()
@@ -53,8 +57,9 @@ class _Timer:
             finally:
                 self._depth -= 1
                 if self._depth == 0:
-                    self.seconds += time.perf_counter() - t0
-                    self.calls += 1
+                    dt = time.perf_counter() - t0
+                    self.seconds += dt
+                    self.by_name[name] = self.by_name.get(name, 0.0) + dt
         return timed
 
 
@@ -69,9 +74,9 @@ def _instrument(timer: _Timer) -> None:
                           (sm, ("digest", "data_digest")),
                           (fc, ("digest", "feature_digest"))):
         for name in names:
-            setattr(module, name, timer.wrap(getattr(module, name)))
+            setattr(module, name, timer.wrap(getattr(module, name), name))
     for name in ("commit", "noise", "aggregate_of"):
-        setattr(InputRecord, name, timer.wrap(getattr(InputRecord, name)))
+        setattr(InputRecord, name, timer.wrap(getattr(InputRecord, name), f"record.{name}"))
 
 
 def _peak_rss_mb() -> float:
@@ -96,13 +101,14 @@ def main() -> None:
     for name, keys in SETTINGS.items():
         rows = {}
         for variant in ("memory", "state_dir"):
-            pre, train, own, total_bytes, disk = [], [], [], None, 0
+            pre, train, own, parts, total_bytes, disk = [], [], [], [], None, 0
             for _ in range(args.repeats):
                 with tempfile.TemporaryDirectory() as folder:
                     extra = {"state_dir": folder} if variant == "state_dir" else {}
-                    timer.seconds = 0.0
+                    timer.reset()
                     rep = fedgl.run(**base, **keys, **extra).repeats[0]
                     own.append(timer.seconds)
+                    parts.append(dict(timer.by_name))
                     pre.append(rep.final["pretrain_seconds"])
                     train.append(rep.final["train_seconds"])
                     total_bytes = rep.final["pretrain_bytes"] + rep.final["train_bytes"]
@@ -112,6 +118,9 @@ def main() -> None:
                              "train_s": round(statistics.median(train), 4),
                              "record_s": round(statistics.median(own), 4),
                              "record_share_of_federated_s": round(statistics.median(own) / fed, 4),
+                             "record_s_by_call": {k: round(statistics.median(
+                                 p.get(k, 0.0) for p in parts), 4)
+                                 for k in sorted({k for p in parts for k in p})},
                              "bytes": total_bytes, "record_bytes_on_disk": disk,
                              "peak_rss_mb": round(_peak_rss_mb(), 1)}
         mem, disk_row = rows["memory"], rows["state_dir"]
