@@ -31,7 +31,7 @@ def _call(server, method, args, clients=None, phase="pretrain"):
 
 
 # ---------------------------------------------------------------------- mask: several plans
-def _pairwise_session(server, pairs, n):
+def _pairwise_session(server, pairs, n, rows=None):
     """One mask session over every client, with a crafted plan: each pair's first ``n``
     released rows in one block with the partner as the only co-member. Returns, per pair, the
     sum the server unmasks: ``x_a[:n] + x_b[:n]``."""
@@ -45,7 +45,7 @@ def _pairwise_session(server, pairs, n):
         for k, partner in ((a, b), (b, a)):
             args[k] = {"session": session, "received": relayed[k], "plan": {
                 "block_ids": torch.tensor([0]), "block_sizes": torch.tensor([n]),
-                "rows": torch.arange(n),
+                "rows": torch.arange(n) if rows is None else rows,
                 "use_own": torch.zeros(hello[k]["num_requested"], dtype=torch.bool),
                 "peers": torch.tensor([partner]), "peer_counts": torch.tensor([1])}}
     up = _call(server, "fedgcn.secure_upload", args)
@@ -65,6 +65,17 @@ def test_mask_sessions_with_other_plans_cannot_isolate_a_client(small):
     with pytest.raises(InputReused, match="already went into another secure sum") as err:
         _pairwise_session(server, [(1, 2), (0, 3)], n)
     assert "\n" not in str(err.value)
+
+
+def test_mask_the_same_pairs_with_other_rows_is_another_aggregate(small):
+    """The same clients and co-members, but the rows laid out in another order: the sums
+    per position differ (``x₀[r] + x₁[r']``), so it is another aggregate, refused."""
+    server = fedgcn_federation(*small, hops=2, secure_sum="mask")
+    n = min(len(server.runtime.local_client(k)._touched()) for k in range(4))
+    _pairwise_session(server, [(0, 1), (2, 3)], n)
+    _pairwise_session(server, [(0, 1), (2, 3)], n)  # the very same plan: served
+    with pytest.raises(InputReused, match="already went into another secure sum"):
+        _pairwise_session(server, [(0, 1), (2, 3)], n, rows=torch.arange(n).flip(0))
 
 
 def test_mask_the_same_aggregate_again_is_served(small):

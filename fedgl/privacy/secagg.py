@@ -186,7 +186,7 @@ class _Session:
     refused: bool = False  # this client refused the survivor set: never unmasked
     segments: list = field(default_factory=list)  # co-members of each uploaded segment
     layout: list = field(default_factory=list)  # (length, co-members) of every segment
-    values: bytes | None = None  # hash of the fixed-point input, unmasked (its aggregate id)
+    values: bytes | None = None  # names what was uploaded: its values or selection (aggregate id)
 
 
 class SecAggClient:
@@ -347,8 +347,12 @@ class SecAggClient:
                 st.shares_b[v], st.shares_s[v] = parts[2], parts[3]
         st.u2 = u2
 
-    def mask(self, session: bytes, values: np.ndarray, segments: Segments) -> np.ndarray:
-        """The masked upload of ``values`` (flat, laid out in ``segments``)."""
+    def mask(self, session: bytes, values: np.ndarray, segments: Segments,
+             selection: np.ndarray | None = None) -> np.ndarray:
+        """The masked upload of ``values`` (flat, laid out in ``segments``). ``selection``: how
+        the caller picked ``values`` from its named input (e.g. FedGCN's plan rows); the
+        aggregate id then names it instead of hashing the values, which the input's name
+        already determines."""
         st = self._require(session)
         if self.mode == "auth":
             raise RunAborted("this client was provisioned for authenticated key exchange only, "
@@ -374,7 +378,8 @@ class SecAggClient:
         st.layout = [(int(n), sorted(int(p) for p in ps)) for n, ps in segments]
         largest = max((len(ps) for _, ps in segments), default=0) + 1
         out = encode_fixed(flat, largest)
-        st.values = values_hash(out)
+        st.values = values_hash(out) if selection is None else \
+            digest("selection", np.asarray(selection)).encode()
         if self.mode == "mask":  # every upload of a complete session is summed: commit now
             self.record.commit(st.input_id, aggregate_id("mask", sorted(st.u2), st.layout,
                                                          st.values), st.u2, "this client's input")

@@ -397,7 +397,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             segments = [(int(n) * d, [int(p) for p in ps]) for n, ps in zip(
                 plan["block_sizes"].tolist(), _split(plan["peers"], plan["peer_counts"]),
                 strict=True)]
-            return {"masked": agg.mask(session, values[rows], segments)}
+            return {"masked": agg.mask(session, values[rows], segments, selection=rows)}
         out = []
         for b, block_rows in enumerate(_split(plan["rows"], plan["block_sizes"])):
             block = values[block_rows]
