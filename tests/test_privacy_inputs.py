@@ -113,7 +113,7 @@ def test_a_restarted_client_keeps_its_record_in_the_state_dir(small, tmp_path):
 
 
 # ---------------------------------------------------------------------- robust: fit twice
-def _secure_models_federation(small, mode):
+def _secure_models_federation(small, mode, **keys):
     from fedgl.algorithms.fedgcn.client import FedGCNClient
     from fedgl.algorithms.fedgcn.server import FedGCNServer
     from fedgl.algorithms.runner import build_federation
@@ -122,7 +122,7 @@ def _secure_models_federation(small, mode):
     graph, _ = small
     part = random_partition(graph.num_nodes, 3, seed=21)
     cfg = Config.from_dict({"clients": 3, "progress": False, "hops": 2, "dropout": 0.0,
-                            "secure_sum": "mask"})
+                            "secure_sum": "mask", **keys})
     server = build_federation(graph, part, cfg, 0, FedGCNClient, FedGCNServer, secure_mode=mode,
                               secure_models=True)
     server.pretrain()
@@ -151,6 +151,26 @@ def test_robust_fit_asked_twice_cannot_isolate_a_model(small, second_round):
     with pytest.raises(AttackDetected, match="second secure sum over the same values") as err:
         secure_vector_sum(call, [0, 1], "model/1-again", length, SecureSumServer("robust"))
     assert "\n" not in str(err.value)
+
+
+def test_robust_fit_asked_twice_is_refused_on_ray(small, local_ray, tmp_path):
+    """The same attack against Ray actors (each client in its own process, its record in its
+    state folder): the second sum is refused there too."""
+    from fedgl.errors import RunAborted
+
+    server = _secure_models_federation(small, "robust", runtime="ray",
+                                       state_dir=str(tmp_path))
+    try:
+        fit = {"weights": server.weights, "local_steps": 2, "round": 1}
+        length = _call(server, "fedavg.fit", fit, phase="train")[0]["weights"]["secure_length"]
+        call = _caller(server)
+        assert secure_vector_sum(call, [0, 1, 2], "model/1", length, SecureSumServer("robust"))
+        _call(server, "fedavg.fit", {**fit, "round": 2}, phase="train")
+        with pytest.raises(RunAborted, match="second secure sum over the same values"):
+            secure_vector_sum(call, [0, 1], "model/1-again", length, SecureSumServer("robust"))
+    finally:
+        server.runtime.close()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["client-0", "client-1", "client-2"]
 
 
 def test_robust_a_larger_survivor_set_after_a_smaller_one_is_refused(small):
