@@ -315,6 +315,18 @@ def test_the_record_survives_reopening_and_refuses_damage(tmp_path):
     assert "\n" not in str(err.value)
 
 
+def test_an_unusable_state_folder_stops_before_anything_is_sent(small, tmp_path):
+    """A state folder that cannot be written (here: a file in its place) stops the client with
+    one line before its masked upload leaves."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    server = fedgcn_federation(*small, hops=2, secure_sum="mask", state_dir=str(blocker))
+    with pytest.raises(OutputError, match="cannot be used") as err:
+        server.pretrain()
+    assert "\n" not in str(err.value)
+    assert all(server.runtime.local_client(k).received_sums is None for k in range(4))
+
+
 # ---------------------------------------------------------------------- honest runs unchanged
 @pytest.mark.parametrize("keys", [{"secure_sum": "mask"}, {"dp_epsilon": 1.0},
                                   {"secure_sum": "robust", "secure_models": True}])

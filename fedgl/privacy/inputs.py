@@ -135,13 +135,7 @@ class InputRecord:
         self._aggregates: dict[str, dict] = {}
         self._noise: dict[str, dict] = {}
         if self.folder is not None:
-            try:
-                self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            except OSError as exc:
-                raise OutputError(f"the input record folder '{self.folder}' cannot be made "
-                                  f"({exc.strerror or type(exc).__name__}); choose a writable "
-                                  "state folder") from None
-            self._reload()
+            self._reload()  # the folder itself is made by the first line written
 
     # -- queries
     def aggregate_of(self, input_id: str) -> dict | None:
@@ -205,7 +199,13 @@ class InputRecord:
             return
         import fcntl
 
-        fd = os.open(self.folder / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.folder / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise OutputError(f"the input record folder '{self.folder}' cannot be used "
+                              f"({exc.strerror or type(exc).__name__}); nothing was sent; "
+                              "choose a writable state folder") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
             self._reload()  # another process of this party may have written since
@@ -224,7 +224,7 @@ class InputRecord:
         path = self.folder / name
         try:
             text = path.read_text()
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         except OSError as exc:
             raise OutputError(f"the input record '{path}' cannot be read "
