@@ -104,7 +104,8 @@ def aggregate_id(mode: str, members: Sequence[int], segments: Sequence[tuple[int
                  values: bytes) -> str:
     """What a secure sum reveals about one client's input: mode, the clients summed, each
     segment's length and co-members (those among ``members``), and the fixed-point values
-    (their :func:`values_hash`)."""
+    (their :func:`values_hash`, or the name of the selection that picked them from the named
+    input, e.g. FedGCN's plan rows)."""
     inside = set(int(m) for m in members)
     layout = [frame(int(n), *sorted(int(p) for p in ps if int(p) in inside))
               for n, ps in segments]
