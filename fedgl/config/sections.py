@@ -364,6 +364,14 @@ class PrivacyConfig(Section):
     dp_delta: float = option(1e-5, "DP δ", feature="dp")
     dp_clip: float = option(1.0, "DP: clip every node's feature vector to this L2 norm first",
                             feature="dp")
+    dp_budget: float | None = option(None, "DP: total ε each client will spend on its data set "
+                                           "(over runs, with --state-dir); a new release beyond "
+                                           "it is refused (unset: no limit)", feature="dp")
+    state_dir: str | None = option(None, "folder where each simulated client keeps its input "
+                                         "record (<dir>/client-<k>: the one secure sum each "
+                                         "input entered, its DP noise, the ε spent), across "
+                                         "restarts and runs (unset: in memory, for the run)",
+                                   feature="secure_sum")
     min_contributors: int = option(1, "drop the remote part of a received sum made of fewer than "
                                       "k remote nodes", feature="min_contributors")
 
@@ -390,6 +398,19 @@ class PrivacyConfig(Section):
         if self.dp_clip <= 0:
             raise ConfigError(f"dp_clip must be > 0 (got {self.dp_clip}); use e.g. --dp-clip 1")
         at_most("dp_clip", self.dp_clip, 1e6, "clip to the scale of the features, e.g. 1")
+        if self.dp_budget is not None:
+            if not self.dp_budget > 0:
+                raise ConfigError(f"dp_budget must be > 0 (got {self.dp_budget}); use e.g. "
+                                  "--dp-budget 4, or leave it unset for no limit")
+            if self.dp_epsilon is None:
+                raise ConfigError("dp_budget limits the ε of DP releases; add --dp-epsilon, or "
+                                  "drop --dp-budget")
+            if self.dp_epsilon > self.dp_budget:
+                raise ConfigError(f"dp_epsilon {self.dp_epsilon:g} is above dp_budget "
+                                  f"{self.dp_budget:g}: even one release would exceed it; lower "
+                                  "--dp-epsilon or raise --dp-budget")
+        if self.state_dir is not None and not str(self.state_dir).strip():
+            raise ConfigError("state_dir is empty; give a folder, or leave it unset")
         at_most("min_contributors", self.min_contributors, MAX_NODES)
 
     def features_in_use(self) -> list[str]:

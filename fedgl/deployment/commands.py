@@ -439,9 +439,10 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     client.add_argument("--min-contributors", type=int, default=1, metavar="K",
                         help="refuse runs with a smaller min_contributors (default: 1)")
     client.add_argument("--state-dir", default=None, metavar="DIR",
-                        help="this organisation's own records (its DP release log, a "
-                             "GLASU party's model checkpoints), kept across restarts; needed "
-                             "for DP and GLASU runs that checkpoint")
+                        help="this organisation's own records (its input record: the one "
+                             "secure sum each input entered, its DP noise, the ε spent; its DP "
+                             "release log; a GLASU party's model checkpoints), kept across "
+                             "restarts; needed for DP and GLASU runs that checkpoint")
     client.add_argument("--device", default=None)
     client.add_argument("--threads", type=int, default=None)
     client.add_argument("--flwr-home", default=None, metavar="DIR",

@@ -60,6 +60,7 @@ from fedgl.federation.protocol import (
     handles,
 )
 from fedgl.privacy.identity import Identity, Roster, frame
+from fedgl.privacy.inputs import party_record
 
 #: algorithms that run deployed: their client class (module:qualname) and the server side's
 #: driver in :mod:`fedgl.deployment.server_app` ("fedavg": a FedAvg server class, given here;
@@ -194,6 +195,9 @@ class Party:
         self.device = device
         self.threads = threads
         self.state_dir = Path(state_dir) if state_dir is not None else None
+        #: the party's input record (fedgl.privacy.inputs), for every run it serves: under
+        #: --state-dir it survives restarts too; the server's config never chooses where
+        self.record = party_record(self.state_dir, self.client_id)
         self.endpoint: Endpoint | None = None
         #: the party's own set-up protocol: ``new`` -> hello -> ``greeted`` -> setup -> ``set-up``
         self.protocol_state = "new"
@@ -242,6 +246,8 @@ class Party:
             self.own.refuse(f"'{SETUP}' {exc}")
         overrides = {k: v for k, v in (("device", self.device), ("threads", self.threads))
                      if v is not None}
+        if cfg.state_dir is not None:  # the party's own record is used, never a server's path
+            overrides["state_dir"] = None
         if overrides:
             cfg = cfg.replace(**overrides)
         if cfg.threads:
@@ -251,6 +257,8 @@ class Party:
         client_cls = load_class(deployable(cfg.algorithm)[0])
         try:
             role = client_cls(self.shard, copy.deepcopy(cfg), seed)
+            if hasattr(role, "use_input_record"):
+                role.use_input_record(self.record)
             mode = cfg.secure_sum
             if (mode != "none" or cfg.encrypt_models) and hasattr(role, "install_identity"):
                 role.install_identity(self.identity, self.roster,

@@ -205,14 +205,16 @@ def record_release(config: Any, client_id: int, seed: int, release_id: str,
                        "epsilon": mech.epsilon, "delta": mech.delta, "clip": mech.clip},
                       sort_keys=True) + "\n"
     try:
-        _append_durably(path, line.encode())
+        append_durably(path, line.encode())
     except OSError as exc:  # the release is not sent: the run stops here
         raise OutputError(f"DP release log '{path}' could not be written "
                           f"({exc.strerror or type(exc).__name__}); the release was not sent; "
                           "choose a writable --out folder with free space") from None
 
 
-def _append_durably(path: Path, data: bytes) -> None:
+def append_durably(path: Path, data: bytes) -> None:
+    """Append ``data`` to ``path`` and fsync it (and the folders it created): once this
+    returns, a crash cannot lose it. Also the party's input record (:mod:`fedgl.privacy.inputs`)."""
     new_dir = not path.parent.is_dir()
     path.parent.mkdir(parents=True, exist_ok=True)
     new_file = not path.exists()

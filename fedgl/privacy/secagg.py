@@ -16,9 +16,19 @@ u Shamir-shares its self-mask seed ``b_u`` and its mask key ``s_u`` among the pa
 threshold t (encrypted to each peer under a pairwise key, relayed by the server). Survivors U3
 (who uploaded) sign U3; once a client has seen t signatures on the same U3 it reveals, for each
 u in U3, its share of ``b_u``, and for each dropped u, its share of ``s_u`` — never both for one
-u in one session, and only one session per input (``instance``). The server removes survivors'
-self masks and dropped clients' pairwise masks and gets ``Σ_{u ∈ U3} x_u``. With ≤ n − t
-dropouts the sum is exact; with more, the run stops.
+u in one session. The server removes survivors' self masks and dropped clients' pairwise masks
+and gets ``Σ_{u ∈ U3} x_u``. With ≤ n − t dropouts the sum is exact; with more, the run stops.
+
+One aggregate per input (both modes; :mod:`fedgl.privacy.inputs`). Each client names its input
+by content (``input_id``) and keeps, in its own record, the one aggregate the input entered: the
+clients summed and, per segment, the co-members and values. ``mask`` commits when it uploads
+(every upload of a complete session is summed), ``robust`` when it reveals its shares (a
+session nobody revealed for is never unmasked, so a dropout's restart may re-sum the input). A
+later session may ask for the same aggregate again (it reveals the same sums); any other is
+refused before a masked value or a share leaves. Robust commits at the reveal and not at the
+signature: a client that signed U3 but was not asked to reveal is in a sum it did not record,
+but at least t > n/2 clients revealed and recorded it, so fewer than t remain free to form a
+second sum.
 
 Authentication (both modes). Every client's ephemeral X25519 keys (``c`` for encrypting shares
 and sealed messages, ``s`` for masks) are signed with its roster identity (Ed25519,
@@ -49,6 +59,7 @@ from fedgl.privacy.identity import (
     frame,
     shamir_split,
 )
+from fedgl.privacy.inputs import InputRecord, aggregate_id, digest, short, values_hash
 
 MODES = ("mask", "robust", "auth")  # auth: authenticated keys and sealing only (HE), no masks
 FIXED_POINT_BITS = 32
@@ -174,13 +185,15 @@ class _Session:
     revealed: bool = False
     refused: bool = False  # this client refused the survivor set: never unmasked
     segments: list = field(default_factory=list)  # co-members of each uploaded segment
+    layout: list = field(default_factory=list)  # (length, co-members) of every segment
+    values: bytes | None = None  # names what was uploaded: its values or selection (aggregate id)
 
 
 class SecAggClient:
     """One client's side of the protocol; holds its identity and the roster."""
 
     def __init__(self, me: int, identity: Identity, roster: Roster, mode: str = "mask",
-                 threshold: int = 0) -> None:
+                 threshold: int = 0, record: InputRecord | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown secure-sum mode {mode!r}")
         self.me, self.identity, self.roster, self.mode = me, identity, roster, mode
@@ -192,13 +205,13 @@ class SecAggClient:
                               f"must be above n/2 and at most n ({n // 2 + 1}..{n})")
         self.threshold = threshold or default_threshold(n)
         self._st: _Session | None = None
-        self._done: dict[str, frozenset[int]] = {}  # instance -> participants it was summed over
+        #: the party's record of the aggregate each input entered (in memory if not given)
+        self.record = record if record is not None else InputRecord()
 
     # -- step 0: advertise signed ephemeral keys
     def advertise(self, session: bytes, instance: str, input_id: str | None = None) -> dict:
         """Fresh signed ephemeral keys for the sum ``instance``. ``input_id`` names this
-        client's input (default: the instance): a robust client takes part in one sum per input,
-        a mask client in sums over one set of clients per input."""
+        client's input by content (default: the instance): it enters one aggregate only."""
         c_key, c_pub = _x25519_pair()
         s_key, s_pub = _x25519_pair()
         sig = self.identity.sign(frame(b"fedgl/adv/v2", session, instance, self.me, c_pub, s_pub))
@@ -263,11 +276,12 @@ class SecAggClient:
         if self.mode == "robust" and len(members) < self.threshold:
             raise RunAborted(f"only {len(members)} clients in the secure sum, below the threshold "
                              f"{self.threshold}: the sum cannot be unmasked safely; the run stops")
-        if st.input_id in self._done and (self.mode == "robust"
-                                          or self._done[st.input_id] != members):
-            raise AttackDetected(f"a second secure sum over the same values ('{st.input_id}') "
-                                 "with other clients: differencing the two sums would reveal a "
-                                 "client's input; the run stops")
+        prior = self.record.aggregate_of(st.input_id)
+        if prior is not None and (not set(prior["members"]) <= members if self.mode == "robust"
+                                  else set(prior["members"]) != members):
+            raise AttackDetected(f"a second secure sum over the same values "
+                                 f"('{short(st.input_id)}') with other clients: differencing "
+                                 "the two sums would reveal a client's input; the run stops")
         st.directory = {k: (bytes(c), bytes(s)) for k, (c, s, _) in entries.items()}
         st.dir_hash = directory_hash(st.session, st.instance, directory)
 
@@ -333,8 +347,12 @@ class SecAggClient:
                 st.shares_b[v], st.shares_s[v] = parts[2], parts[3]
         st.u2 = u2
 
-    def mask(self, session: bytes, values: np.ndarray, segments: Segments) -> np.ndarray:
-        """The masked upload of ``values`` (flat, laid out in ``segments``)."""
+    def mask(self, session: bytes, values: np.ndarray, segments: Segments,
+             selection: np.ndarray | None = None) -> np.ndarray:
+        """The masked upload of ``values`` (flat, laid out in ``segments``). ``selection``: how
+        the caller picked ``values`` from its named input (e.g. FedGCN's plan rows); the
+        aggregate id then names it instead of hashing the values, which the input's name
+        already determines."""
         st = self._require(session)
         if self.mode == "auth":
             raise RunAborted("this client was provisioned for authenticated key exchange only, "
@@ -357,14 +375,18 @@ class SecAggClient:
             raise AttackDetected(f"the plan pairs this client with {sorted(peers - st.u2)}, who "
                                  "are not in the confirmed directory; the run stops")
         st.segments = [frozenset(int(p) for p in ps) for n, ps in segments if n]
+        st.layout = [(int(n), sorted(int(p) for p in ps)) for n, ps in segments]
         largest = max((len(ps) for _, ps in segments), default=0) + 1
         out = encode_fixed(flat, largest)
+        st.values = values_hash(out) if selection is None else \
+            digest("selection", np.asarray(selection)).encode()
+        if self.mode == "mask":  # every upload of a complete session is summed: commit now
+            self.record.commit(st.input_id, aggregate_id("mask", sorted(st.u2), st.layout,
+                                                         st.values), st.u2, "this client's input")
         for v in sorted(peers):
             apply_pair_mask(out, pair_spans(segments, v), st.masks[v], self.me < v)
         if self.mode == "robust":
             np.add(out, prg(st.self_seed, out.size), out=out)
-        if self.mode == "mask":  # the sum is revealed once every client uploads
-            self._done[st.input_id] = frozenset(st.u2)
         return out
 
     # -- steps 3 and 4 (robust): agree on the survivors, then reveal one kind of share each
@@ -377,6 +399,12 @@ class SecAggClient:
             raise AttackDetected(f"the claimed survivor set {sorted(u3)} is not a subset of the "
                                  f"session's clients containing this one, or is below the "
                                  f"threshold {self.threshold}; the run stops")
+        prior = self.record.aggregate_of(st.input_id)
+        if prior is not None and set(prior["members"]) != u3:
+            raise AttackDetected(f"a second secure sum over the same values "
+                                 f"('{short(st.input_id)}') with other survivors {sorted(u3)} "
+                                 f"(it was summed with {prior['members']}): differencing the two "
+                                 "sums would reveal a client's input; the run stops")
         st.u3 = u3
         if any(not (ps & u3) for ps in st.segments):
             # every co-member of a segment gone (claimed or real): unmasking would hand the
@@ -403,12 +431,13 @@ class SecAggClient:
             st.refused = True
             return {"stale": True, "refused": f"client {self.me} reveals no shares: only "
                     f"{len(valid)} of the {len(st.u3)} survivors signed the survivor set"}
-        if st.input_id in self._done:
-            raise AttackDetected(f"a second secure sum over the same values ('{st.input_id}') "
-                                 "is being unmasked: differencing the two sums would reveal a "
-                                 "client's input; the run stops")
+        if st.values is None:
+            raise AttackDetected("asked to reveal shares for a session this client uploaded "
+                                 "nothing in; the run stops")
+        # the sum revealed: the survivors' inputs (dropped clients' masks are removed)
+        self.record.commit(st.input_id, aggregate_id("robust", sorted(st.u3), st.layout,
+                                                     st.values), st.u3, "this client's input")
         st.revealed = True
-        self._done[st.input_id] = frozenset(st.u3)
         return {"b": {u: st.shares_b[u] for u in sorted(st.u3)},
                 "s": {u: st.shares_s[u] for u in sorted(st.u2 - st.u3)}}
 
@@ -461,7 +490,8 @@ class SecureSumParty:
                          threshold: int = 0, secure_models: bool = False) -> None:
         """Provisioning by the experimenter (outside the server): identity key and roster, the
         secure-sum mode, and whether models leave only inside secure sums."""
-        self.secagg = SecAggClient(self.client_id_for_secagg(), identity, roster, mode, threshold)
+        self.secagg = SecAggClient(self.client_id_for_secagg(), identity, roster, mode, threshold,
+                                   self.input_record())
         self.secure_models = secure_models
 
     def provision(self, plain: dict) -> None:
@@ -478,8 +508,28 @@ class SecureSumParty:
         raise NotImplementedError(f"{type(self).__name__} contributes no secure sum '{instance}'")
 
     def secagg_instance(self, instance: str) -> str:
-        """The id of this client's input for a sum the server labels ``instance``."""
-        return instance
+        """The name of this client's input for a sum the server labels ``instance``: by
+        content (:mod:`fedgl.privacy.inputs`), whatever the label; here the digest of the
+        vector itself."""
+        return digest("sum", np.asarray(self.secagg_input(instance), dtype=np.float64))
+
+    def input_record(self) -> InputRecord:
+        """This party's record of its inputs: the one given by :meth:`use_input_record` (a
+        deployed party's, kept across runs), or one under the configuration's
+        ``privacy.state_dir`` (``<dir>/client-<k>``), or in memory."""
+        record = self.__dict__.get("_input_record")
+        if record is None:
+            from fedgl.privacy.inputs import party_record
+
+            config = getattr(self, "config", None)
+            record = party_record(getattr(config, "state_dir", None),
+                                  self.client_id_for_secagg())
+            self._input_record = record
+        return record
+
+    def use_input_record(self, record: InputRecord) -> None:
+        """Keep this party's record in ``record`` (before :meth:`install_identity`)."""
+        self._input_record = record
 
     def _agg(self) -> SecAggClient:
         if self.secagg is None:

@@ -6,6 +6,10 @@ after ``fit``; the server runs one secure sum (:mod:`fedgl.privacy.secagg`, ``ma
 ``robust``) per round and divides: ``w = Σ_{k ∈ U} c_k w_k / Σ_{k ∈ U} c_k`` over exactly the
 clients U whose inputs the sum covers (with the robust mode, dropouts are left out of both).
 Unlike ``--encrypt-models`` (CKKS), the server does hold the global model in clear.
+
+The input is named ``H("model", global weights received, data)`` (:mod:`fedgl.privacy.inputs`),
+not by round: a fit asked twice from the same global model (under any round label) is the same
+input and enters one aggregate only, so ``Σ_{0,1,2} − Σ_{0,1}`` cannot isolate client 2's model.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import torch
 
 from fedgl.errors import RunAborted
 from fedgl.federation.aggregate import FedAvg, State
+from fedgl.privacy.inputs import data_digest, digest
 from fedgl.privacy.secagg import SecureSumParty
 from fedgl.privacy.secagg_server import SecureSumServer, secure_vector_sum
 
@@ -26,18 +31,32 @@ class SecureModelParty(SecureSumParty):
     The client's :meth:`encode_weights` returns :meth:`hold_model` when secure models are on."""
 
     _model_input: np.ndarray | None = None
-    _fits: int = 0
+    _model_source: str | None = None  # digest of the global model the next fit starts from
+    _model_input_id: str = "model:none"
+
+    def bind_model_input(self, global_weights: State) -> None:
+        """Called by ``fit`` with the global model it received, before training."""
+        self._model_source = digest("global", global_weights)
 
     def hold_model(self, weights: State, num_train: int, weighting: str) -> dict:
         coeff = float(num_train) if weighting == "weighted" else 1.0
         flat = torch.cat([v.detach().reshape(-1).double() for v in weights.values()]).numpy()
-        self._fits += 1
         self._model_input = np.concatenate([flat * coeff, [coeff]])
+        self._model_input_id = digest("model", self._model_source or "unknown",
+                                      self.input_data_digest())
         return {"secure_length": int(self._model_input.size)}
 
+    def input_data_digest(self) -> str:
+        """The name of this client's data version (cached: a party's data does not change)."""
+        name = self.__dict__.get("_data_digest")
+        if name is None:
+            name = self._data_digest = data_digest(self.data)  # type: ignore[attr-defined]
+        return name
+
     def secagg_instance(self, instance: str) -> str:
-        """The input is this client's latest model, whatever the server calls the sum."""
-        return f"model/{self._fits}"
+        """The input is this client's latest update, named by the global model it came from and
+        the data, whatever the server calls the sum."""
+        return self._model_input_id
 
     def secagg_input(self, instance: str) -> np.ndarray:
         if self._model_input is None:

@@ -19,7 +19,6 @@ the client's own partial sum. With ``encrypt_models`` the model updates are encr
 from __future__ import annotations
 
 import math
-import secrets
 
 import numpy as np
 import torch
@@ -59,6 +58,7 @@ from fedgl.privacy.he_signed import (
     sign_contribution,
     sign_model,
 )
+from fedgl.privacy.inputs import digest, feature_digest
 from fedgl.privacy.secagg import RECEIVED, SESSION, AttackDetected
 from fedgl.privacy.secure_models import SecureModelParty
 
@@ -218,9 +218,11 @@ class FedGCNClient(GNNClient, SecureModelParty):
         """(touched ids, exact partial sums, released sums, own-node counts per row or None).
 
         The released sums are the exact ones, or with DP the sums of clipped features plus
-        Gaussian noise. The noise comes from a secret seed drawn once per client, so a restarted
-        protocol resends the same release (the DP noise is drawn, and its privacy spent, once)
-        and nothing feature-sized needs to be kept between calls."""
+        Gaussian noise. The noise comes from a secret seed drawn once per input (this data and
+        these DP settings) and kept in the party's input record
+        (:mod:`fedgl.privacy.inputs`): a restarted protocol, and with a state folder a
+        restarted client or a new run over the same data, resends the same release (its
+        privacy spent once, within ``dp_budget``), and nothing feature-sized is kept."""
         cfg, d = self.config, self.data
         touched = self._touched()
         exact = self._sums_of(d.x, touched)
@@ -228,8 +230,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if cfg.dp_epsilon is not None:
             mech = GaussianMechanism(cfg.dp_epsilon, cfg.dp_delta, cfg.dp_clip)
             if self._dp_seed is None:
-                self._dp_seed = secrets.randbits(128)
-                self._dp_release = secrets.token_hex(8)
+                draw = self.input_record().noise(
+                    self.pretrain_input(), feature_digest(d), mech.epsilon, mech.delta,
+                    mech.clip, getattr(cfg, "dp_budget", None), f"client {d.client_id}")
+                self._dp_seed, self._dp_release = draw.seed, draw.release
                 # counted (and persisted) before any message carrying it can leave
                 record_release(cfg, d.client_id, self.seed, self._dp_release, mech)
             released = mech.add_noise(self._sums_of(clip_rows(d.x, cfg.dp_clip), touched),
@@ -241,6 +245,15 @@ class FedGCNClient(GNNClient, SecureModelParty):
             counts.index_add_(0, self._row_of(d.edge_index[0], touched),
                               torch.ones(d.edge_index.size(1), dtype=torch.long))
         return touched, exact, released, counts
+
+    def pretrain_input(self) -> str:
+        """The name of this client's pre-training release (:mod:`fedgl.privacy.inputs`): its
+        data and, with DP, the settings of the noise. The values depend on nothing else, so no
+        label, session, hop count or plan gives the same values another name."""
+        cfg = self.config
+        dp = (None if cfg.dp_epsilon is None
+              else (float(cfg.dp_epsilon), float(cfg.dp_delta), float(cfg.dp_clip)))
+        return digest("pretrain", self.input_data_digest(), dp)
 
     def _row_of(self, ids: Tensor, touched: Tensor) -> Tensor:
         """Row of each id in ``touched`` (own nodes sorted, then remote neighbours sorted)."""
@@ -308,8 +321,11 @@ class FedGCNClient(GNNClient, SecureModelParty):
         "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0)})
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """FedAvg's local training (:meth:`GNNClient.fit`), accepted only once the
-        pre-training sums it trains on have arrived (state ``ready``)."""
+        pre-training sums it trains on have arrived (state ``ready``). With secure models the
+        update is named by the global model received (one aggregate per update)."""
         self._fit_round = round  # an encrypted update is signed for its round
+        if self.secure_models:
+            self.bind_model_input(weights)
         return super().fit(weights, local_steps, round)
 
     @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
@@ -327,7 +343,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         counts, degrees), but no values. With packed HE also ``range_exp``: a power-of-two bound
         on |released sums|."""
         self._session, self._plan, self._he_own = bytes(session), None, {}
-        out: dict = {"adv": self._agg().advertise(session, PRETRAIN)}
+        out: dict = {"adv": self._agg().advertise(session, PRETRAIN, self.pretrain_input())}
         if announce:
             out.update(ids=self._touched(), num_requested=self._num_requested())
             if self.hops >= 2 or self.feature_bound is not None:
@@ -394,7 +410,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             segments = [(int(n) * d, [int(p) for p in ps]) for n, ps in zip(
                 plan["block_sizes"].tolist(), _split(plan["peers"], plan["peer_counts"]),
                 strict=True)]
-            return {"masked": agg.mask(session, values[rows], segments)}
+            return {"masked": agg.mask(session, values[rows], segments, selection=rows)}
         out, sigs = [], []
         for b, block_rows in enumerate(_split(plan["rows"], plan["block_sizes"])):
             block = values[block_rows]

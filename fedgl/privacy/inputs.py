@@ -1,0 +1,272 @@
+"""A party's record of its private inputs: the one aggregate each input entered, the DP noise
+drawn for it, and the ε spent per data set (docs/threat-model.md, "one aggregate per input").
+
+*Input.* A private value is named by its content, never by the server's label for a sum:
+FedGCN's pre-training release is ``H("pretrain", data, DP settings)`` and a model update
+``H("model", global weights received, data)`` (:func:`digest`). Whatever sessions, plans,
+round labels or repeated fits the server asks for, the same data gives the same name.
+
+*Aggregate.* What a secure sum reveals about the input: the clients it is summed with and,
+for every segment of the upload, its co-members and the values this client put there
+(:func:`aggregate_id`). Two sums over one input with different aggregates can be differenced
+(``(x₀+x₁) − (x₁+x₂) + (x₀+x₂) = 2x₀``); the same aggregate asked again (a session restarted
+after a client restart, a re-run over the same data) reveals the same sums, nothing new.
+
+Rule: an input enters one aggregate; the same aggregate may be asked again, any other is
+refused with :class:`InputReused` before a masked value (mask) or a share (robust) leaves.
+
+*DP noise.* Drawn once per input (its seed kept here, keyed by the input's name) and reused:
+a re-run over the same data re-releases the same noisy values, so averaging runs cannot shrink
+the noise. Every new draw adds its ε to the data set's total (basic composition); a draw that
+would take the total above the organisation's ``dp_budget`` is refused
+(:class:`BudgetExceeded`) before any value is released.
+
+*Storage.* With a folder (``fedgl client --state-dir DIR``, or ``privacy.state_dir`` for
+simulated clients: ``<state_dir>/client-<k>``): two JSON-lines files, ``inputs.jsonl`` and
+``dp-noise.jsonl``, each line appended and fsync'ed (:func:`fedgl.privacy.dp.append_durably`)
+before the value it covers leaves the party, under an exclusive lock (two processes sharing
+the folder see each other's lines). A last line torn by a crash is ignored (and cut before the
+next append): it was never followed by a release. Without a folder the record lives in memory,
+as long as the party object (a simulated client: its run; a ``fedgl client`` process: until it
+stops)."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import secrets
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from fedgl.errors import OutputError, RunAborted
+from fedgl.privacy.identity import AttackDetected, frame
+
+INPUTS_FILE = "inputs.jsonl"
+NOISE_FILE = "dp-noise.jsonl"
+_LOCK_FILE = ".lock"
+_SLACK = 1e-9  # relative float slack of the budget check (0.1 + 0.2 <= 0.3 holds)
+
+
+class InputReused(AttackDetected):
+    """The server asked for a private input in a second, different aggregate."""
+
+
+class BudgetExceeded(RunAborted):
+    """A new DP release would take the ε spent on a data set above the organisation's budget."""
+
+
+# ---------------------------------------------------------------------- naming
+def _part_bytes(part: Any) -> bytes:
+    if hasattr(part, "detach"):  # a torch tensor
+        part = part.detach().cpu().contiguous().numpy()
+    if isinstance(part, np.ndarray):
+        a = np.ascontiguousarray(part)
+        return frame(a.dtype.str, repr(a.shape), a.tobytes())
+    if isinstance(part, Mapping):  # a model state: names, then values, in order
+        return frame(*[frame(str(k), _part_bytes(v)) for k, v in part.items()])
+    if isinstance(part, bytes | str | int):
+        return frame(part)
+    return frame(repr(part))
+
+
+def digest(tag: str, *parts: Any) -> str:
+    """``tag:`` + SHA-256 (hex) of the parts: tensors and arrays by dtype, shape and bytes, model
+    states by names and values, other values by ``repr``."""
+    h = hashlib.sha256(frame(tag, *[_part_bytes(p) for p in parts]))
+    return f"{tag}:{h.hexdigest()}"
+
+
+def data_digest(data: Any) -> str:
+    """Name of one version of a client's data (every field of its ``ClientData``)."""
+    from dataclasses import fields
+
+    return digest("data", *[getattr(data, f.name) for f in fields(data)])
+
+
+def feature_digest(data: Any) -> str:
+    """Name of the data set whose features DP protects (own node ids and feature rows): the
+    key of the ε spent."""
+    return digest("features", data.node_ids, data.x)
+
+
+def values_hash(encoded: np.ndarray) -> bytes:
+    """SHA-256 of a client's fixed-point upload before masking."""
+    return hashlib.sha256(np.ascontiguousarray(encoded).tobytes()).digest()
+
+
+def aggregate_id(mode: str, members: Sequence[int], segments: Sequence[tuple[int, Any]],
+                 values: bytes) -> str:
+    """What a secure sum reveals about one client's input: mode, the clients summed, each
+    segment's length and co-members (those among ``members``), and the fixed-point values
+    (their :func:`values_hash`, or the name of the selection that picked them from the named
+    input, e.g. FedGCN's plan rows)."""
+    inside = set(int(m) for m in members)
+    layout = [frame(int(n), *sorted(int(p) for p in ps if int(p) in inside))
+              for n, ps in segments]
+    return digest("aggregate", mode, sorted(inside), *layout, values)
+
+
+def short(name: str) -> str:
+    """A name for messages: its tag and the first 12 hex digits."""
+    tag, _, hexd = name.partition(":")
+    return f"{tag}:{hexd[:12]}" if hexd else name
+
+
+# ---------------------------------------------------------------------- the record
+@dataclass(frozen=True)
+class NoiseDraw:
+    """The DP noise of one input: its secret seed and the release's public name."""
+
+    seed: int
+    release: str
+    new: bool  # drawn by this call (its ε was just spent)
+
+
+class InputRecord:
+    """One party's record (see the module docstring); ``folder`` None keeps it in memory."""
+
+    def __init__(self, folder: str | Path | None = None) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        self._aggregates: dict[str, dict] = {}
+        self._noise: dict[str, dict] = {}
+        if self.folder is not None:
+            self._reload()  # the folder itself is made by the first line written
+
+    # -- queries
+    def aggregate_of(self, input_id: str) -> dict | None:
+        """The aggregate ``input_id`` entered (``{"aggregate", "members"}``), or None."""
+        return self._aggregates.get(input_id)
+
+    def spent(self, data: str) -> float:
+        """ε spent on the data set ``data`` (basic composition over its distinct releases)."""
+        return sum(float(e["epsilon"]) for e in self._noise.values() if e["data"] == data)
+
+    def releases(self, data: str | None = None) -> list[dict]:
+        """Every DP release recorded (of one data set, if given), oldest first."""
+        return [dict(e) for e in self._noise.values() if data is None or e["data"] == data]
+
+    # -- commitments
+    def commit(self, input_id: str, aggregate: str, members: Sequence[int], what: str) -> None:
+        """Record that ``input_id`` enters ``aggregate``; the same again is a no-op, another
+        aggregate raises :class:`InputReused` (nothing is written)."""
+        with self._locked():
+            prior = self._aggregates.get(input_id)
+            if prior is not None:
+                if prior["aggregate"] != aggregate:
+                    raise InputReused(
+                        f"{what} ('{short(input_id)}') already went into another secure sum "
+                        f"(with clients {prior['members']}); a second, different sum over it "
+                        "would let the server difference the two; the run stops")
+                return
+            entry = {"input": input_id, "aggregate": aggregate,
+                     "members": sorted(int(m) for m in members)}
+            self._append(INPUTS_FILE, entry)
+            self._aggregates[input_id] = entry
+
+    def noise(self, input_id: str, data: str, epsilon: float, delta: float, clip: float,
+              budget: float | None, who: str) -> NoiseDraw:
+        """The DP noise seed of ``input_id``: the recorded one, or a fresh one whose ε is
+        recorded against ``data`` first; refused when that would exceed ``budget``."""
+        with self._locked():
+            prior = self._noise.get(input_id)
+            if prior is not None:
+                return NoiseDraw(int(prior["seed"], 16), str(prior["release"]), False)
+            spent = self.spent(data)
+            if budget is not None and spent + epsilon > budget * (1 + _SLACK):
+                raise BudgetExceeded(
+                    f"{who}: a new DP release (ε = {epsilon:g}) would bring the ε spent on its "
+                    f"data to {spent + epsilon:g}, above its dp_budget {budget:g} (spent so "
+                    f"far: {spent:g}); nothing was released: raise --dp-budget, or re-run "
+                    "with the settings of an earlier release (its noise is re-used)")
+            seed, release = secrets.randbits(128), secrets.token_hex(8)
+            entry = {"input": input_id, "data": data, "seed": f"{seed:032x}",
+                     "release": release, "epsilon": float(epsilon), "delta": float(delta),
+                     "clip": float(clip)}
+            self._append(NOISE_FILE, entry)
+            self._noise[input_id] = entry
+            return NoiseDraw(seed, release, True)
+
+    # -- storage
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self.folder is None:
+            yield
+            return
+        import fcntl
+
+        try:
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.folder / _LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise OutputError(f"the input record folder '{self.folder}' cannot be used "
+                              f"({exc.strerror or type(exc).__name__}); nothing was sent; "
+                              "choose a writable state folder") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._reload()  # another process of this party may have written since
+            yield
+        finally:
+            os.close(fd)  # releases the lock
+
+    def _reload(self) -> None:
+        assert self.folder is not None
+        self._aggregates = {e["input"]: e for e in self._read(INPUTS_FILE, ("aggregate",
+                                                                            "members"))}
+        self._noise = {e["input"]: e for e in self._read(NOISE_FILE, ("data", "seed", "release",
+                                                                      "epsilon"))}
+
+    def _read(self, name: str, keys: tuple[str, ...]) -> list[dict]:
+        path = self.folder / name
+        try:
+            text = path.read_text()
+        except (FileNotFoundError, NotADirectoryError):
+            return []
+        except OSError as exc:
+            raise OutputError(f"the input record '{path}' cannot be read "
+                              f"({exc.strerror or type(exc).__name__})") from None
+        lines = text.split("\n")
+        out = []
+        for n, line in enumerate(lines):
+            if not line:
+                continue
+            try:
+                entry = json.loads(line)
+                ok = isinstance(entry, dict) and all(k in entry for k in ("input", *keys))
+            except ValueError:
+                ok = False
+            if ok:
+                out.append(entry)
+            elif n != len(lines) - 1:  # only the last line can be torn by a crash
+                raise OutputError(f"the input record '{path}' is damaged (line {n + 1}); "
+                                  "restore it from a backup: without it this party cannot "
+                                  "tell which aggregates its inputs entered")
+        return out
+
+    def _append(self, name: str, entry: dict) -> None:
+        if self.folder is None:
+            return
+        from fedgl.privacy.dp import append_durably
+
+        path = self.folder / name
+        try:
+            # a last line torn by a crash (no newline) was never followed by a release: cut it
+            if path.exists() and path.stat().st_size:
+                data = path.read_bytes()
+                if not data.endswith(b"\n"):
+                    os.truncate(path, data.rfind(b"\n") + 1)
+            append_durably(path, (json.dumps(entry, sort_keys=True) + "\n").encode())
+        except OSError as exc:  # not recorded: the value it covers is not sent
+            raise OutputError(f"the input record '{path}' could not be written "
+                              f"({exc.strerror or type(exc).__name__}); nothing was sent; "
+                              "free space or choose a writable state folder") from None
+
+
+def party_record(state_dir: str | Path | None, client_id: int) -> InputRecord:
+    """Client ``client_id``'s record under a run's ``privacy.state_dir`` (in memory if None)."""
+    return InputRecord(None if state_dir is None else Path(state_dir) / f"client-{int(client_id)}")
