@@ -9,6 +9,7 @@ Every algorithm reads these; an algorithm's own keys live in its options class
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, fields
 
@@ -364,6 +365,10 @@ class PrivacyConfig(Section):
     dp_delta: float = option(1e-5, "DP δ", feature="dp")
     dp_clip: float = option(1.0, "DP: clip every node's feature vector to this L2 norm first",
                             feature="dp")
+    dp_budget: float | None = option(None, "DP: the total ε the organisation will spend on its "
+                                           "data (off when unset); a client whose policy sets a "
+                                           "budget refuses a run with none or a larger one",
+                                     feature="dp")
     min_contributors: int = option(1, "drop the remote part of a received sum made of fewer than "
                                       "k remote nodes", feature="min_contributors")
 
@@ -390,6 +395,9 @@ class PrivacyConfig(Section):
         if self.dp_clip <= 0:
             raise ConfigError(f"dp_clip must be > 0 (got {self.dp_clip}); use e.g. --dp-clip 1")
         at_most("dp_clip", self.dp_clip, 1e6, "clip to the scale of the features, e.g. 1")
+        if self.dp_budget is not None and not 0 < self.dp_budget < math.inf:
+            raise ConfigError(f"dp_budget must be a positive number (got {self.dp_budget}); use "
+                              "e.g. --dp-budget 8, or leave it unset (no budget)")
         at_most("min_contributors", self.min_contributors, MAX_NODES)
 
     def features_in_use(self) -> list[str]:
