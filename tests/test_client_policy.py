@@ -279,3 +279,25 @@ def test_a_secure_models_client_never_returns_its_model(small):
     out = bare.fit({k: v.clone() for k, v in server.weights.items()}, 1)
     assert set(out["weights"]) == {"secure_length"}
     assert not any(isinstance(v, torch.Tensor) for v in out["weights"].values())
+
+
+def test_client_flags_build_the_policy_and_name_a_bad_algorithm(tmp_path: Path):
+    import argparse
+
+    from fedgl.deployment.client_policy import add_policy_flags, policy_from_args
+
+    parser = argparse.ArgumentParser()
+    add_policy_flags(parser)
+    args = parser.parse_args(["--secure-sum", "robust", "--secure-models", "--dp-epsilon", "2",
+                              "--feature-bound", "1", "--adjacency-check", "edge",
+                              "--algorithms", "fedgcn,fedgat"])
+    assert policy_from_args(args) == ClientPolicy(
+        secure_sum="robust", secure_models=True, dp_epsilon=2.0, feature_bound=1.0,
+        adjacency_check="edge", algorithms=("fedgcn", "fedgat"))
+    assert policy_from_args(parser.parse_args([])) == ClientPolicy()
+    (tmp_path / "p.yaml").write_text("secure_sum: mask\nmin_contributors: 3\n")
+    args = parser.parse_args(["--policy", str(tmp_path / "p.yaml"), "--min-contributors", "2"])
+    assert policy_from_args(args) == ClientPolicy(secure_sum="mask", min_contributors=2)
+    with pytest.raises(ConfigError, match="'fedgcm' does not run deployed") as err:
+        policy_from_args(parser.parse_args(["--algorithms", "fedgcm"]))
+    assert "\n" not in str(err.value)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from fedgl.errors import ConfigError
 from fedgl.privacy.policy import ClientPolicy, load_policy
 
 #: flag dest -> (type, metavar or None for a switch, help)
@@ -64,6 +65,12 @@ def policy_from_args(args: Any) -> ClientPolicy:
     names = ("secure_sum", "secagg_threshold", "min_contributors", *_FLAGS)
     given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     path = getattr(args, "policy", None)
-    if path is not None:
-        return load_policy(path, given)
-    return ClientPolicy.from_mapping(given, source="fedgl client flags")
+    policy = load_policy(path, given) if path is not None else \
+        ClientPolicy.from_mapping(given, source="fedgl client flags")
+    from fedgl.deployment.party import DEPLOYABLE
+
+    unknown = [a for a in policy.algorithms or () if a not in DEPLOYABLE]
+    if unknown:
+        raise ConfigError(f"policy algorithms: {unknown[0]!r} does not run deployed; name some "
+                          f"of {', '.join(sorted(DEPLOYABLE))}")
+    return policy
