@@ -188,7 +188,9 @@ def test_a_party_refuses_a_set_up_that_switches_its_protections_off(tmp_path, of
     assert "refused" not in head and reply["ok"] is True
     head, _ = _send(party, "fedgcn.partial_sums", {}, phase="pretrain")
     assert "'fedgcn.partial_sums' is not a message type of FedGCNClient" in head["refused"]
-    assert "fedgcn.partial_sums" not in party.types() and "fedgcn.secure_upload" in party.types()
+    for msg_type in ("fedgcn.announce_rows", "fedgcn.block_sums", "fedgcn.receive_sums"):
+        head, _ = _send(party, msg_type, {}, phase="pretrain")
+        assert f"'{msg_type}' is not a message type" in head["refused"], head
 
 
 # ---------------------------------------------------------------------- message types

@@ -278,7 +278,9 @@ class Party:
         """The role's message types and their phases (the party's own are always served)."""
         if self.endpoint is None:
             return {}
-        return {t: list(h.phases) for t, h in self.endpoint.table.items()}
+        # every declared type, also those the role's policy does not take: the relay forwards
+        # them, and the party refuses them in its own one line ("not a message type")
+        return {t: list(h.phases) for t, h in handler_table(type(self.endpoint.role)).items()}
 
     def message(self, header: dict[str, Any], body: bytes) -> bytes:
         """One encoded server message: a set-up message to the party itself, any other to its
