@@ -181,8 +181,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
             return {"stale": True}
         return {"sums": self._stream.upload(self.block_rows)}
 
-    @handles("fedgcn.receive_block", phases=("pretrain",), optional=("degrees",), needs=PLAINTEXT_SUMS,
-             schema={"sums": SUMS, "degrees": Opt(DEGREES)})
+    @handles("fedgcn.receive_block", phases=("pretrain",), optional=("degrees",),
+             needs=PLAINTEXT_SUMS, schema={"sums": SUMS, "degrees": Opt(DEGREES)})
     def receive_block(self, sums: Tensor | SparseRows, degrees: Tensor | None = None) -> dict:
         """Step 3: the block's summed rows this client asked for (and remote degrees). Once
         every requested row has arrived they become the client's received sums."""
@@ -375,7 +375,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._he = HEClientContext.from_secret_bytes(secret, self._he_params)
         return {}
 
-    @handles("fedgcn.secure_upload", phases=("pretrain",), optional=("received",), needs=SECURE_SUMS,
+    @handles("fedgcn.secure_upload", phases=("pretrain",), optional=("received",),
+             needs=SECURE_SUMS,
              schema={"session": SESSION, "plan": PLAN, "received": Opt(RECEIVED)})
     def secure_upload(self, session: bytes, plan: dict, received: dict | None = None) -> dict:
         """Send the released rows of this client's blocks: one masked fixed-point vector
