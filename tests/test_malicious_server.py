@@ -126,6 +126,15 @@ def _everything(t: Transcript, label: str, phases: tuple[str, ...]) -> None:
             t.send(label, msg_type, {}, phase)
 
 
+def _malformed(t: Transcript, label: str, phase: str) -> None:
+    """Every declared message type with each of its fields of the wrong kind, and with one
+    field too many."""
+    for msg_type, handler in sorted(handler_table(FedGCNClient).items()):
+        if handler.schema:
+            t.send(label, msg_type, dict.fromkeys(handler.schema, "crafted"), phase)
+        t.send(label, msg_type, {**dict.fromkeys(handler.schema, None), "extra": 1}, phase)
+
+
 def _attack(mode: dict, victim_shift: bool, runtime: str = "local",
             phases: tuple[str, ...] = PHASES) -> Transcript:
     server = _world(mode, victim_shift, runtime)
@@ -164,6 +173,8 @@ def _attack(mode: dict, victim_shift: bool, runtime: str = "local",
         t.lines.append(("second session", "", "pretrain", -1, "refused", str(exc)))
     t.stop_recording()
     _everything(t, "after pre-training", phases)
+    for phase in phases:
+        _malformed(t, "malformed", phase)
     t.record_honest()
     list(server.rounds())
     t.stop_recording()
