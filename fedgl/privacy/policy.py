@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,7 @@ class ClientPolicy:
     feature_bound: float | None = None
     update_bound: float | None = None
     adjacency_check: str = "node"
-    algorithms: tuple[str, ...] | None = field(default=None)
+    algorithms: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         self.validate()
@@ -147,8 +147,9 @@ class ClientPolicy:
             raise ConfigError(f"{source}: {exc}") from None
 
     def provisioned(self, mode: str, secure_models: bool) -> ClientPolicy:
-        """This policy with the secure-sum mode (mask/robust) and secure models the client was
-        provisioned for (in simulation the experimenter provisions; never weaker than before)."""
+        """This policy with the secure-sum mode the client was provisioned for (mask or robust;
+        other modes leave it as it is) and secure models on if either says so. In simulation the
+        experimenter provisions; in a deployment the party, with the run it accepted."""
         if mode not in ("mask", "robust"):
             return self
         return dataclasses.replace(self, secure_sum=mode,
