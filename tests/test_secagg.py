@@ -49,7 +49,8 @@ def federation(n: int, mode: str, threshold: int = 0, length: int = 50, seed: in
     roster, ids = make_roster(range(n))
     parties = {k: Party(k, rng.normal(size=length) * 3) for k in range(n)}
     for k, p in parties.items():
-        p.install_identity(ids[k], roster, mode, threshold)
+        # each party's policy: its input (a model) leaves only inside secure sums
+        p.install_identity(ids[k], roster, mode, threshold, secure_models=True)
     rt = runtime(parties, **kw)
     return parties, rt
 

@@ -9,6 +9,7 @@ Every algorithm reads these; an algorithm's own keys live in its options class
 from __future__ import annotations
 
 import difflib
+import math
 import re
 from dataclasses import dataclass, fields
 
@@ -399,7 +400,7 @@ class PrivacyConfig(Section):
             raise ConfigError(f"dp_clip must be > 0 (got {self.dp_clip}); use e.g. --dp-clip 1")
         at_most("dp_clip", self.dp_clip, 1e6, "clip to the scale of the features, e.g. 1")
         if self.dp_budget is not None:
-            if not self.dp_budget > 0:
+            if not 0 < self.dp_budget < math.inf:
                 raise ConfigError(f"dp_budget must be > 0 (got {self.dp_budget}); use e.g. "
                                   "--dp-budget 4, or leave it unset for no limit")
             if self.dp_epsilon is None:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from fedgl.config import Config
+from fedgl.deployment.client_policy import add_policy_flags
 from fedgl.deployment.tls import check_transport, trial_certificates
 from fedgl.errors import ConfigError, RunAborted
 
@@ -116,14 +117,15 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
 def cmd_client(args: Any) -> int:
     """Start this organisation's party and its Flower SuperNode; run until the SuperNode ends
     (or Ctrl-C / SIGTERM), then stop both."""
-    from fedgl.deployment.party import Party, Safety
+    from fedgl.deployment.client_policy import policy_from_args
+    from fedgl.deployment.party import Party
 
     superlink = check_address(args.superlink)
     tls = _tls_flags(args.insecure, args.root_certificates)
     _flower_bin("flower-supernode")
     state_dir = _state_dir(args.state_dir)
     party = Party(args.data, args.key, args.roster,
-                  Safety(args.secure_sum, args.secagg_threshold, args.min_contributors),
+                  policy_from_args(args),
                   device=args.device, threads=args.threads, state_dir=state_dir)
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
@@ -430,14 +432,7 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     client.add_argument("--auth-key", metavar="PEM", default=None,
                         help="SuperNode authentication private key (Flower's "
                              "--auth-supernode-private-key)")
-    client.add_argument("--secure-sum", choices=("none", "mask", "robust", "he"), default="none",
-                        help="this organisation's secure-sum mode; a run asking another is "
-                             "refused (default: none)")
-    client.add_argument("--secagg-threshold", type=int, default=0, metavar="T",
-                        help="robust secure sum: this client's Shamir threshold (0: clients // "
-                             "2 + 1); must be the run's")
-    client.add_argument("--min-contributors", type=int, default=1, metavar="K",
-                        help="refuse runs with a smaller min_contributors (default: 1)")
+    add_policy_flags(client)
     client.add_argument("--state-dir", default=None, metavar="DIR",
                         help="this organisation's own records (its input record: the one "
                              "secure sum each input entered, its DP noise, the ε spent; its DP "

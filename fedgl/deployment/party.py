@@ -13,9 +13,13 @@ set-up messages (phase ``setup``) beside its algorithm role's:
   the roster's client id. The node and run ids are the SuperNode's own, not the server's.
 - ``party.setup`` (``config``, ``seed``, ``run_tag``, ``resumed``), accepted once per run and
   only after that run's hello: the party checks the configuration against its own safety
-  settings (its secure-sum mode and threshold must be the run's, the run's ``min_contributors``
-  at least its own; otherwise it refuses) and builds its client role. Its reply lists the DP
-  releases the party has logged for the run so far (a resumed run counts them).
+  policy (:class:`~fedgl.privacy.policy.ClientPolicy`, from ``fedgl client``'s flags or
+  ``--policy FILE``) and refuses, in one line, a run that asks for anything weaker (DP off or
+  looser, secure or encrypted models off, a bound off or looser, a weaker adjacency check,
+  fewer min contributors, an algorithm it does not run; the secure-sum mode and robust
+  threshold must be its own); then it builds its client role, whose message types follow from
+  the run's (at least as strong) settings. Its reply lists the DP releases the party has logged
+  for the run so far (a resumed run counts them).
 
 Any other message goes to the role's protocol :class:`~fedgl.federation.protocol.Endpoint`;
 before a run is set up it is refused. Every refusal is one line, recorded in
@@ -31,7 +35,6 @@ import json
 import os
 import socket
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +64,7 @@ from fedgl.federation.protocol import (
 )
 from fedgl.privacy.identity import Identity, Roster, frame
 from fedgl.privacy.inputs import party_record
+from fedgl.privacy.policy import ClientPolicy
 
 #: algorithms that run deployed: their client class (module:qualname) and the server side's
 #: driver in :mod:`fedgl.deployment.server_app` ("fedavg": a FedAvg server class, given here;
@@ -153,32 +157,16 @@ def read_identity(path: str | Path) -> Identity:
     return Identity(raw)
 
 
-@dataclass(frozen=True)
-class Safety:
-    """The organisation's own privacy settings; a run that asks for less is refused."""
-
-    secure_sum: str = "none"
-    secagg_threshold: int = 0
-    min_contributors: int = 1
-
-    def check(self, cfg: Config) -> None:
-        if cfg.secure_sum != self.secure_sum:
-            raise ConfigError(f"the run asks for secure_sum '{cfg.secure_sum}' but this client "
-                              f"runs '{self.secure_sum}' (its --secure-sum); the organisations "
-                              "must agree")
-        if cfg.secure_sum == "robust" and cfg.secagg_threshold != self.secagg_threshold:
-            raise ConfigError(f"the run's secagg_threshold {cfg.secagg_threshold} differs from "
-                              f"this client's --secagg-threshold {self.secagg_threshold}")
-        if cfg.min_contributors < self.min_contributors:
-            raise ConfigError(f"the run's min_contributors {cfg.min_contributors} is below this "
-                              f"client's --min-contributors {self.min_contributors}")
+#: the party's safety settings are its :class:`~fedgl.privacy.policy.ClientPolicy` (the name
+#: ``Safety`` is kept for callers that build it positionally: mode, threshold, min contributors)
+Safety = ClientPolicy
 
 
 class Party:
     """The client role of one organisation (see the module docstring)."""
 
     def __init__(self, data: str | Path, key: str | Path, roster: str | Path,
-                 safety: Safety | None = None, *, device: str | None = None,
+                 safety: ClientPolicy | None = None, *, device: str | None = None,
                  threads: int | None = None, state_dir: str | Path | None = None) -> None:
         self.manifest = read_manifest(data)
         self.shard = read_shard(data)
@@ -191,7 +179,7 @@ class Party:
         if self.roster.to_dict()[str(self.client_id)] != self.identity.public.hex():
             raise ConfigError(f"key '{key}' is not client {self.client_id}'s roster key; use "
                               f"client-{self.client_id}.key")
-        self.safety = safety or Safety()
+        self.safety = safety or ClientPolicy()
         self.device = device
         self.threads = threads
         self.state_dir = Path(state_dir) if state_dir is not None else None
@@ -232,7 +220,7 @@ class Party:
                      "resumed": Bool()})
     def setup(self, config: dict[str, Any], seed: int, run_tag: str,
               resumed: bool) -> dict[str, Any]:
-        """Check the run against this organisation's safety settings and build the role."""
+        """Check the run against this organisation's safety policy and build the role."""
         if self._context[1] != self.run_id:
             raise ValueError(f"it is for run {self._context[1]}, but run {self.run_id} said "
                              "hello")
@@ -298,6 +286,8 @@ class Party:
         """The role's message types and their phases (the party's own are always served)."""
         if self.endpoint is None:
             return {}
+        # every declared type, also those the role's policy does not take: the relay forwards
+        # them, and the party refuses them in its own one line ("not a message type")
         return {t: list(h.phases) for t, h in handler_table(type(self.endpoint.role)).items()}
 
     def message(self, header: dict[str, Any], body: bytes) -> bytes:

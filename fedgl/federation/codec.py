@@ -32,6 +32,9 @@ from fedgl.federation.messages import SparseRows
 MAGIC = b"FGW1"
 MAX_HEADER = 64 << 20  # bytes: a header beyond this is refused before it is parsed
 MAX_DEPTH = 32
+#: the largest array dimension a message may declare (far beyond any real array, far below
+#: where a product of dimensions could overflow int64 arithmetic downstream)
+MAX_DIM = 1 << 48
 
 _TORCH_DTYPES = {str(dt).removeprefix("torch."): dt for dt in (
     torch.float64, torch.float32, torch.float16, torch.bfloat16, torch.int64, torch.int32,
@@ -96,6 +99,8 @@ class Encoded:
         view = memoryview(data).cast("B")
         if bytes(view[:4]) != MAGIC:
             raise WireError("not a fedgl message (bad magic)")
+        if len(view) < 8:
+            raise WireError("truncated message header")
         (hlen,) = struct.unpack_from("<I", view, 4)
         if hlen > MAX_HEADER or 8 + hlen > len(view):
             raise WireError("message header length out of bounds")
@@ -126,7 +131,9 @@ def decode(enc: Encoded) -> tuple[str, Any]:
         raise WireError("message header too large")
     try:
         head = json.loads(enc.header)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:  # e.g. 200,000 nested brackets: refused, never a Python error
+        raise WireError("message header nested too deeply") from None
+    except ValueError as exc:  # bad JSON or UTF-8, an integer of thousands of digits
         raise WireError(f"unreadable message header ({exc.__class__.__name__})") from None
     if not isinstance(head, dict) or not isinstance(head.get("type"), str) or "payload" not in head:
         raise WireError("message header lacks a type or payload")
@@ -212,11 +219,21 @@ def _take(index: Any, buffers: list[memoryview], used: set[int]) -> memoryview:
 
 
 def _shape(node: dict) -> tuple[int, ...]:
+    """The declared shape: at most 8 dimensions, each an integer in [0, MAX_DIM]."""
     shape = node.get("shape")
-    if not isinstance(shape, list) or not all(isinstance(s, int) and not isinstance(s, bool)
-                                              and s >= 0 for s in shape) or len(shape) > 8:
-        raise WireError("malformed array shape in message")
+    if not isinstance(shape, list) or len(shape) > 8 or not all(
+            isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_DIM for s in shape):
+        raise WireError("malformed array shape in message (at most 8 dimensions, each in "
+                        f"0..{MAX_DIM})")
     return tuple(shape)
+
+
+def _count(shape: tuple[int, ...]) -> int:
+    """The number of elements, exact (Python integers: a product cannot wrap around)."""
+    count = 1
+    for s in shape:
+        count *= s
+    return count
 
 
 def _from_tree(node: Any, buffers: list[memoryview], used: set[int], depth: int) -> Any:
@@ -233,7 +250,7 @@ def _from_tree(node: Any, buffers: list[memoryview], used: set[int], depth: int)
         if dtype is None:
             raise WireError(f"unknown tensor dtype {node.get('dtype')!r} in message")
         shape, buf = _shape(node), _take(node["$T"], buffers, used)
-        count = int(np.prod(shape, dtype=np.int64))
+        count = _count(shape)
         size = torch.empty(0, dtype=dtype).element_size()
         if buf.nbytes != count * size:
             raise WireError("tensor buffer size does not match its shape")
@@ -245,7 +262,7 @@ def _from_tree(node: Any, buffers: list[memoryview], used: set[int], depth: int)
         if dtype is None:
             raise WireError(f"unknown array dtype {node.get('dtype')!r} in message")
         shape, buf = _shape(node), _take(node["$N"], buffers, used)
-        if buf.nbytes != int(np.prod(shape, dtype=np.int64)) * dtype.itemsize:
+        if buf.nbytes != _count(shape) * dtype.itemsize:
             raise WireError("array buffer size does not match its shape")
         arr = np.frombuffer(bytearray(buf), dtype=dtype).reshape(shape)
         return arr[()] if node.get("scalar") else arr

@@ -16,6 +16,12 @@ whose payload does not match the schema (names, types, dtypes, shape bounds). No
 role is reachable: no method name or Python object crosses. Set-up steps (identity, roster) are
 not message types: they are done by the party itself when it is built.
 
+Policy: a handler may declare the kind of step it is (``needs``: a tag such as
+``"plaintext-sums"``); the role's ``protocol_tags()`` (its own safety policy,
+:mod:`fedgl.privacy.policy`) names the tags it enables, and its :class:`Endpoint` serves only
+untagged handlers and those whose tag is enabled. A disabled step is not a message type of that
+role: refused like an undeclared one, on every runtime (they all use :class:`Endpoint`).
+
 States: a role may keep ``self.protocol_state`` (a string, default ``"ready"``); a handler may
 require one of ``states`` and move the role to ``enters`` after it succeeds. Multi-step protocols
 (secure sums, streams) use this so a step cannot be replayed or taken out of order.
@@ -282,17 +288,20 @@ class Handler:
     phases: tuple[str, ...] = ("pretrain", "train", "eval")
     states: tuple[str, ...] | None = None
     enters: str | None = None
+    needs: str | None = None
 
 
 def handles(msg_type: str, *, schema: Mapping[str, Spec] | None = None,
             optional: tuple[str, ...] = (), phases: tuple[str, ...] = ("pretrain", "train", "eval"),
-            states: tuple[str, ...] | None = None, enters: str | None = None) -> Callable:
-    """Method decorator: declare the method as the handler of ``msg_type``."""
+            states: tuple[str, ...] | None = None, enters: str | None = None,
+            needs: str | None = None) -> Callable:
+    """Method decorator: declare the method as the handler of ``msg_type`` (``needs``: the tag
+    a role's policy must enable for it to be served; None: always served)."""
 
     def mark(fn: Callable) -> Callable:
         fn.__fedgl_handler__ = dict(type=msg_type, schema=dict(schema or {}),
                                     optional=tuple(optional), phases=tuple(phases),
-                                    states=states, enters=enters)
+                                    states=states, enters=enters, needs=needs)
         return fn
 
     return mark
@@ -326,6 +335,18 @@ def handler_table(cls: type) -> dict[str, Handler]:
     return table
 
 
+def enabled_table(cls: type, tags: frozenset[str] | set[str]) -> dict[str, Handler]:
+    """The message types of ``cls`` that a role enabling ``tags`` serves: the untagged ones and
+    those whose ``needs`` is among ``tags``."""
+    return {t: h for t, h in handler_table(cls).items() if h.needs is None or h.needs in tags}
+
+
+def role_tags(role: Any) -> frozenset[str]:
+    """The tags ``role``'s policy enables (``role.protocol_tags()``; none if it states none)."""
+    fn = getattr(role, "protocol_tags", None)
+    return frozenset(fn()) if fn is not None else frozenset()
+
+
 def message_type_for(cls: type, method: str) -> str:
     """The message type whose handler is ``method`` (how servers name what they send)."""
     for t, h in handler_table(cls).items():
@@ -336,12 +357,14 @@ def message_type_for(cls: type, method: str) -> str:
 
 class Endpoint:
     """A role behind the wire: decodes a message, checks it against the role's handler table,
-    runs the handler, encodes the reply. Every refusal is recorded in :attr:`refused`."""
+    runs the handler, encodes the reply. Every refusal is recorded in :attr:`refused`. Its table
+    is the role class's, filtered by the role's policy (:func:`role_tags`) when it is built."""
 
     def __init__(self, role: Any, name: str = "client") -> None:
         self.role = role
         self.name = name
-        self.table = handler_table(type(role))
+        self.tags = role_tags(role)
+        self.table = enabled_table(type(role), self.tags)
         self.refused: list[str] = []
 
     def limits(self) -> Mapping[str, int]:
@@ -354,6 +377,9 @@ class Endpoint:
         why = None
         if handler is None:
             why = f"'{msg_type}' is not a message type of {type(self.role).__name__}"
+            declared = handler_table(type(self.role)).get(msg_type)
+            if declared is not None:  # declared, but a step this role's policy does not take
+                why += f" (its policy does not take '{declared.needs}' steps)"
         elif phase not in handler.phases:
             why = f"'{msg_type}' is not accepted in phase {phase}"
         elif handler.states is not None and \

@@ -60,6 +60,12 @@ from fedgl.privacy.identity import (
     shamir_split,
 )
 from fedgl.privacy.inputs import InputRecord, aggregate_id, digest, short, values_hash
+from fedgl.privacy.policy import (
+    DROPOUT_RECOVERY,
+    KEY_EXCHANGE,
+    SECURE_MODEL_SUMS,
+    ClientPolicy,
+)
 
 MODES = ("mask", "robust", "auth")  # auth: authenticated keys and sealing only (HE), no masks
 FIXED_POINT_BITS = 32
@@ -485,6 +491,12 @@ class SecureSumParty:
 
     secagg: SecAggClient | None = None
     secure_models: bool = False
+    #: the party's own safety policy (:mod:`fedgl.privacy.policy`); a client class sets it
+    policy: ClientPolicy = ClientPolicy()
+
+    def protocol_tags(self) -> frozenset[str]:
+        """The kinds of protocol step this party's policy takes (its endpoint serves those)."""
+        return self.policy.message_tags()
 
     def install_identity(self, identity: Identity, roster: Roster, mode: str = "mask",
                          threshold: int = 0, secure_models: bool = False) -> None:
@@ -492,7 +504,8 @@ class SecureSumParty:
         secure-sum mode, and whether models leave only inside secure sums."""
         self.secagg = SecAggClient(self.client_id_for_secagg(), identity, roster, mode, threshold,
                                    self.input_record())
-        self.secure_models = secure_models
+        self.policy = self.policy.provisioned(mode, secure_models)
+        self.secure_models = self.policy.secure_models
 
     def provision(self, plain: dict) -> None:
         """:meth:`install_identity` from plain data (what a client process receives)."""
@@ -537,18 +550,20 @@ class SecureSumParty:
                              "(provisioned by the driver or `fedgl keys`)")
         return self.secagg
 
-    @handles("secagg.advertise", schema={"session": SESSION, "instance": Str(max_len=256)})
+    @handles("secagg.advertise", schema={"session": SESSION, "instance": Str(max_len=256)},
+             needs=SECURE_MODEL_SUMS)
     def secagg_advertise(self, session: bytes, instance: str) -> dict:
         return {"adv": self._agg().advertise(session, instance, self.secagg_instance(instance))}
 
-    @handles("secagg.keys", schema={"session": SESSION, "directory": DIRECTORY})
+    @handles("secagg.keys", schema={"session": SESSION, "directory": DIRECTORY},
+             needs=KEY_EXCHANGE)
     def secagg_keys(self, session: bytes, directory: dict) -> dict:
         if self._agg().current(session) is None:
             return {"stale": True}
         return self._agg().keys(session, directory)
 
     @handles("secagg.upload", schema={"session": SESSION, "received": RECEIVED,
-                                      "segments": SEGMENTS})
+                                      "segments": SEGMENTS}, needs=SECURE_MODEL_SUMS)
     def secagg_upload(self, session: bytes, received: dict, segments: list) -> dict:
         agg = self._agg()
         if agg.current(session) is None:
@@ -557,13 +572,15 @@ class SecureSumParty:
         return {"masked": agg.mask(session, self.secagg_input(agg.current(session).instance),
                                    segments)}
 
-    @handles("secagg.consistency", schema={"session": SESSION, "survivors": CLIENT_IDS})
+    @handles("secagg.consistency", schema={"session": SESSION, "survivors": CLIENT_IDS},
+             needs=DROPOUT_RECOVERY)
     def secagg_consistency(self, session: bytes, survivors: list) -> dict:
         if self._agg().current(session) is None:  # restarted: the server starts over
             return {"stale": True}
         return self._agg().consistency(session, survivors)
 
-    @handles("secagg.unmask", schema={"session": SESSION, "signatures": MapOf(Int(0), Bytes(1024))})
+    @handles("secagg.unmask", schema={"session": SESSION, "signatures": MapOf(Int(0), Bytes(1024))},
+             needs=DROPOUT_RECOVERY)
     def secagg_unmask(self, session: bytes, signatures: dict) -> dict:
         if self._agg().current(session) is None:
             return {"stale": True}

@@ -59,6 +59,13 @@ from fedgl.privacy.he_signed import (
     sign_model,
 )
 from fedgl.privacy.inputs import digest, feature_digest
+from fedgl.privacy.policy import (
+    HE_KEYS,
+    KEY_EXCHANGE,
+    PLAINTEXT_SUMS,
+    SECURE_SUMS,
+    ClientPolicy,
+)
 from fedgl.privacy.secagg import RECEIVED, SESSION, AttackDetected
 from fedgl.privacy.secure_models import SecureModelParty
 
@@ -102,6 +109,11 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._he_params = (HEParams.from_config(config)
                            if config.secure_sum == "he" or config.encrypt_models else None)
         self.feature_bound = value_bound(config)  # public bound on feature values, or None
+        # this client's own safety policy (in simulation, the run's configuration): it decides
+        # which message types this client answers (plaintext or secure steps) and whether its
+        # models leave only inside secure sums
+        self.policy = ClientPolicy.from_config(config)
+        self.secure_models = self.policy.secure_models
         # order rule: with 1/2-hop, no training or evaluation before the pre-training sums
         # arrived (``fedavg.fit``/``fedavg.evaluate`` accept state "ready" only)
         self.protocol_state = "ready" if self.hops == 0 else "pretraining"
@@ -116,7 +128,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         """Global ids of rows this client contributes to: own nodes first, then remote neighbours."""
         return torch.cat([self.data.node_ids, self.data.remote_neighbors()])
 
-    @handles("fedgcn.partial_sums", phases=("pretrain",))
+    @handles("fedgcn.partial_sums", phases=("pretrain",), needs=PLAINTEXT_SUMS)
     def partial_sums(self) -> dict:
         """Step 1 of the pre-training round: ``S_k[i]`` for every touched node i.
 
@@ -145,7 +157,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return msg
 
     # ------------------------------------------------------------------ streamed exchange
-    @handles("fedgcn.announce_rows", phases=("pretrain",))
+    @handles("fedgcn.announce_rows", phases=("pretrain",), needs=PLAINTEXT_SUMS)
     def announce_rows(self) -> dict:
         """Step 1 of the streamed plaintext round (:mod:`~fedgl.algorithms.fedgcn.stream`): the
         touched ids (own first), how many leading ones it wants back and, when neighbour rows
@@ -173,7 +185,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
                             if self.neighbour_rows else None))
         return self._announcement(touched, n_req)
 
-    @handles("fedgcn.block_sums", phases=("pretrain",))
+    @handles("fedgcn.block_sums", phases=("pretrain",), needs=PLAINTEXT_SUMS)
     def block_sums(self) -> dict:
         """Step 2: the next block's partial sums, ascending ids (``stale`` after a restart)."""
         if self._stream is None:
@@ -181,7 +193,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return {"sums": self._stream.upload(self.block_rows)}
 
     @handles("fedgcn.receive_block", phases=("pretrain",), optional=("degrees",),
-             schema={"sums": SUMS, "degrees": Opt(DEGREES)})
+             needs=PLAINTEXT_SUMS, schema={"sums": SUMS, "degrees": Opt(DEGREES)})
     def receive_block(self, sums: Tensor | SparseRows, degrees: Tensor | None = None) -> dict:
         """Step 3: the block's summed rows this client asked for (and remote degrees). Once
         every requested row has arrived they become the client's received sums."""
@@ -266,6 +278,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return rows
 
     @handles("fedgcn.receive_sums", phases=("pretrain",), optional=("degrees", "use_own"),
+             needs=PLAINTEXT_SUMS,
              schema={"sums": SUMS, "degrees": Opt(DEGREES), "use_own": Opt(FLAGS)})
     def receive_sums(self, sums: Tensor | SparseRows, degrees: Tensor | None = None,
                      use_own: Tensor | None = None) -> None:
@@ -335,7 +348,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return super().evaluate(weights)
 
     # ------------------------------------------------------------------ secure pre-training
-    @handles("fedgcn.privacy_hello", phases=("pretrain",),
+    @handles("fedgcn.privacy_hello", phases=("pretrain",), needs=KEY_EXCHANGE,
              schema={"session": SESSION, "announce": Bool()})
     def privacy_hello(self, session: bytes, announce: bool) -> dict:
         """Start a protocol session: signed ephemeral keys (:mod:`fedgl.privacy.secagg`) and,
@@ -364,7 +377,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def _stale(self, session: bytes) -> bool:
         return self._session != bytes(session) or self._agg().current(session) is None
 
-    @handles("fedgcn.he_share_keys", phases=("pretrain",), schema={"session": SESSION})
+    @handles("fedgcn.he_share_keys", phases=("pretrain",), schema={"session": SESSION},
+             needs=HE_KEYS)
     def he_share_keys(self, session: bytes) -> dict:
         """Key holder only: the public context for the server and the secret context sealed to
         every other client of the checked directory (the holder keeps an existing key)."""
@@ -377,7 +391,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return {"public_context": self._he.public_bytes(), "key_id": self._he.key_id,
                 "sealed": {k: self._agg().seal(session, k, secret) for k in peers if k != me}}
 
-    @handles("fedgcn.he_install", phases=("pretrain",),
+    @handles("fedgcn.he_install", phases=("pretrain",), needs=HE_KEYS,
              schema={"session": SESSION, "received": RECEIVED, "sealed": Bytes(1 << 30)})
     def he_install(self, session: bytes, received: dict, sealed: bytes) -> dict:
         """Confirm keys, then open the secret context that the key holder (authenticated by its
@@ -390,6 +404,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return {}
 
     @handles("fedgcn.secure_upload", phases=("pretrain",), optional=("received",),
+             needs=SECURE_SUMS,
              schema={"session": SESSION, "plan": PLAN, "received": Opt(RECEIVED)})
     def secure_upload(self, session: bytes, plan: dict, received: dict | None = None) -> dict:
         """Send the released rows of this client's blocks: one masked fixed-point vector
@@ -478,6 +493,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
                                  "rows; the run stops")
 
     @handles("fedgcn.secure_receive", phases=("pretrain",), optional=("sums", "blocks", "degrees"),
+             needs=SECURE_SUMS,
              schema={"session": SESSION, "sums": Opt(SUMS), "degrees": Opt(DEGREES),
                      "blocks": Opt(Seq(Seq(CONTRIBUTION)))})
     def secure_receive(self, session: bytes, sums: Tensor | None = None,
@@ -528,7 +544,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         """With ``encrypt_models``: ``Enc(c · w)`` with c = 1 (uniform) or the number of
         training nodes (weighted), and c in clear for the server's divisor. With secure models
         the weights stay here until the server's secure sum asks for them."""
-        if self.secure_models:
+        if self.secure_models or self.policy.secure_models:
             return self.hold_model(weights, num_train, self.config.aggregation)
         if not self.config.encrypt_models:
             return weights

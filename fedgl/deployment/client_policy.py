@@ -1,0 +1,76 @@
+"""``fedgl client``'s safety policy: its flags and ``--policy FILE``
+(:class:`~fedgl.privacy.policy.ClientPolicy`).
+
+The file is a YAML mapping of the policy's keys (the run's configuration names: ``secure_sum``,
+``dp_epsilon``, ``feature_bound``, ..., and ``algorithms``: a list); a flag given on the command
+line overrides the file's value. Without either, the policy is the permissive default (no secure
+sum, no DP, no bounds, any deployable algorithm): docs/deployment.md says what to start with.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from fedgl.errors import ConfigError
+from fedgl.privacy.policy import ClientPolicy, load_policy
+
+#: flag dest -> (type, metavar or None for a switch, help)
+_FLAGS: dict[str, tuple[Any, str | None, str]] = {
+    "secure_models": (bool, None, "require models averaged through the secure sum (mask or "
+                                  "robust)"),
+    "encrypt_models": (bool, None, "require CKKS-encrypted model updates"),
+    "dp_epsilon": (float, "EPS", "require DP on the released sums with ε at most EPS"),
+    "dp_delta": (float, "DELTA", "with --dp-epsilon: require δ at most DELTA (default 1e-5)"),
+    "dp_clip": (float, "C", "with --dp-epsilon: require the clip at most C (default 1)"),
+    "dp_budget": (float, "EPS", "require the run's dp_budget set and at most EPS"),
+    "feature_bound": (float, "B", "require the public feature bound set and at most B"),
+    "update_bound": (float, "U", "require the server's model-update bound set and at most U"),
+    "adjacency_check": (str, "{node,edge}", "require at least this adjacency check (node < "
+                                            "edge)"),
+    "algorithms": (str, "A,B", "the algorithms this client runs (comma-separated; default: "
+                               "any deployable one)"),
+}
+
+
+def add_policy_flags(parser: argparse.ArgumentParser) -> None:
+    """The policy flags of ``fedgl client`` (all default to 'not given')."""
+    parser.add_argument("--policy", default=None, metavar="FILE",
+                        help="this organisation's safety policy (YAML keys as the flags below); "
+                             "flags given override it. A run asking for anything weaker is "
+                             "refused in one line")
+    parser.add_argument("--secure-sum", choices=("none", "mask", "robust", "he"), default=None,
+                        help="this organisation's secure-sum mode; a run asking another is "
+                             "refused (default: none)")
+    parser.add_argument("--secagg-threshold", type=int, default=None, metavar="T",
+                        help="robust secure sum: this client's Shamir threshold (0: clients // "
+                             "2 + 1); must be the run's")
+    parser.add_argument("--min-contributors", type=int, default=None, metavar="K",
+                        help="refuse runs with a smaller min_contributors (default: 1)")
+    for dest, (kind, metavar, text) in _FLAGS.items():
+        flag = "--" + dest.replace("_", "-")
+        if kind is bool:
+            parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None,
+                                help=text)
+        elif dest == "adjacency_check":
+            parser.add_argument(flag, dest=dest, choices=("node", "edge"), default=None,
+                                help=text)
+        else:
+            parser.add_argument(flag, dest=dest, type=kind, default=None, metavar=metavar,
+                                help=text)
+
+
+def policy_from_args(args: Any) -> ClientPolicy:
+    """The policy of ``fedgl client``'s parsed arguments (file, then the flags given)."""
+    names = ("secure_sum", "secagg_threshold", "min_contributors", *_FLAGS)
+    given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    path = getattr(args, "policy", None)
+    policy = load_policy(path, given) if path is not None else \
+        ClientPolicy.from_mapping(given, source="fedgl client flags")
+    from fedgl.deployment.party import DEPLOYABLE
+
+    unknown = [a for a in policy.algorithms or () if a not in DEPLOYABLE]
+    if unknown:
+        raise ConfigError(f"policy algorithms: {unknown[0]!r} does not run deployed; name some "
+                          f"of {', '.join(sorted(DEPLOYABLE))}")
+    return policy

@@ -1,0 +1,291 @@
+"""A client's own safety policy: what it will take part in, whatever the server's set-up says.
+
+An organisation states its policy when it starts its client (``fedgl client`` flags or a policy
+file, :func:`load_policy`); a simulated client's policy is the run's configuration
+(:meth:`ClientPolicy.from_config`). The policy decides two things:
+
+1. **Which runs the client joins.** A deployed party checks the server's set-up against its
+   policy (:meth:`ClientPolicy.check`) and refuses, in one line naming the setting, a run that
+   asks for anything weaker. "Weaker" is defined per field in :data:`RULES` (the one place).
+2. **Which message types the client answers.** Every protocol handler may declare the kind of
+   step it is (``handles(..., needs=TAG)``); the client's endpoint enables only the tags of
+   :meth:`ClientPolicy.message_tags`. A secure-mode client has no plaintext exchange step at all
+   (the server's ``fedgcn.partial_sums`` is "not a message type" of it), and a plaintext client
+   has no secure steps it does not need.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedgl.errors import ConfigError
+
+SECURE_SUM_MODES = ("none", "mask", "robust", "he")
+#: the adjacency checks from the weakest to the strongest
+ADJACENCY_ORDER = ("node", "edge")
+
+# ---------------------------------------------------------------------- message tags
+#: the plaintext pre-training exchange: the server sees each client's partial sums
+PLAINTEXT_SUMS = "plaintext-sums"
+#: signed ephemeral keys and their directory (secure sums, HE key distribution)
+KEY_EXCHANGE = "key-exchange"
+#: the CKKS key holder shares, and the others install, the HE secret context
+HE_KEYS = "he-keys"
+#: the secure pre-training exchange: masked or encrypted uploads, aggregated replies
+SECURE_SUMS = "secure-sums"
+#: a generic masked sum of this client's latest model (``--secure-models``)
+SECURE_MODEL_SUMS = "secure-model-sums"
+#: the robust secure sum's recovery steps (consistency signatures, unmasking shares)
+DROPOUT_RECOVERY = "dropout-recovery"
+TAGS = (PLAINTEXT_SUMS, KEY_EXCHANGE, HE_KEYS, SECURE_SUMS, SECURE_MODEL_SUMS, DROPOUT_RECOVERY)
+_FLOATS = ("dp_epsilon", "dp_delta", "dp_clip", "dp_budget", "feature_bound", "update_bound")
+
+
+@dataclass(frozen=True)
+class Rule:
+    """How one policy field compares with the run's value.
+
+    ``kind``:
+
+    - ``"equal"``: the run must ask for exactly the policy's value (the secure-sum mode: the
+      organisations run one protocol; the robust Shamir threshold);
+    - ``"on"``: a switch the policy turns on must be on in the run (secure or encrypted models);
+    - ``"at_most"``: a bound the policy sets must be set in the run and no larger (DP ε, δ and
+      clip, the ε budget, the feature and update bounds: a larger value is looser; unset is off);
+    - ``"at_least"``: the run's value must be at least the policy's (min contributors);
+    - ``"ordered"``: the run's choice must be at least as strong in ``order`` (the adjacency
+      check: ``node`` < ``edge``);
+    - ``"member"``: the run's value must be one the policy lists (the algorithms; no list: any).
+
+    ``when``: the policy field whose value makes the rule apply (DP δ and clip only constrain a
+    policy with DP on; the threshold only the robust mode); ``flag``: ``fedgl client``'s flag.
+    """
+
+    kind: str
+    flag: str
+    when: str | None = None
+    order: tuple[str, ...] = ()
+
+
+#: "weaker than the policy", per field (see :class:`Rule`)
+RULES: dict[str, Rule] = {
+    "secure_sum": Rule("equal", "--secure-sum"),
+    "secagg_threshold": Rule("equal", "--secagg-threshold", when="robust"),
+    "secure_models": Rule("on", "--secure-models"),
+    "encrypt_models": Rule("on", "--encrypt-models"),
+    "dp_epsilon": Rule("at_most", "--dp-epsilon"),
+    "dp_delta": Rule("at_most", "--dp-delta", when="dp_epsilon"),
+    "dp_clip": Rule("at_most", "--dp-clip", when="dp_epsilon"),
+    "dp_budget": Rule("at_most", "--dp-budget"),
+    "feature_bound": Rule("at_most", "--feature-bound"),
+    "update_bound": Rule("at_most", "--update-bound"),
+    "adjacency_check": Rule("ordered", "--adjacency-check", order=ADJACENCY_ORDER),
+    "min_contributors": Rule("at_least", "--min-contributors"),
+    "algorithms": Rule("member", "--algorithms"),
+}
+
+
+@dataclass(frozen=True)
+class ClientPolicy:
+    """One organisation's safety settings (field names as the run's configuration calls them;
+    ``algorithms``: the algorithms it runs, None for any)."""
+
+    secure_sum: str = "none"
+    secagg_threshold: int = 0
+    min_contributors: int = 1
+    secure_models: bool = False
+    encrypt_models: bool = False
+    dp_epsilon: float | None = None
+    dp_delta: float = 1e-5
+    dp_clip: float = 1.0
+    dp_budget: float | None = None
+    feature_bound: float | None = None
+    update_bound: float | None = None
+    adjacency_check: str = "node"
+    algorithms: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    # ------------------------------------------------------------------ building
+    @classmethod
+    def from_config(cls, cfg: Any) -> ClientPolicy:
+        """A simulated client's policy: the run's own configuration (its algorithm only)."""
+        values = {name: _run_value(cfg, name) for name in RULES if name != "algorithms"}
+        return cls(**values, algorithms=(str(cfg.algorithm),))
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], source: str = "policy") -> ClientPolicy:
+        """From plain values (a policy file, flags); an unknown key or a bad value is one
+        :class:`~fedgl.errors.ConfigError` line naming it."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        for key in values:
+            if key not in known:
+                raise ConfigError(f"{source}: unknown policy key {key!r}; the keys are "
+                                  f"{', '.join(sorted(known))}")
+        values = dict(values)
+        algos = values.get("algorithms")
+        if isinstance(algos, str):
+            values["algorithms"] = tuple(a.strip() for a in algos.split(",") if a.strip())
+        elif isinstance(algos, list | tuple):
+            values["algorithms"] = tuple(algos)
+        for name in _FLOATS:  # YAML reads 1e-5 as a string
+            if isinstance(values.get(name), str):
+                try:
+                    values[name] = float(values[name])
+                except ValueError:
+                    raise ConfigError(f"{source}: policy {name} must be a number (got "
+                                      f"{values[name]!r})") from None
+        try:
+            return cls(**values)
+        except ConfigError as exc:
+            raise ConfigError(f"{source}: {exc}") from None
+
+    def provisioned(self, mode: str, secure_models: bool) -> ClientPolicy:
+        """This policy with the secure-sum mode the client was provisioned for (mask or robust;
+        other modes leave it as it is) and secure models on if either says so. In simulation the
+        experimenter provisions; in a deployment the party, with the run it accepted."""
+        if mode not in ("mask", "robust"):
+            return self
+        return dataclasses.replace(self, secure_sum=mode,
+                                   secure_models=self.secure_models or secure_models)
+
+    def validate(self) -> None:
+        def bad(name: str, why: str) -> ConfigError:
+            return ConfigError(f"policy {name} {why}")
+
+        if self.secure_sum not in SECURE_SUM_MODES:
+            raise bad("secure_sum", f"must be one of {', '.join(SECURE_SUM_MODES)} "
+                                    f"(got {self.secure_sum!r})")
+        if self.adjacency_check not in ADJACENCY_ORDER:
+            raise bad("adjacency_check", f"must be node or edge (got {self.adjacency_check!r})")
+        for name in ("secure_models", "encrypt_models"):
+            if not isinstance(getattr(self, name), bool):
+                raise bad(name, "must be true or false")
+        for name in ("secagg_threshold", "min_contributors"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name[0] == "m" else 0):
+                raise bad(name, f"must be an integer >= {1 if name[0] == 'm' else 0} (got {v!r})")
+        for name in _FLOATS:
+            v = getattr(self, name)
+            if v is None and name in ("dp_epsilon", "dp_budget", "feature_bound",
+                                      "update_bound"):
+                continue
+            if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
+                raise bad(name, f"must be a positive number (got {v!r})")
+        if not self.dp_delta < 1:
+            raise bad("dp_delta", f"must be below 1 (got {self.dp_delta})")
+        if self.algorithms is not None and (
+                not isinstance(self.algorithms, tuple) or not self.algorithms
+                or not all(isinstance(a, str) and a for a in self.algorithms)):
+            raise bad("algorithms", "must be a non-empty list of algorithm names")
+
+    # ------------------------------------------------------------------ the two decisions
+    def weaker(self, cfg: Any) -> str | None:
+        """Why the run ``cfg`` asks for less than this policy (the first field, one line), or
+        None when it asks for at least as much everywhere."""
+        for name, rule in RULES.items():
+            if rule.when == "robust" and self.secure_sum != "robust":
+                continue
+            if rule.when == "dp_epsilon" and self.dp_epsilon is None:
+                continue
+            theirs = str(cfg.algorithm) if name == "algorithms" else _run_value(cfg, name)
+            why = _compare(name, rule, getattr(self, name), theirs)
+            if why is not None:
+                return why
+        return None
+
+    def check(self, cfg: Any) -> None:
+        """Refuse (one :class:`~fedgl.errors.ConfigError` line) a run weaker than the policy."""
+        why = self.weaker(cfg)
+        if why is not None:
+            raise ConfigError(why)
+
+    def message_tags(self) -> frozenset[str]:
+        """The kinds of protocol step this client answers (see the module docstring)."""
+        tags = set()
+        if self.secure_sum == "none":
+            tags.add(PLAINTEXT_SUMS)
+        else:
+            tags.update((KEY_EXCHANGE, SECURE_SUMS))
+        if self.secure_sum == "he" or self.encrypt_models:
+            tags.update((KEY_EXCHANGE, HE_KEYS))
+        if self.secure_models and self.secure_sum in ("mask", "robust"):
+            tags.add(SECURE_MODEL_SUMS)
+        if self.secure_sum == "robust":
+            tags.add(DROPOUT_RECOVERY)
+        return frozenset(tags)
+
+    def to_dict(self) -> dict[str, Any]:
+        out = dataclasses.asdict(self)
+        if self.algorithms is not None:
+            out["algorithms"] = list(self.algorithms)
+        return out
+
+
+def _run_value(cfg: Any, name: str) -> Any:
+    """The run's value of a policy field; an option the run's algorithm lacks is off."""
+    default = {f.name: f.default for f in dataclasses.fields(ClientPolicy)}[name]
+    return getattr(cfg, name, default)
+
+
+def _compare(name: str, rule: Rule, mine: Any, theirs: Any) -> str | None:
+    """Why the run's value ``theirs`` is weaker than the policy's ``mine`` under ``rule``."""
+    flag = rule.flag
+    if rule.kind == "equal":
+        return None if theirs == mine else \
+            f"the run asks for {name} {theirs!r} but this client runs {mine!r} (its {flag}); " \
+            "the organisations must agree"
+    if rule.kind == "on":
+        return None if not mine or theirs else \
+            f"the run has {name} off but this client requires it ({flag})"
+    if rule.kind == "at_most":
+        if mine is None or (theirs is not None and theirs <= mine):
+            return None
+        if theirs is None:
+            return f"the run has {name} off but this client requires at most {flag} {mine}"
+        return f"the run's {name} {theirs} is above this client's {flag} {mine}"
+    if rule.kind == "at_least":
+        return None if theirs >= mine else \
+            f"the run's {name} {theirs} is below this client's {flag} {mine}"
+    if rule.kind == "ordered":
+        return None if theirs in rule.order[rule.order.index(mine):] else \
+            f"the run's {name} {theirs!r} is weaker than this client's {flag} {mine!r} " \
+            f"({' < '.join(rule.order)})"
+    if rule.kind == "member":
+        return None if mine is None or theirs in mine else \
+            f"the run's algorithm {theirs!r} is not one this client runs ({flag} " \
+            f"{','.join(mine)})"
+    raise ValueError(f"unknown rule kind {rule.kind!r}")
+
+
+def load_policy(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ClientPolicy:
+    """A policy file (YAML or JSON mapping of the policy's keys), with ``overrides`` (flags the
+    organisation gave explicitly) on top. Every problem is one ConfigError line."""
+    import yaml
+
+    try:
+        text = Path(path).read_text()
+    except FileNotFoundError:
+        raise ConfigError(f"policy file '{path}' does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"policy file '{path}' is unreadable ({type(exc).__name__})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}" if where is not None else ""
+        raise ConfigError(f"policy file '{path}' is not valid YAML{at}; write `key: value` "
+                          "lines") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
+        raise ConfigError(f"policy file '{path}' is not a mapping of policy keys; write "
+                          "`key: value` lines")
+    return ClientPolicy.from_mapping({**data, **(overrides or {})}, source=f"policy file '{path}'")
+
