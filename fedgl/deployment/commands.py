@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -112,17 +113,25 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
 
 # ---------------------------------------------------------------------- client
 def cmd_client(args: Any) -> int:
-    """Start this organisation's party and its Flower SuperNode; run until the SuperNode ends
-    (or Ctrl-C / SIGTERM), then stop both."""
+    """Start this organisation's party, its Flower SuperNode and fedgl's relay runner; run until
+    the SuperNode ends (or Ctrl-C / SIGTERM), then stop all three.
+
+    The SuperNode runs with ``--isolation process``: it starts no ClientApp of its own, and the
+    only task runner on its Runtime API is :mod:`fedgl.federation.flower.relay_runner`, which
+    answers every message with fedgl's relay and never loads a run's app. The runner gets the
+    party's socket and a fresh token (through a pipe) and no path of the key or the shard."""
     from fedgl.deployment.party import Party, Safety
 
     superlink = check_address(args.superlink)
     tls = _tls_flags(args.insecure, args.root_certificates)
     _flower_bin("flower-supernode")
     state_dir = _state_dir(args.state_dir)
+    if args.max_message_mb <= 0:
+        raise ConfigError(f"--max-message-mb {args.max_message_mb} must be positive")
     party = Party(args.data, args.key, args.roster,
                   Safety(args.secure_sum, args.secagg_threshold, args.min_contributors),
-                  device=args.device, threads=args.threads, state_dir=state_dir)
+                  device=args.device, threads=args.threads, state_dir=state_dir,
+                  max_message_bytes=int(args.max_message_mb * (1 << 20)))
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
     check_reachable(superlink)
@@ -132,17 +141,20 @@ def cmd_client(args: Any) -> int:
     flwr_home = Path(args.flwr_home) if args.flwr_home else private / "flwr"
     flwr_home.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    server = threading.Thread(target=party.serve, args=(sock_path, stop), daemon=True)
+    relay_token = secrets.token_hex(32)
+    server = threading.Thread(target=party.serve, args=(sock_path, stop, relay_token),
+                              daemon=True)
     server.start()
+    runtime = f"127.0.0.1:{args.runtime_port or free_port()}"
     cmd = [_flower_bin("flower-supernode"), *tls, "--superlink", superlink,
-           "--node-config", f'fedgl-party="{sock_path}"',
-           "--port", str(args.runtime_port or free_port())]
+           "--isolation", "process", "--host", "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
         cmd += ["--auth-supernode-private-key", str(args.auth_key)]
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
-    proc = subprocess.Popen(cmd, env=_flower_env(flwr_home), start_new_session=True,
-                            preexec_fn=_die_with_parent)
+    env = _flower_env(flwr_home)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+    runner = _start_relay_runner(runtime, sock_path, relay_token, env)
 
     def _stop(*_: object) -> None:  # no waiting here: the main thread is in proc.wait()
         try:
@@ -156,12 +168,30 @@ def cmd_client(args: Any) -> int:
     except KeyboardInterrupt:
         code = 130
     finally:
+        _kill_group(runner)
         _kill_group(proc)
         signal.signal(signal.SIGTERM, previous)
         stop.set()
         server.join(timeout=5)
         shutil.rmtree(private, ignore_errors=True)
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
+
+
+def _start_relay_runner(runtime: str, sock_path: Path, token: str,
+                        env: dict[str, str]) -> subprocess.Popen:
+    """The relay runner (its own process group, stopped with ``fedgl client``); its token goes
+    through a pipe, not its command line or environment."""
+    read, write = os.pipe()
+    try:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "fedgl.federation.flower.relay_runner", "--runtime-api",
+             runtime, "--party", str(sock_path), "--token-fd", str(read)],
+            env=env, pass_fds=(read,), start_new_session=True, preexec_fn=_die_with_parent)
+    finally:
+        os.close(read)
+    with os.fdopen(write, "w") as pipe:
+        pipe.write(token)
+    return runner
 
 
 def _state_dir(path: str | None) -> Path | None:
@@ -379,6 +409,9 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
                         help="Flower's folder for this SuperNode (default: a private temp folder)")
     client.add_argument("--runtime-port", type=int, default=0, metavar="PORT",
                         help="local port of the SuperNode's runtime API (default: a free one)")
+    client.add_argument("--max-message-mb", type=float, default=1024.0, metavar="MB",
+                        help="the largest message body the party reads once a run is set up; "
+                             "a larger one is refused unread (default: 1024)")
 
     server = sub.add_parser("server", help="run the deployed server: a Flower ServerApp on the "
                             "SuperLink", description="Run CONFIG's algorithm over the clients "
