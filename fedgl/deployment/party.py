@@ -21,6 +21,12 @@ Any other message goes to the role's protocol :class:`~fedgl.federation.protocol
 before a run is set up it is refused. Every refusal is one line, recorded in
 :attr:`Party.refused` and printed to the party's log. The relay's ``types`` request (which Flower
 handlers to register) is local, not a server message.
+
+On its socket (:meth:`Party.serve`) the party reads a request's header first and decides before
+reading the body (:meth:`Party.frame_limit`): a request without the relay's token (which ``fedgl
+client`` hands its relay runner through a pipe) is refused; a body longer than the message may
+carry is refused unread: :data:`SETUP_MAX_BODY` before the run is set up and for the set-up
+messages, the organisation's ``max_message_bytes`` (``--max-message-mb``) for the role's.
 """
 
 from __future__ import annotations

@@ -1,13 +1,16 @@
 """fedgl's Flower ClientApp: a relay between the SuperNode and the organisation's party.
 
-Flower starts a fresh ClientApp process for every message, so the client role (its data, keys
-and protocol state) cannot live here: it lives in the party process (``fedgl client`` starts
-both), which listens on the Unix socket named by the node config key ``fedgl-party``. This app
-registers one Flower handler per protocol message type the party's role declares (message type
-``<category>.<fedgl type with "." as "__">``; category ``query`` for pre-training, ``train``,
-``evaluate``), forwards each message's fedgl bytes and phase to the party and returns its
-encoded reply, or the party's one-line refusal. The set-up messages are declared protocol types
-of the party itself (``party.hello``: prove the client id by signing the server's challenge;
+The client role (its data, keys and protocol state) does not live here: it lives in the party
+process, which listens on a private Unix socket. Under ``fedgl client`` this app runs in fedgl's
+relay runner (:mod:`.relay_runner`), built per message with the party's socket and the relay's
+token, whatever app the run submitted (without them it takes the socket from the node config key
+``fedgl-party``, as a plain Flower SuperNode would give it). It registers one Flower handler per
+protocol message type the party's role declares (message type ``<category>.<fedgl type with "."
+as "__">``; category ``query`` for pre-training, ``train``, ``evaluate``), forwards each
+message's fedgl bytes and phase to the party and returns its encoded reply, or the party's
+one-line refusal. Each request names the fedgl type Flower carried (the party refuses a body of
+another type) and carries the relay's token. The set-up messages are declared protocol types of
+the party itself (``party.hello``: prove the client id by signing the server's challenge;
 ``party.setup``: the run's configuration, from which the party builds its role), carried in
 phase ``setup`` as ``query.party__hello`` and ``query.party__setup`` and relayed the same way.
 This module imports no torch and holds no data.

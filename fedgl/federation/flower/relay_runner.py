@@ -60,11 +60,14 @@ def _runtime_client(address: str, interceptors: list[Any]) -> Any:
 
 def run_task(address: str, token: str, party: str, relay_token: str | None) -> str:
     """Answer one claimed ClientApp task with fedgl's relay; the task's status line."""
+    from logging import DEBUG
+
     import httpx
     from flwr.app import Message
     from flwr.app.error import Error
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.proto.runtime_pb2 import SendTaskHeartbeatRequest  # pylint: disable=E0611
+    from flwr.supercore import log
     from flwr.supercore.heartbeat import HeartbeatSender
     from flwr.supercore.interceptors import (
         RuntimeTokenHttpInterceptor,
@@ -93,6 +96,7 @@ def run_task(address: str, token: str, party: str, relay_token: str | None) -> s
     context, status, details = None, SubStatus.FAILED, "the relay failed"
     try:
         message, context, run, _fab = pull_task_input(client)   # the FAB is dropped unread
+        log(DEBUG, "fedgl relay: started task of run %d", run.run_id)
         try:
             reply = RelayClientApp(party, relay_token)(message, context)
             status, details = SubStatus.COMPLETED, ""
@@ -114,7 +118,10 @@ def run_task(address: str, token: str, party: str, relay_token: str | None) -> s
 def serve(address: str, party: str, relay_token: str | None,
           stop: threading.Event | None = None, poll: float = POLL_INTERVAL) -> None:
     """Claim and answer the SuperNode's ClientApp tasks until ``stop`` is set."""
+    from logging import ERROR, INFO
+
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
+    from flwr.supercore import log
     from flwr.supercore.constant import TaskType
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 
@@ -126,10 +133,10 @@ def serve(address: str, party: str, relay_token: str | None,
                 supported_task_types=[TaskType.CLIENT_APP]))
             if res.HasField("task") and res.token:
                 try:
-                    print(run_task(address, res.token, party, relay_token), flush=True)
+                    log(INFO, "%s", run_task(address, res.token, party, relay_token))
                 except Exception as exc:  # noqa: BLE001 - one task's failure ends no run
-                    print(f"fedgl relay: task {res.task.task_id} failed: "
-                          f"{type(exc).__name__}: {exc}", flush=True)
+                    log(ERROR, "fedgl relay: task %d failed: %s: %s", res.task.task_id,
+                        type(exc).__name__, exc)
                 continue
             stop.wait(poll)
     finally:
