@@ -162,12 +162,21 @@ def cmd_client(args: Any) -> int:
         except ProcessLookupError:
             pass
 
+    def _watch_runner() -> None:   # without its relay the SuperNode would answer nothing
+        runner.wait()
+        if proc.poll() is None and not stop.is_set():
+            print(f"client {party.client_id}: the relay runner stopped (exit "
+                  f"{runner.returncode}); stopping the SuperNode", flush=True)
+            _stop()
+
+    threading.Thread(target=_watch_runner, daemon=True).start()
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         code = proc.wait()
     except KeyboardInterrupt:
         code = 130
     finally:
+        stop.set()
         _kill_group(runner)
         _kill_group(proc)
         signal.signal(signal.SIGTERM, previous)

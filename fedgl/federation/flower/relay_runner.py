@@ -50,12 +50,14 @@ def flwr_version_line() -> str | None:
 
 
 def _runtime_client(address: str, interceptors: list[Any]) -> Any:
-    from flwr.supercore.retry import make_simple_http_retry_invoker
+    """A Runtime API client without Flower's retry policy (which, made for one process per
+    task, interrupts its own process when a task's token is refused): a failed request fails
+    its task only."""
     from flwr.supercore.runtime import RuntimeHttpClient
 
     return RuntimeHttpClient.from_server_address(
         server_address=address, insecure=True, root_certificates=None,
-        interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker())
+        interceptors=interceptors, retry_invoker=None)
 
 
 def run_task(address: str, token: str, party: str, relay_token: str | None) -> str:
@@ -120,6 +122,7 @@ def serve(address: str, party: str, relay_token: str | None,
     """Claim and answer the SuperNode's ClientApp tasks until ``stop`` is set."""
     from logging import ERROR, INFO
 
+    import httpx
     from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
     from flwr.supercore import log
     from flwr.supercore.constant import TaskType
@@ -129,8 +132,12 @@ def serve(address: str, party: str, relay_token: str | None,
     control = _runtime_client(address, [RuntimeVersionHttpInterceptor("SuperExec")])
     try:
         while not stop.is_set():
-            res = control.AcquireTask(AcquireTaskRequest(
-                supported_task_types=[TaskType.CLIENT_APP]))
+            try:
+                res = control.AcquireTask(AcquireTaskRequest(
+                    supported_task_types=[TaskType.CLIENT_APP]))
+            except httpx.HTTPError:   # the SuperNode is starting (or stopping): try again
+                stop.wait(max(poll, 0.5))
+                continue
             if res.HasField("task") and res.token:
                 try:
                     log(INFO, "%s", run_task(address, res.token, party, relay_token))
