@@ -30,11 +30,14 @@ import argparse
 import os
 import sys
 import threading
+import time
 from typing import Any
 
 TESTED_FLWR = (">=1.42", "<1.43")
 #: seconds between the runner's checks for a pending task when there is none
 POLL_INTERVAL = 0.1
+#: seconds a claimed task waits for the SuperNode to store its message
+MESSAGE_WAIT = 30.0
 
 
 def flwr_version_line() -> str | None:
@@ -52,10 +55,21 @@ def flwr_version_line() -> str | None:
 def _runtime_client(address: str, interceptors: list[Any]) -> Any:
     """A Runtime API client without Flower's retry policy (which, made for one process per
     task, interrupts its own process when a task's token is refused): a failed request fails
-    its task only."""
+    its task only. Its ``PullMessages`` waits (up to :data:`MESSAGE_WAIT` s) for the task's
+    message: the SuperNode makes a task pending a moment before it stores the message, a gap
+    a process started per task never meets but a runner that claims at once can."""
     from flwr.supercore.runtime import RuntimeHttpClient
 
-    return RuntimeHttpClient.from_server_address(
+    class Client(RuntimeHttpClient):
+        def PullMessages(self, request: Any) -> Any:  # noqa: N802 - Flower's method name
+            deadline = time.monotonic() + MESSAGE_WAIT
+            while True:
+                res = super().PullMessages(request)
+                if res.messages_list or time.monotonic() > deadline:
+                    return res
+                time.sleep(0.02)
+
+    return Client.from_server_address(
         server_address=address, insecure=True, root_certificates=None,
         interceptors=interceptors, retry_invoker=None)
 
