@@ -273,3 +273,16 @@ def test_a_foreign_clientapp_runs_on_no_supernode_and_reads_nothing(tmp_path: Pa
     for log in logs.values():   # each client's relay runner answered the foreign run's message
         assert "'query' fedgl's relay: ValueError: No query function registered" in log, \
             log[-2000:]
+
+
+@needs_flwr
+@pytest.mark.parametrize("size", ["0", "-3", "nan", "inf"])
+def test_a_bad_message_cap_is_refused_in_one_line(size: str,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    from fedgl.cli import main
+
+    assert main(["client", "--superlink", "127.0.0.1:9", "--data", "x", "--key", "y",
+                 "--roster", "z", "--insecure", "--max-message-mb", size]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == (f"fedgl: error: --max-message-mb {float(size):g} must be a positive size in "
+                   "MiB below 2^24, e.g. 1024")

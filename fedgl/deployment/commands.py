@@ -126,8 +126,9 @@ def cmd_client(args: Any) -> int:
     tls = _tls_flags(args.insecure, args.root_certificates)
     _flower_bin("flower-supernode")
     state_dir = _state_dir(args.state_dir)
-    if args.max_message_mb <= 0:
-        raise ConfigError(f"--max-message-mb {args.max_message_mb} must be positive")
+    if not 0 < args.max_message_mb < 1 << 24:   # NaN fails too
+        raise ConfigError(f"--max-message-mb {args.max_message_mb:g} must be a positive size "
+                          "in MiB below 2^24, e.g. 1024")
     party = Party(args.data, args.key, args.roster,
                   Safety(args.secure_sum, args.secagg_threshold, args.min_contributors),
                   device=args.device, threads=args.threads, state_dir=state_dir,
