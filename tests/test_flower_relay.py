@@ -80,6 +80,8 @@ def test_a_body_beyond_the_set_up_limit_is_refused_unread(tmp_path: Path) -> Non
         reply = declare(path, message_header("fedgcn.partial_sums", "pretrain"),
                         SETUP_MAX_BODY + 1)
         assert "over 1048576 bytes (the set-up messages' limit)" in reply["refused"]
+        reply = declare(path, message_header(["not", "a", "name"]), 16 << 30)
+        assert "body for None is over 1048576 bytes" in reply["refused"]
         # the relay's ask sends the body: the party stops reading and its refusal still arrives
         head, body = ask(path, message_header("party.hello"), b"\0" * (SETUP_MAX_BODY + 1))
         assert "refused unread" in head["refused"] and body == b""
@@ -87,7 +89,7 @@ def test_a_body_beyond_the_set_up_limit_is_refused_unread(tmp_path: Path) -> Non
         head, body = ask(path, message_header("party.hello"),
                          encode("party.hello", {"challenge": b"\1" * 32}).to_bytes())
         assert "refused" not in head and body
-    assert len(party.refused) == 3 and all("\n" not in line for line in party.refused)
+    assert len(party.refused) == 4 and all("\n" not in line for line in party.refused)
     assert party.protocol_state == "greeted"
 
 

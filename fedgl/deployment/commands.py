@@ -181,7 +181,6 @@ def cmd_client(args: Any) -> int:
         _kill_group(runner)
         _kill_group(proc)
         signal.signal(signal.SIGTERM, previous)
-        stop.set()
         server.join(timeout=5)
         shutil.rmtree(private, ignore_errors=True)
     return 0 if code in (0, -signal.SIGTERM, 130) else 1

@@ -366,7 +366,7 @@ class Party:
                                "`fedgl client` started may ask)")
         if header.get("op") != "message":
             return 0
-        msg_type = header.get("type")
+        msg_type = header.get("type") if isinstance(header.get("type"), str) else None
         set_up = self.endpoint is not None and self.protocol_state == "set-up"
         if not set_up or msg_type in handler_table(Party):
             most, why = SETUP_MAX_BODY, "the set-up messages' limit"
