@@ -131,6 +131,27 @@ def test_only_the_relay_with_the_token_is_answered(tmp_path: Path) -> None:
 
 
 @needs_flwr
+def test_an_unreadable_or_oversized_header_is_refused_in_one_line(tmp_path: Path) -> None:
+    party = make_party(tmp_path)
+    with Serving(party, tmp_path) as path:
+        for head in (b"[" * 200_000 + b"]" * 200_000, b"\xff\xfe", b"[1, 2]"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+                sock.settimeout(10)
+                sock.connect(path)
+                sock.sendall(struct.pack("<I", len(head)) + head + struct.pack("<Q", 16 << 30))
+                reply, _ = recv_frame(sock)
+            assert reply["refused"] in ("client 1: unreadable frame header",
+                                        "client 1: frame header is not a record"), reply
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:   # 4 GiB declared
+            sock.settimeout(10)
+            sock.connect(path)
+            sock.sendall(struct.pack("<I", (1 << 32) - 1))
+            reply, _ = recv_frame(sock)
+        assert reply["refused"] == "client 1: the frame header is 4294967295 bytes, over 1048576"
+    assert len(party.refused) == 4
+
+
+@needs_flwr
 def test_the_body_must_be_the_type_flower_carried(tmp_path: Path) -> None:
     party = make_party(tmp_path)
     body = encode("party.hello", {"challenge": b"\3" * 32}).to_bytes()
