@@ -5,19 +5,21 @@
 A loopback deployment (:class:`fedgl.deployment.loopback.Loopback`: one SuperLink, one
 ``fedgl client`` per client) runs a probe ServerApp that sends every client a ``party.hello``
 (the cheapest message: the party signs a challenge, or refuses a second hello of the run in one
-line; either way the message goes SuperLink -> SuperNode -> a fresh ClientApp process -> the
-relay -> the party and back). Each exchange is timed on the server, waiting for the replies
-either with Flower's ``Grid.send_and_receive`` (``flower``) or with fedgl's
-:func:`~fedgl.federation.flower.runtime.exchange` (``fedgl``), alternating. For each reply, the
-time until its ClientApp created it (Flower's ``created_at``) splits the exchange into the way
-out (SuperNode's poll, the ClientApp process start, the relay) and the way back (the SuperNode
-pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
+line; either way the message goes SuperLink -> SuperNode -> fedgl's relay runner, one long-lived
+process, :mod:`fedgl.federation.flower.relay_runner` -> the party and back). Each exchange is
+timed on the server, waiting for the replies either with Flower's ``Grid.send_and_receive``
+(``flower``) or with fedgl's :func:`~fedgl.federation.flower.runtime.exchange` (``fedgl``),
+alternating. For each reply, the time until the relay created it (Flower's ``created_at``) splits
+the exchange into the way out (SuperNode's poll, the runner's claim, the relay) and the way back
+(the SuperNode pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
 ``FLWR_LOG_LEVEL=DEBUG`` (its log lines then carry times), from which every message's steps on
-the client machine are read: the SuperNode receiving it, the fresh ``flwr-clientapp`` process
-starting (the SuperExec's poll, Python and Flower's imports), the ClientApp's run (the relay and
-the party included), the SuperNode noticing and pushing the reply, and its idle time until it
+the client machine are read: the SuperNode receiving it, the relay runner claiming the task
+(its poll of the SuperNode's Runtime API), the relay's run (pulling the task, the party's answer,
+pushing the reply), the SuperNode noticing and pushing the reply, and its idle time until it
 receives the next message. Beside it: the start of a bare ``flwr-clientapp`` process with the
-relay imported, and one relay round trip to a party over its Unix socket, both measured here.
+relay imported (what Flower's own layout, one ClientApp process per message, costs each message;
+``fedgl client`` starts none), and one relay round trip to a party over its Unix socket, both
+measured here.
 """
 
 from __future__ import annotations
@@ -99,9 +101,10 @@ def _stats(values: list[float]) -> dict[str, float]:
 
 
 #: the SuperNode's log lines (with FLWR_LOG_LEVEL=DEBUG) that mark a message's steps
-STEPS = {"receiving": "Receiving: ", "received": "Received successfully",
-         "clientapp_started": "Start `flwr-clientapp` process", "finished": "Finished task",
-         "sending": "Sending: ", "sent": "Sent successfully"}
+STEPS = {"receiving": ("Receiving: ",), "received": ("Received successfully",),
+         "clientapp_started": ("Start `flwr-clientapp` process", "fedgl relay: started task"),
+         "finished": ("Finished task",), "sending": ("Sending: ",),
+         "sent": ("Sent successfully",)}
 STAMP = re.compile(r"^[A-Z]+ (\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}):")
 
 
@@ -115,8 +118,8 @@ def message_steps(log: Path) -> list[dict[str, float]]:
         if not m:
             continue
         when = datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S,%f").astimezone().timestamp()
-        for step, marker in STEPS.items():
-            if marker in line:
+        for step, markers in STEPS.items():
+            if any(marker in line for marker in markers):
                 if step == "receiving":
                     out.append({})
                 if out and step not in out[-1]:
@@ -135,8 +138,8 @@ def client_breakdown(logs: list[Path], ways: list[str]) -> dict[str, dict]:
             way = ways[i % len(ways)]
             mine = parts.setdefault(way, {})
             for name, (a, b) in {"supernode_receive": ("receiving", "received"),
-                                 "clientapp_process_start": ("received", "clientapp_started"),
-                                 "clientapp_run_with_relay": ("clientapp_started", "finished"),
+                                 "relay_claims_task": ("received", "clientapp_started"),
+                                 "relay_runs": ("clientapp_started", "finished"),
                                  "supernode_notices_reply": ("finished", "sending"),
                                  "supernode_push_reply": ("sending", "sent")}.items():
                 mine.setdefault(name, []).append(r[b] - r[a])

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -115,8 +116,13 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
 
 # ---------------------------------------------------------------------- client
 def cmd_client(args: Any) -> int:
-    """Start this organisation's party and its Flower SuperNode; run until the SuperNode ends
-    (or Ctrl-C / SIGTERM), then stop both."""
+    """Start this organisation's party, its Flower SuperNode and fedgl's relay runner; run until
+    the SuperNode ends (or Ctrl-C / SIGTERM), then stop all three.
+
+    The SuperNode runs with ``--isolation process``: it starts no ClientApp of its own, and the
+    only task runner on its Runtime API is :mod:`fedgl.federation.flower.relay_runner`, which
+    answers every message with fedgl's relay and never loads a run's app. The runner gets the
+    party's socket and a fresh token (through a pipe) and no path of the key or the shard."""
     from fedgl.deployment.client_policy import policy_from_args
     from fedgl.deployment.party import Party
 
@@ -124,9 +130,13 @@ def cmd_client(args: Any) -> int:
     tls = _tls_flags(args.insecure, args.root_certificates)
     _flower_bin("flower-supernode")
     state_dir = _state_dir(args.state_dir)
+    if not 0 < args.max_message_mb < 1 << 24:   # NaN fails too
+        raise ConfigError(f"--max-message-mb {args.max_message_mb:g} must be a positive size "
+                          "in MiB below 2^24, e.g. 1024")
     party = Party(args.data, args.key, args.roster,
                   policy_from_args(args),
-                  device=args.device, threads=args.threads, state_dir=state_dir)
+                  device=args.device, threads=args.threads, state_dir=state_dir,
+                  max_message_bytes=int(args.max_message_mb * (1 << 20)))
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
     check_reachable(superlink)
@@ -137,36 +147,75 @@ def cmd_client(args: Any) -> int:
     flwr_home = Path(args.flwr_home) if args.flwr_home else private / "flwr"
     flwr_home.mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    server = threading.Thread(target=party.serve, args=(sock_path, stop), daemon=True)
+    relay_token = secrets.token_hex(32)
+    server = threading.Thread(target=party.serve, args=(sock_path, stop, relay_token),
+                              daemon=True)
     server.start()
+    runtime = f"127.0.0.1:{args.runtime_port or free_port()}"
     cmd = [_flower_bin("flower-supernode"), *tls, "--superlink", superlink,
-           "--node-config", f'fedgl-party="{sock_path}"',
-           "--port", str(args.runtime_port or free_port())]
+           "--isolation", "process", "--host", "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
         cmd += ["--auth-supernode-private-key", str(args.auth_key)]
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
-    proc = subprocess.Popen(cmd, env=_flower_env(flwr_home), start_new_session=True,
-                            preexec_fn=_die_with_parent)
+    env = _flower_env(flwr_home)
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
+    runner = _start_relay_runner(runtime, sock_path, relay_token, env)
+
+    stopped = threading.Event()   # set when fedgl client itself stops the SuperNode
 
     def _stop(*_: object) -> None:  # no waiting here: the main thread is in proc.wait()
+        stopped.set()
         try:
             os.killpg(proc.pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
 
+    def _watch_runner() -> None:   # without its relay the SuperNode would answer nothing
+        runner.wait()
+        if proc.poll() is None and not stop.is_set():
+            print(f"client {party.client_id}: the relay runner stopped (exit "
+                  f"{runner.returncode}); stopping the SuperNode", flush=True)
+            _stop()
+
+    threading.Thread(target=_watch_runner, daemon=True).start()
     previous = signal.signal(signal.SIGTERM, _stop)
     try:
         code = proc.wait()
+        if not stopped.is_set():
+            print(f"fedgl: client {party.client_id}: the SuperNode ended by itself (exit {code}): "
+                  "the SuperLink refused or forgot this node (a SuperLink restarted without "
+                  "--database forgets every node; one with --enable-supernode-auth refuses an "
+                  "unregistered key); see the SuperNode's lines above, then restart `fedgl "
+                  "client`", file=sys.stderr, flush=True)
+            code = code or 1
     except KeyboardInterrupt:
         code = 130
     finally:
+        stop.set()
+        _kill_group(runner)
         _kill_group(proc)
         signal.signal(signal.SIGTERM, previous)
-        stop.set()
         server.join(timeout=5)
         shutil.rmtree(private, ignore_errors=True)
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
+
+
+def _start_relay_runner(runtime: str, sock_path: Path, token: str,
+                        env: dict[str, str]) -> subprocess.Popen:
+    """The relay runner (its own process group, stopped with ``fedgl client``); its token goes
+    through a pipe, not its command line or environment."""
+    read, write = os.pipe()
+    try:
+        runner = subprocess.Popen(
+            [sys.executable, "-m", "fedgl.federation.flower.relay_runner", "--runtime-api",
+             runtime, "--party", str(sock_path), "--token-fd", str(read)],
+            env=env, pass_fds=(read,), start_new_session=True, preexec_fn=_die_with_parent)
+    finally:
+        os.close(read)
+    with os.fdopen(write, "w") as pipe:
+        pipe.write(token)
+    return runner
 
 
 def _state_dir(path: str | None) -> Path | None:
@@ -444,6 +493,9 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
                         help="Flower's folder for this SuperNode (default: a private temp folder)")
     client.add_argument("--runtime-port", type=int, default=0, metavar="PORT",
                         help="local port of the SuperNode's runtime API (default: a free one)")
+    client.add_argument("--max-message-mb", type=float, default=1024.0, metavar="MB",
+                        help="the largest message body the party reads once a run is set up; "
+                             "a larger one is refused unread (default: 1024)")
 
     server = sub.add_parser("server", help="run the deployed server: a Flower ServerApp on the "
                             "SuperLink", description="Run CONFIG's algorithm over the clients "

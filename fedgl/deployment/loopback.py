@@ -1,6 +1,6 @@
 """A whole deployment on one machine (127.0.0.1 only), for trials, tests and benchmarks: one
-SuperLink and one ``fedgl client`` process (party + SuperNode) per client, each given only its
-own shard and key. Every process is stopped on exit, even when the body fails."""
+SuperLink and one ``fedgl client`` process (party, SuperNode and relay runner) per client, each
+given only its own shard and key. Every process is stopped on exit, even when the body fails."""
 
 from __future__ import annotations
 
@@ -150,7 +150,7 @@ class Loopback:
                            f"{self.start_timeout:g} s")
 
     def kill_client(self, k: int) -> None:
-        """Kill client k's process (party and SuperNode) at once, as a crash would."""
+        """Kill client k's process (party, SuperNode and relay runner) at once, as a crash would."""
         proc = self.procs[f"client-{k}"]
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()

@@ -25,11 +25,18 @@ Any other message goes to the role's protocol :class:`~fedgl.federation.protocol
 before a run is set up it is refused. Every refusal is one line, recorded in
 :attr:`Party.refused` and printed to the party's log. The relay's ``types`` request (which Flower
 handlers to register) is local, not a server message.
+
+On its socket (:meth:`Party.serve`) the party reads a request's header first and decides before
+reading the body (:meth:`Party.frame_limit`): a request without the relay's token (which ``fedgl
+client`` hands its relay runner through a pipe) is refused; a body longer than the message may
+carry is refused unread: :data:`SETUP_MAX_BODY` before the run is set up and for the set-up
+messages, the organisation's ``max_message_bytes`` (``--max-message-mb``) for the role's.
 """
 
 from __future__ import annotations
 
 import copy
+import hmac
 import importlib
 import json
 import os
@@ -46,6 +53,8 @@ from fedgl.federation.flower.local_link import (
     HELLO,
     SETUP,
     SETUP_PHASE,
+    TOKEN_KEY,
+    FrameRefused,
     LinkError,
     recv_frame,
     send_frame,
@@ -108,6 +117,12 @@ SIMULATION_ONLY = {
 HELLO_CONTEXT = "fedgl-flower-hello/1"
 #: the fewest random bytes a hello challenge may have
 MIN_CHALLENGE = 16
+#: the largest body a set-up message (``party.hello``: a challenge of at most 1 KiB;
+#: ``party.setup``: a configuration of at most 1024 entries) may have on the party's socket;
+#: before a run is set up, no other message is accepted
+SETUP_MAX_BODY = 1 << 20
+#: the default largest body of any other message (``fedgl client --max-message-mb``)
+DEFAULT_MAX_MESSAGE = 1 << 30
 
 
 def load_class(path: str) -> type:
@@ -167,7 +182,8 @@ class Party:
 
     def __init__(self, data: str | Path, key: str | Path, roster: str | Path,
                  safety: ClientPolicy | None = None, *, device: str | None = None,
-                 threads: int | None = None, state_dir: str | Path | None = None) -> None:
+                 threads: int | None = None, state_dir: str | Path | None = None,
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE) -> None:
         self.manifest = read_manifest(data)
         self.shard = read_shard(data)
         self.client_id = int(self.shard.client_id)
@@ -186,6 +202,7 @@ class Party:
         #: the party's input record (fedgl.privacy.inputs), for every run it serves: under
         #: --state-dir it survives restarts too; the server's config never chooses where
         self.record = party_record(self.state_dir, self.client_id)
+        self.max_message_bytes = int(max_message_bytes)
         self.endpoint: Endpoint | None = None
         #: the party's own set-up protocol: ``new`` -> hello -> ``greeted`` -> setup -> ``set-up``
         self.protocol_state = "new"
@@ -194,6 +211,7 @@ class Party:
         self.refused: list[str] = []
         self._context: tuple[int, int] = (-1, -1)   # (node id, run id) of the message in hand
         self.lock = threading.Lock()
+        self._relay_token: str | None = None
 
     # ------------------------------------------------------------------ set-up messages
     @handles(HELLO, phases=(SETUP_PHASE,), enters="greeted", schema={"challenge": Bytes(max_len=1024)})
@@ -301,6 +319,9 @@ class Party:
             msg_type, payload = decode(Encoded.from_bytes(body))
         except WireError as exc:
             self.own.refuse(f"malformed message ({exc})")
+        carried = header.get("type")
+        if carried is not None and carried != msg_type:
+            self.own.refuse(f"'{msg_type}' came as Flower message type '{carried}'")
         if msg_type in handler_table(Party):
             out = self.own.dispatch(msg_type, payload, phase)
         elif self.endpoint is None or self.protocol_state != "set-up" or \
@@ -332,8 +353,33 @@ class Party:
             return {"refused": line}, b""
 
     # ------------------------------------------------------------------ serving
-    def serve(self, path: str | Path, stop: threading.Event | None = None) -> None:
-        """Answer the relay on the Unix socket ``path`` (mode 0600) until ``stop`` is set."""
+    def frame_limit(self, header: dict[str, Any], length: int) -> int:
+        """The most body bytes the party reads for a request with ``header``, decided before
+        it reads any: the relay's token must match (when :meth:`serve` was given one); before a
+        run is set up, and for the set-up messages, :data:`SETUP_MAX_BODY`; any other message,
+        the organisation's ``max_message_bytes``. :class:`FrameRefused` otherwise."""
+        if self._relay_token is not None and not hmac.compare_digest(
+                str(header.get(TOKEN_KEY, "")).encode(), self._relay_token.encode()):
+            raise FrameRefused("a request without this party's relay token (only the relay that "
+                               "`fedgl client` started may ask)")
+        if header.get("op") != "message":
+            return 0
+        msg_type = header.get("type") if isinstance(header.get("type"), str) else None
+        set_up = self.endpoint is not None and self.protocol_state == "set-up"
+        if not set_up or msg_type in handler_table(Party):
+            most, why = SETUP_MAX_BODY, "the set-up messages' limit"
+        else:
+            most, why = self.max_message_bytes, "this client's --max-message-mb"
+        if length > most:
+            raise FrameRefused(f"a {length}-byte body for {msg_type!r} is over {most} bytes "
+                               f"({why}); refused unread")
+        return most
+
+    def serve(self, path: str | Path, stop: threading.Event | None = None,
+              token: str | None = None) -> None:
+        """Answer the relay on the Unix socket ``path`` (mode 0600) until ``stop`` is set;
+        with ``token``, only requests that carry it (the relay's credential)."""
+        self._relay_token = token
         path = str(path)
         if os.path.exists(path):
             os.unlink(path)
@@ -359,7 +405,14 @@ class Party:
 
     def _serve_one(self, conn: socket.socket) -> None:
         try:
-            header, body = recv_frame(conn)
+            try:
+                header, body = recv_frame(conn, self.frame_limit)
+            except FrameRefused as exc:   # the body (if any) stays unread
+                line = f"client {self.client_id}: {exc}"
+                self.refused.append(line)
+                print(f"refused: {line}", flush=True)
+                send_frame(conn, {"refused": line})
+                return
             reply_header, reply = self.answer(header, body)
             send_frame(conn, reply_header, reply)
         except (LinkError, OSError, DataError):

@@ -1,13 +1,16 @@
 """fedgl's Flower ClientApp: a relay between the SuperNode and the organisation's party.
 
-Flower starts a fresh ClientApp process for every message, so the client role (its data, keys
-and protocol state) cannot live here: it lives in the party process (``fedgl client`` starts
-both), which listens on the Unix socket named by the node config key ``fedgl-party``. This app
-registers one Flower handler per protocol message type the party's role declares (message type
-``<category>.<fedgl type with "." as "__">``; category ``query`` for pre-training, ``train``,
-``evaluate``), forwards each message's fedgl bytes and phase to the party and returns its
-encoded reply, or the party's one-line refusal. The set-up messages are declared protocol types
-of the party itself (``party.hello``: prove the client id by signing the server's challenge;
+The client role (its data, keys and protocol state) does not live here: it lives in the party
+process, which listens on a private Unix socket. Under ``fedgl client`` this app runs in fedgl's
+relay runner (:mod:`.relay_runner`), built per message with the party's socket and the relay's
+token, whatever app the run submitted (without them it takes the socket from the node config key
+``fedgl-party``, as a plain Flower SuperNode would give it). It registers one Flower handler per
+protocol message type the party's role declares (message type ``<category>.<fedgl type with "."
+as "__">``; category ``query`` for pre-training, ``train``, ``evaluate``), forwards each
+message's fedgl bytes and phase to the party and returns its encoded reply, or the party's
+one-line refusal. Each request names the fedgl type Flower carried (the party refuses a body of
+another type) and carries the relay's token. The set-up messages are declared protocol types of
+the party itself (``party.hello``: prove the client id by signing the server's challenge;
 ``party.setup``: the run's configuration, from which the party builds its role), carried in
 phase ``setup`` as ``query.party__hello`` and ``query.party__setup`` and relayed the same way.
 This module imports no torch and holds no data.
@@ -21,7 +24,14 @@ import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.clientapp import ClientApp
 
-from fedgl.federation.flower.local_link import HELLO, SETUP, SETUP_PHASE, LinkError, ask
+from fedgl.federation.flower.local_link import (
+    HELLO,
+    SETUP,
+    SETUP_PHASE,
+    TOKEN_KEY,
+    LinkError,
+    ask,
+)
 
 PARTY_KEY = "fedgl-party"
 CATEGORY = {"setup": "query", "pretrain": "query", "train": "train", "eval": "evaluate"}
@@ -62,47 +72,60 @@ def _reply(message: Message, header: dict[str, Any], body: bytes = b"") -> Messa
     return Message(content, reply_to=message)
 
 
-def _forward(op: str):
-    def handle(message: Message, context: Context) -> Message:
-        meta = message.content.config_records.get("fedgl-meta", ConfigRecord())
-        header = {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
-        # the node and run ids are this SuperNode's own (Flower's context), never the server's
-        header.update(op=op, node_id=int(context.node_id), run_id=int(context.run_id))
-        body = record_body(message.content) if "fedgl" in message.content.array_records else b""
-        try:
-            head, reply = ask(_party(context), header, body)
-        except LinkError as exc:
-            head, reply = {"refused": f"client relay: {exc}"}, b""
-        return _reply(message, head, reply)
-
-    return handle
-
-
 class RelayClientApp(ClientApp):
-    """A ClientApp whose handlers are the party's declared message types."""
+    """A ClientApp whose handlers are the party's declared message types. ``party`` is the
+    party's socket (default: the node config ``fedgl-party``); ``token`` the relay's credential,
+    sent with every request (:mod:`.relay_runner`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, party: str | None = None, token: str | None = None) -> None:
         super().__init__()
+        self._socket = party
+        self._token = token
         self._registered: set[str] = set()
         for msg_type in (HELLO, SETUP):
-            self._add(CATEGORY[SETUP_PHASE], flower_action(msg_type), "message")
+            self._add(CATEGORY[SETUP_PHASE], msg_type)
 
-    def _add(self, category: str, action: str, op: str) -> None:
-        name = f"{category}.{action}"
+    def _ask(self, context: Context, header: dict[str, Any], body: bytes = b""
+             ) -> tuple[dict[str, Any], bytes]:
+        if self._token is not None:
+            header = {**header, TOKEN_KEY: self._token}
+        return ask(self._socket or _party(context), header, body)
+
+    def _forward(self, msg_type: str):
+        def handle(message: Message, context: Context) -> Message:
+            meta = message.content.config_records.get("fedgl-meta", ConfigRecord())
+            header = {k: v for k, v in meta.items() if isinstance(v, str | int | float | bool)}
+            # the node and run ids are this SuperNode's own (Flower's context), never the
+            # server's; the type is the one Flower carried (the party checks the body's)
+            header.update(op="message", type=msg_type, node_id=int(context.node_id),
+                          run_id=int(context.run_id))
+            header.pop(TOKEN_KEY, None)
+            body = record_body(message.content) if "fedgl" in message.content.array_records \
+                else b""
+            try:
+                head, reply = self._ask(context, header, body)
+            except LinkError as exc:
+                head, reply = {"refused": f"client relay: {exc}"}, b""
+            return _reply(message, head, reply)
+
+        return handle
+
+    def _add(self, category: str, msg_type: str) -> None:
+        name = f"{category}.{flower_action(msg_type)}"
         if name not in self._registered:
-            getattr(self, category)(action)(_forward(op))
+            getattr(self, category)(flower_action(msg_type))(self._forward(msg_type))
             self._registered.add(name)
 
     def __call__(self, message: Message, context: Context) -> Message:
         if message.metadata.message_type.split(".")[-1] not in map(flower_action, (HELLO, SETUP)):
             try:
-                head, _ = ask(_party(context), {"op": "types"})
+                head, _ = self._ask(context, {"op": "types"})
             except LinkError as exc:
                 return _reply(message, {"refused": f"client relay: {exc}"})
             for msg_type, phases in head.get("types", {}).items():
                 for phase in phases:
                     if phase in CATEGORY:
-                        self._add(CATEGORY[phase], flower_action(msg_type), "message")
+                        self._add(CATEGORY[phase], msg_type)
         return super().__call__(message, context)
 
 

@@ -1,0 +1,190 @@
+"""The only ClientApp a SuperNode started by ``fedgl client`` runs: fedgl's relay, whoever
+submits the run.
+
+``fedgl client`` starts Flower's SuperNode with ``--isolation process``: the SuperNode then starts
+no ClientApp process itself. It keeps every message it pulls from the SuperLink as a pending task
+on its Runtime API (HTTP on 127.0.0.1) until a task runner claims it. This module is that runner,
+a long-lived process ``fedgl client`` starts beside the SuperNode::
+
+    loop: AcquireTask (ClientApp tasks only) -> with the task's token: PullTaskInput (message,
+          context, run, FAB) -> RelayClientApp(message, context) -> PushMessages -> PushTaskOutput
+
+The run's FAB (the app its submitter built, code included) comes with the task and is dropped:
+it is never unpacked, installed, imported or run. Whatever run a message belongs to, it is
+answered by :class:`~fedgl.federation.flower.client_app.RelayClientApp`, which hands it to the
+party over its Unix socket; a run that is not fedgl's reaches only the party's protocol (its
+messages are refused there like any server's). Tasks of other kinds (an agent app) are never
+claimed. Each task runs in this process, one at a time (the party answers one at a time too), so
+no process starts per message.
+
+The runner's only inputs are the Runtime API's address, the party's socket path and the relay's
+token, read from an inherited pipe (``--token-fd``): it never gets the key's or the shard's path.
+It uses Flower's Runtime API client and task functions (``flwr.supernode.runtime``), which are not
+a public API: :data:`TESTED_FLWR` is the version range this was tested with, and a start-up line
+says when another is installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import threading
+import time
+from typing import Any
+
+TESTED_FLWR = (">=1.42", "<1.43")
+#: seconds between the runner's checks for a pending task when there is none
+POLL_INTERVAL = 0.1
+#: seconds a claimed task waits for the SuperNode to store its message
+MESSAGE_WAIT = 30.0
+
+
+def flwr_version_line() -> str | None:
+    """One line when the installed flwr is outside :data:`TESTED_FLWR`, else None."""
+    from importlib.metadata import version
+
+    installed = version("flwr")
+    parts = tuple(int(p) for p in installed.split(".")[:2] if p.isdigit())
+    if len(parts) == 2 and (1, 42) <= parts < (1, 43):
+        return None
+    return (f"fedgl's relay runner was tested with flwr {','.join(TESTED_FLWR)}; flwr {installed} "
+            "is installed: its task API may differ (pip install 'flwr>=1.42,<1.43')")
+
+
+def _runtime_client(address: str, interceptors: list[Any]) -> Any:
+    """A Runtime API client without Flower's retry policy (which, made for one process per
+    task, interrupts its own process when a task's token is refused): a failed request fails
+    its task only. Its ``PullMessages`` waits (up to :data:`MESSAGE_WAIT` s) for the task's
+    message: the SuperNode makes a task pending a moment before it stores the message, a gap
+    a process started per task never meets but a runner that claims at once can."""
+    from flwr.supercore.runtime import RuntimeHttpClient
+
+    class Client(RuntimeHttpClient):
+        def PullMessages(self, request: Any) -> Any:  # noqa: N802 - Flower's method name
+            deadline = time.monotonic() + MESSAGE_WAIT
+            while True:
+                res = super().PullMessages(request)
+                if res.messages_list or time.monotonic() > deadline:
+                    return res
+                time.sleep(0.02)
+
+    return Client.from_server_address(
+        server_address=address, insecure=True, root_certificates=None,
+        interceptors=interceptors, retry_invoker=None)
+
+
+def run_task(address: str, token: str, party: str, relay_token: str | None) -> str:
+    """Answer one claimed ClientApp task with fedgl's relay; the task's status line."""
+    from logging import DEBUG
+
+    import httpx
+    from flwr.app import Message
+    from flwr.app.error import Error
+    from flwr.common.constant import ErrorCode, SubStatus
+    from flwr.proto.runtime_pb2 import SendTaskHeartbeatRequest  # pylint: disable=E0611
+    from flwr.supercore import log
+    from flwr.supercore.heartbeat import HeartbeatSender
+    from flwr.supercore.interceptors import (
+        RuntimeTokenHttpInterceptor,
+        RuntimeVersionHttpInterceptor,
+    )
+    from flwr.supernode.runtime.run_clientapp import (
+        pull_task_input,
+        push_message,
+        push_task_output,
+    )
+
+    from fedgl.federation.flower.client_app import RelayClientApp
+
+    client = _runtime_client(address, [RuntimeVersionHttpInterceptor("flwr-clientapp"),
+                                       RuntimeTokenHttpInterceptor(token)])
+
+    def heartbeat() -> bool:   # a lost task ends with its push; the relay is not interrupted
+        try:
+            client.SendTaskHeartbeat(SendTaskHeartbeatRequest())
+        except httpx.HTTPError:
+            return False
+        return True
+
+    beat = HeartbeatSender(heartbeat)
+    beat.start()
+    context, status, details = None, SubStatus.FAILED, "the relay failed"
+    try:
+        message, context, run, _fab = pull_task_input(client)   # the FAB is dropped unread
+        log(DEBUG, "fedgl relay: started task of run %d", run.run_id)
+        try:
+            reply = RelayClientApp(party, relay_token)(message, context)
+            status, details = SubStatus.COMPLETED, ""
+        except Exception as exc:  # noqa: BLE001 - the server gets Flower's error reply
+            details = f"fedgl's relay: {type(exc).__name__}: {exc}"
+            reply = Message(Error(code=ErrorCode.CLIENT_APP_RAISED_EXCEPTION, reason=details),
+                            reply_to=message)
+        push_message(client, reply, context)
+        return (f"fedgl relay: run {run.run_id}: '{message.metadata.message_type}' "
+                f"{details or 'relayed'}")
+    finally:
+        try:
+            push_task_output(client, context, status, details)
+        finally:
+            beat.stop()
+            client.close()
+
+
+def serve(address: str, party: str, relay_token: str | None,
+          stop: threading.Event | None = None, poll: float = POLL_INTERVAL) -> None:
+    """Claim and answer the SuperNode's ClientApp tasks until ``stop`` is set."""
+    from logging import ERROR, INFO
+
+    import httpx
+    from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
+    from flwr.supercore import log
+    from flwr.supercore.constant import TaskType
+    from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
+
+    stop = stop or threading.Event()
+    control = _runtime_client(address, [RuntimeVersionHttpInterceptor("SuperExec")])
+    try:
+        while not stop.is_set():
+            try:
+                res = control.AcquireTask(AcquireTaskRequest(
+                    supported_task_types=[TaskType.CLIENT_APP]))
+            except httpx.HTTPError:   # the SuperNode is starting (or stopping): try again
+                stop.wait(max(poll, 0.5))
+                continue
+            if res.HasField("task") and res.token:
+                try:
+                    log(INFO, "%s", run_task(address, res.token, party, relay_token))
+                except Exception as exc:  # noqa: BLE001 - one task's failure ends no run
+                    log(ERROR, "fedgl relay: task %d failed: %s: %s", res.task.task_id,
+                        type(exc).__name__, exc)
+                continue
+            stop.wait(poll)
+    finally:
+        control.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m fedgl.federation.flower.relay_runner",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--runtime-api", required=True, help="the SuperNode's Runtime API HOST:PORT")
+    ap.add_argument("--party", required=True, help="the party's Unix socket")
+    ap.add_argument("--token-fd", type=int, default=None,
+                    help="an inherited pipe the relay's token is read from (then closed)")
+    args = ap.parse_args(argv)
+    token = None
+    if args.token_fd is not None:
+        with os.fdopen(args.token_fd, "r") as pipe:
+            token = pipe.read().strip() or None
+    line = flwr_version_line()
+    if line:
+        print(line, file=sys.stderr, flush=True)
+    try:
+        serve(args.runtime_api, args.party, token)
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
