@@ -10,6 +10,8 @@ module                extra        features
 ``pymetis``           ``metis``    ``--partition metis``
 ``flwr``              ``flower``   the Flower deployment
 ``matplotlib``        ``plots``    ``--plot``, ``fedgl report`` figures
+``pyarrow``           ``parquet``  Parquet tables in ``fedgl ingest``
+``private_set_...``   ``psi``      vertical alignment by PSI (``fedgl.privacy.psi``)
 ====================  ===========  ==========================================
 
 ``[all]`` installs every one. A missing module raises :class:`~fedgl.errors.MissingExtraError`
@@ -25,7 +27,8 @@ from fedgl.errors import MissingExtraError
 
 #: import name -> the extra that installs it
 EXTRAS: dict[str, str] = {"ray": "ray", "tenseal": "he", "pymetis": "metis", "flwr": "flower",
-                          "matplotlib": "plots"}
+                          "matplotlib": "plots", "pyarrow": "parquet",
+                          "private_set_intersection": "psi"}
 
 
 def require(module: str, *, feature: str, extra: str | None = None) -> ModuleType:

@@ -155,6 +155,8 @@ def _run_repeats_in(cfg: Config, graph: GraphData | None, ckpt: Any,
     recorded = cfg.to_dict()
     if graph is not None:   # the config's dataset was not what ran
         recorded["dataset"] = g.name or "custom"
+        if getattr(g, "provenance", None):   # the shards' own record of what they hold
+            env["data"] = g.provenance
     return RunResult(recorded, env, reps)
 
 
@@ -164,3 +166,36 @@ def _restore_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(n)
+
+
+def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str | Path | None
+               = None, *, overwrite: bool = False, **overrides: Any) -> RunResult:
+    """A local trial over the organisations' ``fedgl ingest`` folders, as they are: set-up runs
+    in this process (:func:`fedgl.data.own.placement.setup_in_process`: positions from the
+    pseudonyms, then each organisation's shard) and ``config``'s algorithm runs over those
+    shards with their own partition, as a deployment of the same shards would.
+
+    The data set (``own:NAME``), the number of clients and ``normalize_features`` come from the
+    shards; a config that sets them otherwise is refused, naming the keys. ``result.json``
+    records the shards' provenance under ``environment.data``."""
+    from fedgl.data.own.placement import owned_graph, setup_in_process
+    from fedgl.data.provenance import mismatch
+
+    if not folders:
+        raise ConfigError("--shards needs the organisations' ingest folders")
+    shards, sources, facts = setup_in_process(list(folders))
+    given = as_config(config, **overrides)
+    if given.spec.setting != "horizontal":
+        raise ConfigError(f"--shards runs horizontal algorithms; '{given.algorithm}' is "
+                          f"{given.spec.setting}")
+    defaults = Config().to_dict()
+    chosen = given.to_dict()
+    forced = {"dataset": sources[0]["dataset"], "clients": facts["clients"],
+              "normalize_features": sources[0]["normalize_features"]}
+    explicit = given.replace(**{k: (chosen[k] if chosen[k] != defaults[k] else v)
+                                for k, v in forced.items()})
+    problem = mismatch(sources[0], explicit)
+    if problem is not None:
+        raise ConfigError(problem)
+    graph = owned_graph(shards, sources, facts["name"])
+    return run(given.replace(**forced), graph=graph, overwrite=overwrite)
