@@ -244,3 +244,36 @@ def test_banks_fixture_has_cross_bank_edges(banks: tuple) -> None:
     _, truth, _ = banks
     bank = dict(zip(truth["ids"], truth["bank"], strict=True))
     assert any(bank[a] != bank[b] for a, b in truth["edges"]) and len(BANKS) == 3
+
+
+@pytest.mark.slow
+def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) -> None:
+    """The same shards deployed on a loopback Flower federation (set-up by fedgl index, each
+    organisation's fedgl place; the config names own:banks) give the result of fedgl run
+    --shards; nothing the server wrote holds a raw id."""
+    from fedgl.api import run_shards
+    from fedgl.privacy.identity import write_keys
+    from tests.flower_helpers import deployed_run
+
+    pytest.importorskip("flwr")
+    root, truth, dirs = banks
+    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
+    for k, d in enumerate(dirs):
+        assert main(["place", "--ingest", str(d), "--positions",
+                     str(root / "setup" / f"positions-{k}.json"), "--out",
+                     str(root / "shards")]) == 0
+    write_keys(root / "keys", 3)
+    keys = {**RUN, "oracle_eval": False}
+    deployed = deployed_run(root, "own", {**keys, "dataset": "own:banks", "clients": 3}, [])
+    local = run_shards(dirs, **keys).repeats[0]
+    rep = deployed["repeats"][0]
+    columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
+    assert [{c: h.get(c) for c in columns} for h in rep["history"]] == \
+        [{c: h.get(c) for c in columns} for h in local.history]
+    for key in ("bytes", "wire_bytes", "messages"):
+        assert {p: rep["ledger"][key][p] for p in local.ledger[key]} == local.ledger[key], key
+    assert deployed["config"]["dataset"] == "own:banks"
+    server_files = [p.read_bytes() for p in (root / "out-own").rglob("*") if p.is_file()]
+    server_files += [p.read_bytes() for p in (root / "setup").rglob("*") if p.is_file()]
+    for raw in truth["ids"]:
+        assert not any(raw.encode() in blob for blob in server_files), raw
