@@ -387,3 +387,28 @@ def read_npz(folder: Path, manifest_name: str, fmt: str) -> tuple[dict[str, Any]
         arrays = {k: z[k] for k in z.files}
     return manifest, arrays
 
+
+
+def read_vertical_tables(spec: IngestSpec) -> dict[str, Any]:
+    """One vertical party's checked tables (the same checks as :func:`ingest`): ``ids``,
+    ``x`` (float32), ``y``/masks/``classes`` (``None`` without a label column), ``edges`` (pairs
+    of ids; an endpoint the party does not list is kept, to be dropped at alignment unless
+    common)."""
+    nodes = read_table(spec.nodes, "nodes")
+    ids = nodes.column(spec.id_column, "--id-column")
+    _check_ids(nodes, ids)
+    x, names = _features(nodes, spec)
+    out: dict[str, Any] = {"ids": ids, "x": x.astype(np.float32), "feature_columns": names,
+                           "y": None, "masks": None, "classes": None}
+    if spec.label_column is not None:
+        y, labelled, classes = _labels(nodes, spec)
+        if spec.split_column is None:
+            raise DataError("a vertical label holder needs --split-column (train/val/test)")
+        out.update(y=y, masks=_splits(nodes, spec, labelled), classes=classes)
+    edges = read_table(spec.edges, "edges")
+    src = edges.column(spec.source_column, "--source-column")
+    dst = edges.column(spec.target_column, "--target-column")
+    if any(not a or not b for a, b in zip(src, dst, strict=True)):
+        raise DataError(f"{edges.path.name}: an edge has an empty endpoint; give both ids")
+    out["edges"] = list(zip(src, dst, strict=True))
+    return out
