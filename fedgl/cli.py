@@ -484,7 +484,8 @@ def _print_summary(result: Any, out: Path) -> None:
         parties = _vertical_summary(cfg, split)
     else:
         split_name = cfg.get("partition", "dirichlet")
-        knob = (f"β={cfg['beta']:g}" if split_name == "dirichlet"
+        knob = ("the organisations' own split" if str(cfg["dataset"]).startswith("own:")
+                else f"β={cfg['beta']:g}" if split_name == "dirichlet"
                 else f"{split_name} split")
         parties = ("" if cfg["algorithm"].startswith("centralized")
                    else f", {cfg['clients']} clients, {knob}")
