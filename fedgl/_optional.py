@@ -14,7 +14,8 @@ module                extra        features
 ``private_set_...``   ``psi``      vertical alignment by PSI (``fedgl.privacy.psi``)
 ====================  ===========  ==========================================
 
-``[all]`` installs every one but ``psi`` (openmined-psi pins a protobuf older than Flower's). A missing module raises :class:`~fedgl.errors.MissingExtraError`
+``[all]`` installs every one but ``psi`` (openmined-psi pins a protobuf older than Flower's).
+A missing module raises :class:`~fedgl.errors.MissingExtraError`
 (the CLI prints it as one line and exits with code 2).
 """
 

@@ -277,3 +277,25 @@ def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) 
     server_files += [p.read_bytes() for p in (root / "setup").rglob("*") if p.is_file()]
     for raw in truth["ids"]:
         assert not any(raw.encode() in blob for blob in server_files), raw
+
+
+def test_a_yaml_mapping_file_gives_the_flags(tmp_path: Path) -> None:
+    (tmp_path / "n.csv").write_text(NODES)
+    (tmp_path / "e.csv").write_text(EDGES)
+    assert main(["secret", "--out", str(tmp_path / "s")]) == 0
+    (tmp_path / "map.yaml").write_text("nodes: n.csv\nedges: e.csv\nclient_id: 2\n"
+                                       "label_column: label\nfeature_columns: [f2]\n"
+                                       f"secret: {tmp_path / 's'}\n")
+    assert main(["ingest", str(tmp_path / "map.yaml"), "--out", str(tmp_path / "out")]) == 0
+    meta = json.loads((tmp_path / "out" / "ingest.json").read_text())
+    assert (meta["client_id"], meta["feature_columns"]) == (2, ["f2"])
+    (tmp_path / "bad.yaml").write_text("nodes: n.csv\ncolour: red\n")
+    assert main(["ingest", str(tmp_path / "bad.yaml"), "--out", str(tmp_path / "o2")]) == 2
+
+
+def test_missing_flags_and_folders_are_one_line(tmp_path: Path, capsys) -> None:
+    assert main(["ingest", "--nodes", "n.csv", "--out", str(tmp_path / "o")]) == 2
+    assert "needs --edges, --client-id, --secret" in capsys.readouterr().err
+    assert main(["run", "--shards", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "no ingest.json" in err[0]

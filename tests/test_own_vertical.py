@@ -148,3 +148,32 @@ def test_glasu_trains_on_the_aligned_intersection(aligned) -> None:
     assert [h["round"] for h in rep.history] == [1, 2, 3, 4]
     assert 0.0 <= rep.final["test_acc"] <= 1.0 and rep.ledger["bytes"]["train"]["up"] > 0
     assert torch.isfinite(torch.tensor(rep.final["train_loss"]))
+
+
+def test_a_psi_party_refuses_what_an_honest_server_never_sends() -> None:
+    """Blinding beyond K - 1 sets (an oracle for guessed values), a second start, a result
+    before the start or one that is not a placement of the party's ids: refused, one line."""
+    from fedgl.federation.codec import encode
+    from fedgl.federation.protocol import Endpoint, ProtocolViolation
+    from fedgl.privacy.psi import PsiParty
+
+    party = PsiParty(0, np.arange(5 * 16, dtype=np.uint8).reshape(5, 16), parties=2)
+    ep = Endpoint(party, "client 0")
+
+    def send(t: str, payload: dict) -> None:
+        ep.handle(encode(t, payload), "setup")
+
+    with pytest.raises(ProtocolViolation, match="state"):
+        send("psi.result", {"positions": np.array([0]), "ranks": np.array([0])})
+    send("psi.start", {})
+    with pytest.raises(ProtocolViolation):
+        send("psi.start", {})
+    send("psi.blind", {"values": bytes(range(32))})
+    with pytest.raises(ProtocolViolation, match="already blinded"):
+        send("psi.blind", {"values": bytes(range(32))})
+    with pytest.raises(ProtocolViolation, match="not a placement"):
+        send("psi.result", {"positions": np.array([0, 0]), "ranks": np.array([0, 1])})
+    with pytest.raises(ProtocolViolation, match="not a placement"):
+        send("psi.result", {"positions": np.array([7]), "ranks": np.array([0])})
+    send("psi.result", {"positions": np.array([1, 3]), "ranks": np.array([1, 0])})
+    assert party.common is not None and len(party.common) == 2
