@@ -11,7 +11,7 @@ module                extra        features
 ``flwr``              ``flower``   the Flower deployment
 ``matplotlib``        ``plots``    ``--plot``, ``fedgl report`` figures
 ``pyarrow``           ``parquet``  Parquet tables in ``fedgl ingest``
-``private_set_...``   ``psi``      vertical alignment by PSI (``fedgl.privacy.psi``)
+``private_set_...``   ``psi``      OpenMined's PSI, compared in ``benchmarks/bench_psi.py``
 ====================  ===========  ==========================================
 
 ``[all]`` installs every one but ``psi`` (openmined-psi pins a protobuf older than Flower's).

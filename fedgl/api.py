@@ -183,8 +183,10 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
 
     if not folders:
         raise ConfigError("--shards needs the organisations' ingest folders")
-    shards, sources, facts = setup_in_process(list(folders))
     given = as_config(config, **overrides)
+    if all((Path(f) / "vertical.json").is_file() for f in folders):
+        return _run_vertical_shards(list(folders), given, overwrite)
+    shards, sources, facts = setup_in_process(list(folders))
     if given.spec.setting != "horizontal":
         raise ConfigError(f"--shards runs horizontal algorithms; '{given.algorithm}' is "
                           f"{given.spec.setting}")
@@ -198,4 +200,41 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
     if problem is not None:
         raise ConfigError(problem)
     graph = owned_graph(shards, sources, facts["name"])
+    return run(given.replace(**forced), graph=graph, overwrite=overwrite)
+
+
+def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bool) -> RunResult:
+    """:func:`run_shards` over vertical ingests (``fedgl ingest --vertical``): the parties align
+    their common entities by PSI in this process, then GLASU runs over the aligned parts."""
+    from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
+    from fedgl.privacy.vertical_align import align_in_process, aligned_graph
+
+    if given.algorithm != "glasu":
+        raise ConfigError(f"vertical ingests run with --algorithm glasu (got '{given.algorithm}')")
+    parties = [read_npz(Path(f), "vertical.json", VERTICAL_FORMAT) for f in folders]
+    names = {m["name"] for m, _ in parties}
+    if len(names) != 1:
+        raise ConfigError(f"the vertical ingests name different data sets {sorted(names)}; "
+                          "ingest with one --name")
+    shards, figures = align_in_process(parties)
+    holders = figures["label_holders"]
+    label_holders = "all" if holders == list(range(len(shards))) else "one" \
+        if holders == [0] else None
+    if label_holders is None:
+        raise ConfigError(f"parties {holders} hold labels; GLASU needs them at client 0 only or "
+                          "at every party")
+    name = names.pop()
+    forced = {"dataset": f"own:{name}", "clients": len(shards), "label_holders": label_holders}
+    defaults = Config().to_dict()
+    chosen = given.to_dict()
+    differ = [f"{k} {chosen[k]!r} (shards: {v!r})" for k, v in forced.items()
+              if k in chosen and chosen[k] != v and chosen[k] != defaults.get(k, chosen[k])]
+    if differ:
+        raise ConfigError(f"the run's settings differ from the shards': {', '.join(differ)}; "
+                          "run with the shards' settings")
+    provenance = {"dataset": f"own:{name}", "partition": "vertical, aligned by PSI",
+                  "psi": figures, "shards": [{"client_id": int(m["client_id"]),
+                                              "provenance": m["provenance"]}
+                                             for m, _ in parties]}
+    graph = aligned_graph(shards, name, provenance)
     return run(given.replace(**forced), graph=graph, overwrite=overwrite)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from fedgl.data.own.ingest import IngestSpec, read_vertical_tables
+from fedgl.data.own.ingest import IngestSpec, vertical_arrays
 from fedgl.data.own.secret import make_secret, read_secret
 from fedgl.privacy.vertical_align import align_in_process
 
@@ -46,11 +46,11 @@ def write_parties(root: Path, seed: int = 0) -> dict:
 def aligned(tmp_path: Path):
     truth = write_parties(tmp_path)
     make_secret(tmp_path / "secret")
-    tables = [read_vertical_tables(IngestSpec(
+    tables = [vertical_arrays(IngestSpec(
         str(tmp_path / f"nodes{k}.csv"), str(tmp_path / f"edges{k}.csv"), k,
-        label_column="label" if k == 0 else None, split_column="split" if k == 0 else None))
-        for k in range(3)]
-    shards, figures = align_in_process(tables, read_secret(tmp_path / "secret"))
+        label_column="label" if k == 0 else None, split_column="split" if k == 0 else None),
+        read_secret(tmp_path / "secret")) for k in range(3)]
+    shards, figures = align_in_process(tables)
     return truth, tables, shards, figures
 
 
@@ -92,10 +92,10 @@ def test_psi_messages_hold_only_blinded_values(tmp_path: Path, monkeypatch) -> N
     truth = write_parties(tmp_path)
     make_secret(tmp_path / "secret")
     secret = read_secret(tmp_path / "secret")
-    tables = [read_vertical_tables(IngestSpec(
+    tables = [vertical_arrays(IngestSpec(
         str(tmp_path / f"nodes{k}.csv"), str(tmp_path / f"edges{k}.csv"), k,
-        label_column="label" if k == 0 else None, split_column="split" if k == 0 else None))
-        for k in range(3)]
+        label_column="label" if k == 0 else None, split_column="split" if k == 0 else None),
+        secret) for k in range(3)]
     seen: list[bytes] = []
     decode = rt.decode
 
@@ -112,7 +112,7 @@ def test_psi_messages_hold_only_blinded_values(tmp_path: Path, monkeypatch) -> N
         return message
 
     monkeypatch.setattr(rt, "encode", spy_encode)
-    align_in_process(tables, secret)
+    align_in_process(tables)
     blob = b"".join(seen)
     assert len(blob) > 32 * 210
     for s in truth["universe"]:
@@ -177,3 +177,34 @@ def test_a_psi_party_refuses_what_an_honest_server_never_sends() -> None:
         send("psi.result", {"positions": np.array([7]), "ranks": np.array([0])})
     send("psi.result", {"positions": np.array([1, 3]), "ranks": np.array([1, 0])})
     assert party.common is not None and len(party.common) == 2
+
+
+@pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
+def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path) -> None:
+    """fedgl ingest --vertical per party (pseudonyms only), then fedgl run --shards: PSI in
+    process, GLASU over exactly the aligned parts; result.json names the data and the PSI."""
+    import json
+
+    from fedgl.cli import main
+
+    truth = write_parties(tmp_path)
+    assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
+    for k in range(3):
+        labels = ["--label-column", "label", "--split-column", "split"] if k == 0 else []
+        assert main(["ingest", "--vertical", "--nodes", str(tmp_path / f"nodes{k}.csv"),
+                     "--edges", str(tmp_path / f"edges{k}.csv"), "--client-id", str(k),
+                     *labels, "--name", "telco", "--secret", str(tmp_path / "secret"),
+                     "--out", str(tmp_path / f"party{k}")]) == 0
+    written = b"".join(p.read_bytes() for k in range(3) for p in (tmp_path / f"party{k}").iterdir())
+    assert not any(s.encode() in written for s in truth["universe"])   # pseudonyms only
+    assert main(["run", "--shards", *[str(tmp_path / f"party{k}") for k in range(3)],
+                 "--algorithm", "glasu", "--rounds", "3", "--no-progress", "--out",
+                 str(tmp_path / "res")]) == 0
+    result = json.loads((tmp_path / "res" / "result.json").read_text())
+    assert result["config"]["dataset"] == "own:telco"
+    assert result["config"]["label_holders"] == "one"
+    psi = result["environment"]["data"]["psi"]
+    rep = result["repeats"][0]
+    assert rep["partition"]["columns"] == [2, 2, 2] and rep["partition"]["label_holders"] == [0]
+    assert psi["common"] > 0 and rep["extra"]["mode"] == "glasu"
+    assert len(rep["history"]) == 3

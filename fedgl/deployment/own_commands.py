@@ -56,6 +56,9 @@ def add_parsers(sub: Any) -> None:
                      "default: own)")
     ing.add_argument("--normalize-features", action="store_true", default=None,
                      help="row-normalise the features (non-negative ones)")
+    ing.add_argument("--vertical", action="store_true", default=None,
+                     help="a vertical party's tables (GLASU: own columns about entities other "
+                          "parties also hold); writes vertical.json/.npz for alignment by PSI")
     ing.add_argument("--secret", metavar="FILE", help="the federation secret (fedgl secret)")
     ing.add_argument("--out", metavar="DIR")
 
@@ -104,12 +107,12 @@ def _secret(args: argparse.Namespace) -> int:
 
 
 def _ingest(args: argparse.Namespace) -> int:
-    from fedgl.data.own.ingest import IngestSpec, ingest, load_mapping
+    from fedgl.data.own.ingest import IngestSpec, ingest, ingest_vertical, load_mapping
 
     settings = load_mapping(args.mapping) if args.mapping else {}
     for name in ("nodes", "edges", "client_id", "id_column", "label_column", "feature_columns",
                  "split_column", "source_column", "target_column", "classes", "name",
-                 "normalize_features", "secret", "out"):
+                 "normalize_features", "vertical", "secret", "out"):
         value = getattr(args, name)
         if value is not None:
             settings[name] = value
@@ -127,6 +130,11 @@ def _ingest(args: argparse.Namespace) -> int:
     out_path = Path(out)
     if out_path.exists() and not out_path.is_dir():
         raise ConfigError(f"--out '{out}' exists and is not a folder")
+    if settings.pop("vertical", False):
+        path = ingest_vertical(IngestSpec(**settings), secret, out_path)
+        print(f"vertical ingest written to {path} (pseudonyms only); align the parties with "
+              "`fedgl run --shards DIR... --algorithm glasu` (a trial, docs/own-data.md)")
+        return 0
     request = ingest(IngestSpec(**settings), secret, out_path)
     print(f"ingest written to {out_path}; hand {request.name} and {request.with_suffix('.npz').name}"
           " (pseudonyms only) to set-up, keep ingest.json/.npz here")

@@ -88,7 +88,7 @@ def load_mapping(path: str | Path) -> dict[str, Any]:
             from None
     if not isinstance(data, dict):
         raise DataError(f"mapping file '{path}' is not a mapping of ingest settings")
-    known = set(IngestSpec.__dataclass_fields__) - {"extra"} | {"secret", "out"}
+    known = set(IngestSpec.__dataclass_fields__) - {"extra"} | {"secret", "out", "vertical"}
     unknown = sorted(set(data) - known)
     if unknown:
         raise DataError(f"mapping file '{path}': unknown keys {unknown}; use {sorted(known)}")
@@ -389,26 +389,64 @@ def read_npz(folder: Path, manifest_name: str, fmt: str) -> tuple[dict[str, Any]
 
 
 
-def read_vertical_tables(spec: IngestSpec) -> dict[str, Any]:
-    """One vertical party's checked tables (the same checks as :func:`ingest`): ``ids``,
-    ``x`` (float32), ``y``/masks/``classes`` (``None`` without a label column), ``edges`` (pairs
-    of ids; an endpoint the party does not list is kept, to be dropped at alignment unless
-    common)."""
+VERTICAL_FORMAT = "fedgl-vertical-ingest/1"
+
+
+def vertical_arrays(spec: IngestSpec, secret: bytes) -> tuple[dict[str, Any],
+                                                                dict[str, np.ndarray]]:
+    """One vertical party's checked tables (the same checks as :func:`ingest`), pseudonymised:
+    ``own`` (``uint8 [n, 16]``, sorted) with ``x`` (and, at a label holder, ``y`` and the
+    masks) in that order, ``ends`` (the pseudonyms of every edge endpoint, sorted) and
+    ``edges`` (int64 ``[2, E]``, indices into ``ends``, each undirected edge once as (low,
+    high)). An endpoint need not be the party's own node; alignment keeps the edges whose
+    both endpoints are common."""
     nodes = read_table(spec.nodes, "nodes")
     ids = nodes.column(spec.id_column, "--id-column")
     _check_ids(nodes, ids)
     x, names = _features(nodes, spec)
-    out: dict[str, Any] = {"ids": ids, "x": x.astype(np.float32), "feature_columns": names,
-                           "y": None, "masks": None, "classes": None}
+    own = pseudonyms(secret, ids)
+    order = np.argsort(as_keys(own), kind="stable")
+    arrays: dict[str, np.ndarray] = {"own": own[order], "x": x[order].astype(np.float32)}
+    meta: dict[str, Any] = {"format": VERTICAL_FORMAT, "client_id": spec.client_id,
+                            "name": spec.name, "num_nodes": len(ids),
+                            "num_features": int(x.shape[1]), "feature_columns": names,
+                            "classes": None, "secret_check": secret_check(secret)}
     if spec.label_column is not None:
         y, labelled, classes = _labels(nodes, spec)
-        if spec.split_column is None:
-            raise DataError("a vertical label holder needs --split-column (train/val/test)")
-        out.update(y=y, masks=_splits(nodes, spec, labelled), classes=classes)
+        masks = _splits(nodes, spec, labelled) if spec.split_column is not None else \
+            _drawn_split(own, labelled)
+        arrays.update(y=y[order], **{f"{k}_mask": m[order] for k, m in masks.items()})
+        meta["classes"] = classes
     edges = read_table(spec.edges, "edges")
     src = edges.column(spec.source_column, "--source-column")
     dst = edges.column(spec.target_column, "--target-column")
-    if any(not a or not b for a, b in zip(src, dst, strict=True)):
-        raise DataError(f"{edges.path.name}: an edge has an empty endpoint; give both ids")
-    out["edges"] = list(zip(src, dst, strict=True))
-    return out
+    for row, (a, b) in enumerate(zip(src, dst, strict=True), start=2):
+        if not a or not b:
+            raise DataError(f"{edges.path.name} line {row}: an endpoint is empty; give both ids")
+    ends = sorted(set(src) | set(dst))
+    ends_p = pseudonyms(secret, ends)
+    e_order = np.argsort(as_keys(ends_p), kind="stable")
+    rank = np.empty(len(ends), dtype=np.int64)
+    rank[e_order] = np.arange(len(ends))
+    local = dict(zip(ends, rank.tolist(), strict=True))
+    e = np.array([[local[a] for a in src], [local[b] for b in dst]], dtype=np.int64)
+    e = e[:, e[0] != e[1]]
+    total = max(len(ends), 1)
+    key = np.unique(np.minimum(e[0], e[1]) * total + np.maximum(e[0], e[1]))
+    arrays.update(ends=ends_p[e_order], edges=np.stack([key // total, key % total]))
+    meta["num_edges"] = int(key.size)
+    meta["provenance"] = _provenance(spec, nodes, edges)
+    return meta, arrays
+
+
+def ingest_vertical(spec: IngestSpec, secret_file: str | Path, out: str | Path) -> Path:
+    """``fedgl ingest --vertical``: the party's ``vertical.json``/``.npz`` in ``out``
+    (pseudonyms only, no raw id), for alignment by PSI."""
+    out = Path(out)
+    if out.exists() and (out / "vertical.json").exists():
+        raise DataError(f"'{out}' already holds an ingest; choose an empty --out folder")
+    meta, arrays = vertical_arrays(spec, read_secret(secret_file))
+    out.mkdir(parents=True, exist_ok=True)
+    _write_npz(out / "vertical.npz", arrays, meta)
+    _write_json(out / "vertical.json", meta)
+    return out / "vertical.json"
