@@ -299,3 +299,36 @@ def test_missing_flags_and_folders_are_one_line(tmp_path: Path, capsys) -> None:
     assert main(["run", "--shards", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no ingest.json" in err[0]
+
+
+@pytest.mark.slow
+def test_a_deployed_run_under_other_settings_is_refused_at_setup(banks: tuple) -> None:
+    """A Swift-FedGNN configuration naming Cora, METIS and normalised features over the banks'
+    own shards: every party refuses it at set-up, the server exits 2 with one line and writes
+    no result."""
+    import subprocess
+    import sys
+
+    from fedgl.deployment.loopback import Loopback
+    from fedgl.privacy.identity import write_keys
+
+    pytest.importorskip("flwr")
+    root, _, dirs = banks
+    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
+    for k, d in enumerate(dirs):
+        assert main(["place", "--ingest", str(d), "--positions",
+                     str(root / "setup" / f"positions-{k}.json"), "--out",
+                     str(root / "shards")]) == 0
+    write_keys(root / "keys", 3)
+    with Loopback(root / "fed", root / "shards", root / "keys", 3, []) as fed:
+        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
+                               fed.address, "--roster", str(root / "keys" / "roster.json"),
+                               *fed.tls_flags, "--out", str(root / "out"), "--join-timeout",
+                               "120", "--algorithm", "swift-fedgnn", "--dataset", "cora",
+                               "--clients", "3", "--partition", "metis",
+                               "--normalize-features", "--rounds", "1", "--no-progress"],
+                              capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    err = proc.stderr.strip().splitlines()
+    assert len(err) == 1 and "dataset 'cora' (shard: 'own:banks')" in err[0], err
+    assert not (root / "out" / "result.json").exists()
