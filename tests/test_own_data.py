@@ -185,9 +185,12 @@ def test_a_good_table_ingests(tmp_path: Path) -> None:
     meta = json.loads((tmp_path / "out" / "ingest.json").read_text())
     assert (meta["num_nodes"], meta["num_features"], meta["num_remote"], meta["classes"]) == \
         (3, 2, 1, ["x", "y"])
-    request = (tmp_path / "out" / "request-0.json").read_text() + \
-        str(np.load(tmp_path / "out" / "request-0.npz").files)
-    assert "f1" not in request and '"x"' not in request   # no feature name, no class name
+    request = json.loads((tmp_path / "out" / "request-0.json").read_text())
+    # public facts only: no feature name, class name, value or file name
+    assert set(request) == {"format", "client_id", "name", "num_nodes", "num_remote",
+                            "num_features", "num_classes", "classes_sha256", "secret_check",
+                            "settings_sha256", "npz", "npz_sha256"}
+    assert sorted(np.load(tmp_path / "out" / "request-0.npz").files) == ["own", "remote"]
 
 
 @pytest.mark.parametrize("change,words", [
@@ -325,10 +328,24 @@ def test_a_deployed_run_under_other_settings_is_refused_at_setup(banks: tuple) -
                                fed.address, "--roster", str(root / "keys" / "roster.json"),
                                *fed.tls_flags, "--out", str(root / "out"), "--join-timeout",
                                "120", "--algorithm", "swift-fedgnn", "--dataset", "cora",
-                               "--clients", "3", "--partition", "metis",
+                               "--clients", "3", "--cross-clients", "2", "--partition", "metis",
                                "--normalize-features", "--rounds", "1", "--no-progress"],
                               capture_output=True, text=True, timeout=600, check=False)
     assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "dataset 'cora' (shard: 'own:banks')" in err[0], err
     assert not (root / "out" / "result.json").exists()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="pyarrow not installed")
+def test_the_arrow_and_python_csv_readers_agree(tmp_path: Path) -> None:
+    from fedgl.data.own.tables import _read_csv_arrow, _read_csv_python
+
+    path = tmp_path / "t.csv"
+    path.write_bytes("\ufeffid, f1 ,label\n a1 ,1.5,x\n\"a,2\",,\"y z\"\n\n b3,-2e3, x\n".encode())
+    arrow = _read_csv_arrow(path)
+    assert arrow is not None and arrow.columns == _read_csv_python(path, "nodes").columns
+    assert arrow.columns == {"id": ["a1", "a,2", "b3"], "f1": ["1.5", "", "-2e3"],
+                             "label": ["x", "y z", "x"]}
+    path.write_text("id,f1\na,1\nb\n")   # ragged: arrow declines, Python's reader names the line
+    assert _read_csv_arrow(path) is None
