@@ -349,3 +349,16 @@ def test_the_arrow_and_python_csv_readers_agree(tmp_path: Path) -> None:
                              "label": ["x", "y z", "x"]}
     path.write_text("id,f1\na,1\nb\n")   # ragged: arrow declines, Python's reader names the line
     assert _read_csv_arrow(path) is None
+
+
+def test_an_organisation_without_labels_names_the_classes(tmp_path: Path, capsys) -> None:
+    (tmp_path / "n.csv").write_text("id,f1\na,1\nb,2\n")
+    (tmp_path / "e.csv").write_text("source,target\na,b\n")
+    assert main(["secret", "--out", str(tmp_path / "s")]) == 0
+    flags = ["ingest", "--nodes", str(tmp_path / "n.csv"), "--edges", str(tmp_path / "e.csv"),
+             "--client-id", "0", "--secret", str(tmp_path / "s")]
+    assert main([*flags, "--out", str(tmp_path / "o1")]) == 2
+    assert "--classes" in capsys.readouterr().err and not (tmp_path / "o1").exists()
+    assert main([*flags, "--classes", "fraud", "ok", "--out", str(tmp_path / "o2")]) == 0
+    meta = json.loads((tmp_path / "o2" / "ingest.json").read_text())
+    assert meta["classes"] == ["fraud", "ok"] and meta["num_nodes"] == 2

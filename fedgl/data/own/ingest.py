@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -109,12 +110,7 @@ def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path) -> Path:
     out = Path(out)
     if out.exists() and (out / "ingest.json").exists():
         raise DataError(f"'{out}' already holds an ingest; choose an empty --out folder")
-    if not isinstance(spec.client_id, int) or spec.client_id < 0:
-        raise DataError(f"--client-id must be an integer >= 0 (got {spec.client_id!r})")
-    import re
-
-    if not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", spec.name):
-        raise DataError(f"--name '{spec.name}' must be 1-64 letters, digits, '.', '_' or '-'")
+    _check_spec(spec)
     secret = read_secret(secret_file)
     nodes = read_table(spec.nodes, "nodes")
     edges = read_table(spec.edges, "edges")
@@ -153,6 +149,14 @@ def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path) -> Path:
     _write_npz(req_npz, {"own": arrays["own"], "remote": remote}, request)
     _write_json(out / f"request-{spec.client_id}.json", request)
     return out / f"request-{spec.client_id}.json"
+
+
+def _check_spec(spec: IngestSpec) -> None:
+    if not isinstance(spec.client_id, int) or isinstance(spec.client_id, bool) or \
+            spec.client_id < 0:
+        raise DataError(f"--client-id must be an integer >= 0 (got {spec.client_id!r})")
+    if not isinstance(spec.name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]{1,64}", spec.name):
+        raise DataError(f"--name '{spec.name}' must be 1-64 letters, digits, '.', '_' or '-'")
 
 
 def _check_ids(nodes: Table, ids: list[str]) -> None:
@@ -212,10 +216,12 @@ def _is_int(v: str) -> bool:
 
 def _labels(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
     n = len(nodes)
-    if spec.label_column is None:
-        if spec.classes:
-            raise DataError("--classes needs --label-column")
-        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), []
+    if spec.label_column is None:   # an organisation without labels: the federation's classes
+        classes = list(spec.classes or [])
+        if len(classes) < 2 or len(set(classes)) != len(classes):
+            raise DataError("give --label-column, or --classes (the federation's, at least 2) "
+                            "for an organisation without labels")
+        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), classes
     col = nodes.column(spec.label_column, "--label-column")
     present = sorted({v for v in col if v})
     for row, v in enumerate(col, start=2):
@@ -400,6 +406,7 @@ def vertical_arrays(spec: IngestSpec, secret: bytes) -> tuple[dict[str, Any],
     ``edges`` (int64 ``[2, E]``, indices into ``ends``, each undirected edge once as (low,
     high)). An endpoint need not be the party's own node; alignment keeps the edges whose
     both endpoints are common."""
+    _check_spec(spec)
     nodes = read_table(spec.nodes, "nodes")
     ids = nodes.column(spec.id_column, "--id-column")
     _check_ids(nodes, ids)
