@@ -64,8 +64,8 @@ def mismatch(source: dict[str, Any], cfg: Any, setting: str = "horizontal") -> s
     run = shard_settings(cfg, setting)
     if settings_sha256(run) == source["settings_sha256"]:
         return None
-    keys = sorted(set(made) | set(run))
-    diff = [f"{k} {run.get(k)!r} (shard: {made.get(k)!r})" for k in keys
-            if run.get(k) != made.get(k)]
+    diff = [f"{k} {run.get(k)!r} (shard: {made[k]!r})" for k in sorted(made)
+            if run.get(k) != made[k]]
+    diff = diff or [f"{k} {run[k]!r} (the shard has none)" for k in sorted(set(run) - set(made))]
     return (f"the run's settings differ from those its shard was made with: {', '.join(diff)}; "
             "run with the shard's settings or make shards for the run's")
