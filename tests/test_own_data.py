@@ -72,6 +72,9 @@ def test_cli_run_shards_records_provenance_and_refuses_other_settings(banks: tup
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "dataset 'cora' (shard: 'own:banks')" in err[0]
     assert not (root / "res2").exists()
+    assert main(["run", "--shards", *map(str, dirs), "--clients", "5", "--no-progress",
+                 "--out", str(root / "res3")]) == 2
+    assert "clients 5 (shard: 3)" in capsys.readouterr().err
 
 
 def test_the_server_receives_no_raw_id(banks: tuple, monkeypatch) -> None:
