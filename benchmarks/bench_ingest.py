@@ -4,10 +4,8 @@ banks' accounts), CSV tables generated into a temporary folder first (not timed)
 
     python benchmarks/bench_ingest.py --sizes 100000:1000000 1000000:10000000
 
-Each size runs in a fresh process per CSV reader (``--readers arrow python``: pyarrow's reader,
-the default where installed, and Python's csv module, side by side on the same tables; its own
-peak RSS). Prints one JSON object: per size and reader the generation and ingest seconds, the
-ingest's peak RSS (MiB) and the output's sizes, and the time ratio python / arrow.
+Each size runs in a fresh process (its own peak RSS). Prints one JSON object: per size the
+generation and ingest seconds, the ingest's peak RSS (MiB) and the output's sizes.
 """
 
 from __future__ import annotations
@@ -50,13 +48,10 @@ def generate(folder: Path, n: int, e: int, seed: int = 0) -> None:
                                                        tgt, strict=True)) + "\n")
 
 
-def _child(folder: str, reader: str, q: mp.Queue) -> None:
-    import fedgl.data.own.tables as tables
+def _child(folder: str, q: mp.Queue) -> None:
     from fedgl.data.own.ingest import IngestSpec, ingest
     from fedgl.data.own.secret import make_secret
 
-    if reader == "python":
-        tables._read_csv_arrow = lambda path: None   # Python's csv module for every table
     root = Path(folder)
     shutil.rmtree(root / "out", ignore_errors=True)
     (root / "secret").unlink(missing_ok=True)
@@ -76,7 +71,6 @@ def _child(folder: str, reader: str, q: mp.Queue) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--sizes", nargs="+", default=["100000:1000000"], metavar="N:E")
-    ap.add_argument("--readers", nargs="+", default=["arrow"], choices=("arrow", "python"))
     args = ap.parse_args()
     cells = []
     for size in args.sizes:
@@ -87,26 +81,17 @@ def main() -> None:
             generate(folder, n, e)
             gen = time.perf_counter() - t0
             tables_mb = sum((folder / f).stat().st_size for f in ("nodes.csv", "edges.csv")) / 2**20
-            for reader in args.readers:
-                q: mp.Queue = mp.get_context("spawn").Queue()
-                p = mp.get_context("spawn").Process(target=_child, args=(str(folder), reader, q))
-                p.start()
-                cell = {"nodes": n, "edges": e, "reader": reader, "generate_seconds": gen,
-                        "tables_mb": tables_mb, **q.get()}
-                p.join()
-                cells.append(cell)
-                print(json.dumps(cell), flush=True)
+            q: mp.Queue = mp.get_context("spawn").Queue()
+            p = mp.get_context("spawn").Process(target=_child, args=(str(folder), q))
+            p.start()
+            cell = {"nodes": n, "edges": e, "generate_seconds": gen, "tables_mb": tables_mb,
+                    **q.get()}
+            p.join()
+            cells.append(cell)
+            print(json.dumps(cell), flush=True)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-    ratios = {}
-    for c in cells:
-        twin = [d for d in cells if (d["nodes"], d["edges"]) == (c["nodes"], c["edges"])
-                and d["reader"] == "arrow"]
-        if c["reader"] == "python" and twin:
-            ratios[f"{c['nodes']}:{c['edges']}"] = c["ingest_seconds"] / twin[0]["ingest_seconds"]
-    print(json.dumps({"benchmark": "fedgl ingest", "cells": cells,
-                      "time_ratio_python_over_arrow": ratios}, indent=2))
-
+    print(json.dumps({"benchmark": "fedgl ingest", "cells": cells}, indent=2))
 
 if __name__ == "__main__":
     main()

@@ -342,20 +342,6 @@ def test_a_deployed_run_under_other_settings_is_refused_at_setup(banks: tuple) -
     assert not (root / "out" / "result.json").exists()
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="pyarrow not installed")
-def test_the_arrow_and_python_csv_readers_agree(tmp_path: Path) -> None:
-    from fedgl.data.own.tables import _read_csv_arrow, _read_csv_python
-
-    path = tmp_path / "t.csv"
-    path.write_bytes("\ufeffid, f1 ,label\n a1 ,1.5,x\n\"a,2\",,\"y z\"\n\n b3,-2e3, x\n".encode())
-    arrow = _read_csv_arrow(path)
-    assert arrow is not None and arrow.columns == _read_csv_python(path, "nodes").columns
-    assert arrow.columns == {"id": ["a1", "a,2", "b3"], "f1": ["1.5", "", "-2e3"],
-                             "label": ["x", "y z", "x"]}
-    path.write_text("id,f1\na,1\nb\n")   # ragged: arrow declines, Python's reader names the line
-    assert _read_csv_arrow(path) is None
-
-
 def test_an_organisation_without_labels_names_the_classes(tmp_path: Path, capsys) -> None:
     (tmp_path / "n.csv").write_text("id,f1\na,1\nb,2\n")
     (tmp_path / "e.csv").write_text("source,target\na,b\n")

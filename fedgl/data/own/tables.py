@@ -53,49 +53,6 @@ def read_table(path: str | Path, what: str) -> Table:
 
 
 def _read_csv(path: Path, what: str) -> Table:
-    """pyarrow's CSV reader where installed (every column as text, cells trimmed), else
-    Python's; a file pyarrow refuses is read by Python's, whose error names the line."""
-    import importlib.util
-
-    if importlib.util.find_spec("pyarrow") is not None:
-        table = _read_csv_arrow(path)
-        if table is not None:
-            return table
-    return _read_csv_python(path, what)
-
-
-def _read_csv_arrow(path: Path) -> Table | None:
-    import pyarrow as pa
-    import pyarrow.compute as pc
-    import pyarrow.csv as pcsv
-
-    delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
-    try:
-        with open(path, encoding="utf-8-sig", newline="") as f:
-            header = next(_csv_rows(f, delimiter), None)
-        if header is None:
-            return None
-        names = [h.strip() for h in header]
-        if len(set(names)) != len(names) or "" in names:
-            return None
-        t = pcsv.read_csv(path, read_options=pcsv.ReadOptions(column_names=names, skip_rows=1),
-                          parse_options=pcsv.ParseOptions(delimiter=delimiter),
-                          convert_options=pcsv.ConvertOptions(
-                              column_types=dict.fromkeys(names, pa.string()),
-                              strings_can_be_null=False, quoted_strings_can_be_null=False))
-        cols = {n: pc.utf8_trim_whitespace(t.column(n)).to_pylist() for n in names}
-    except (pa.ArrowException, UnicodeDecodeError, OSError, csv.Error):
-        return None
-    if any(None in c for c in cols.values()):
-        return None
-    return Table(path, cols)
-
-
-def _csv_rows(f: object, delimiter: str) -> object:
-    return csv.reader(f, delimiter=delimiter)  # type: ignore[arg-type]
-
-
-def _read_csv_python(path: Path, what: str) -> Table:
     delimiter = "\t" if path.suffix.lower() == ".tsv" else ","
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
