@@ -22,7 +22,9 @@ to all (and the set sizes); it sees other parties' ids only blinded by keys it d
 so it learns no id outside the intersection. The server learns the set sizes and the size of
 every intersection of the sets; it cannot test a guessed id, since it cannot compute ``p(s)``
 without the secret, and a party blinds at most ``K - 1`` sets, so the server cannot use the
-parties as an oracle beyond the protocol.
+parties as an oracle beyond the protocol. The server could misreport the intersection (the
+parties would then align wrong rows): the protocol keeps ids private, it does not prove the
+server's arithmetic.
 
 OpenMined's ``openmined-psi`` (``pip install 'fedgl[psi]'``) is a two-party protocol (the client
 learns the intersection); chained over K > 2 parties, a party would learn the intersection of the
