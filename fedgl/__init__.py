@@ -20,6 +20,7 @@ from fedgl.version import __version__
 
 _LAZY = {
     "as_config": "fedgl.api", "load_graph": "fedgl.api", "run": "fedgl.api",
+    "run_shards": "fedgl.api",
     "Config": "fedgl.config", "ClientData": "fedgl.data.client_data",
     "split_graph": "fedgl.data.client_data", "load_dataset": "fedgl.data.datasets",
     "GraphData": "fedgl.data.graph", "from_pyg": "fedgl.data.graph",
@@ -28,7 +29,7 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from fedgl.api import as_config, load_graph, run
+    from fedgl.api import as_config, load_graph, run, run_shards
     from fedgl.config import Config
     from fedgl.data.client_data import ClientData, split_graph
     from fedgl.data.datasets import load_dataset
@@ -48,4 +49,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["ClientData", "Config", "ConfigError", "DataError", "DivergenceError", "FedglError",
            "GraphData", "OutputError", "Partition", "RunResult", "as_config", "from_pyg",
-           "load_dataset", "load_graph", "partition", "run", "split_graph", "__version__"]
+           "load_dataset", "load_graph", "partition", "run", "run_shards", "split_graph",
+           "__version__"]

@@ -10,9 +10,12 @@ module                extra        features
 ``pymetis``           ``metis``    ``--partition metis``
 ``flwr``              ``flower``   the Flower deployment
 ``matplotlib``        ``plots``    ``--plot``, ``fedgl report`` figures
+``pyarrow``           ``parquet``  Parquet tables in ``fedgl ingest``
+``private_set_...``   ``psi``      OpenMined's PSI, compared in ``benchmarks/bench_psi.py``
 ====================  ===========  ==========================================
 
-``[all]`` installs every one. A missing module raises :class:`~fedgl.errors.MissingExtraError`
+``[all]`` installs every one but ``psi`` (openmined-psi pins a protobuf older than Flower's).
+A missing module raises :class:`~fedgl.errors.MissingExtraError`
 (the CLI prints it as one line and exits with code 2).
 """
 
@@ -25,7 +28,8 @@ from fedgl.errors import MissingExtraError
 
 #: import name -> the extra that installs it
 EXTRAS: dict[str, str] = {"ray": "ray", "tenseal": "he", "pymetis": "metis", "flwr": "flower",
-                          "matplotlib": "plots"}
+                          "matplotlib": "plots", "pyarrow": "parquet",
+                          "private_set_intersection": "psi"}
 
 
 def require(module: str, *, feature: str, extra: str | None = None) -> ModuleType:

@@ -155,6 +155,8 @@ def _run_repeats_in(cfg: Config, graph: GraphData | None, ckpt: Any,
     recorded = cfg.to_dict()
     if graph is not None:   # the config's dataset was not what ran
         recorded["dataset"] = g.name or "custom"
+        if getattr(g, "provenance", None):   # the shards' own record of what they hold
+            env["data"] = g.provenance
     return RunResult(recorded, env, reps)
 
 
@@ -164,3 +166,75 @@ def _restore_threads(n: int) -> Iterator[None]:
         yield
     finally:
         torch.set_num_threads(n)
+
+
+def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str | Path | None
+               = None, *, overwrite: bool = False, **overrides: Any) -> RunResult:
+    """A local trial over the organisations' ``fedgl ingest`` folders, as they are: set-up runs
+    in this process (:func:`fedgl.data.own.placement.setup_in_process`: positions from the
+    pseudonyms, then each organisation's shard) and ``config``'s algorithm runs over those
+    shards with their own partition, as a deployment of the same shards would.
+
+    The data set (``own:NAME``), the number of clients and ``normalize_features`` come from the
+    shards; a config that sets them otherwise is refused, naming the keys. ``result.json``
+    records the shards' provenance under ``environment.data``."""
+    from fedgl.data.own.placement import owned_graph, setup_in_process
+    from fedgl.data.provenance import mismatch
+
+    if not folders:
+        raise ConfigError("--shards needs the organisations' ingest folders")
+    given = as_config(config, **overrides)
+    if all((Path(f) / "vertical.json").is_file() for f in folders):
+        return _run_vertical_shards(list(folders), given, overwrite)
+    shards, sources, facts = setup_in_process(list(folders))
+    if given.spec.setting != "horizontal":
+        raise ConfigError(f"--shards runs horizontal algorithms; '{given.algorithm}' is "
+                          f"{given.spec.setting}")
+    defaults = Config().to_dict()
+    chosen = given.to_dict()
+    forced = {"dataset": sources[0]["dataset"], "clients": facts["clients"],
+              "normalize_features": sources[0]["normalize_features"]}
+    explicit = given.replace(**{k: (chosen[k] if chosen[k] != defaults[k] else v)
+                                for k, v in forced.items()})
+    problem = mismatch(sources[0], explicit)
+    if problem is not None:
+        raise ConfigError(problem)
+    graph = owned_graph(shards, sources, facts["name"])
+    return run(given.replace(**forced), graph=graph, overwrite=overwrite)
+
+
+def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bool) -> RunResult:
+    """:func:`run_shards` over vertical ingests (``fedgl ingest --vertical``): the parties align
+    their common entities by PSI in this process, then GLASU runs over the aligned parts."""
+    from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
+    from fedgl.privacy.vertical_align import align_in_process, aligned_graph
+
+    if given.algorithm != "glasu":
+        raise ConfigError(f"vertical ingests run with --algorithm glasu (got '{given.algorithm}')")
+    parties = [read_npz(Path(f), "vertical.json", VERTICAL_FORMAT) for f in folders]
+    names = {m["name"] for m, _ in parties}
+    if len(names) != 1:
+        raise ConfigError(f"the vertical ingests name different data sets {sorted(names)}; "
+                          "ingest with one --name")
+    shards, figures = align_in_process(parties)
+    holders = figures["label_holders"]
+    label_holders = "all" if holders == list(range(len(shards))) else "one" \
+        if holders == [0] else None
+    if label_holders is None:
+        raise ConfigError(f"parties {holders} hold labels; GLASU needs them at client 0 only or "
+                          "at every party")
+    name = names.pop()
+    forced = {"dataset": f"own:{name}", "clients": len(shards), "label_holders": label_holders}
+    defaults = Config().to_dict()
+    chosen = given.to_dict()
+    differ = [f"{k} {chosen[k]!r} (shards: {v!r})" for k, v in forced.items()
+              if k in chosen and chosen[k] != v and chosen[k] != defaults.get(k, chosen[k])]
+    if differ:
+        raise ConfigError(f"the run's settings differ from the shards': {', '.join(differ)}; "
+                          "run with the shards' settings")
+    provenance = {"dataset": f"own:{name}", "partition": "vertical, aligned by PSI",
+                  "psi": figures, "shards": [{"client_id": int(m["client_id"]),
+                                              "provenance": m["provenance"]}
+                                             for m, _ in parties]}
+    graph = aligned_graph(shards, name, provenance)
+    return run(given.replace(**forced), graph=graph, overwrite=overwrite)

@@ -43,6 +43,9 @@ from fedgl.config.schema import KEY_ALIASES, RENAMED_KEYS
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.version import __version__
 
+#: the own-data commands (fedgl.deployment.own_commands)
+OWN_COMMANDS = ("secret", "ingest", "index", "place", "key", "roster")
+
 
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors and exit code 2."""
@@ -164,6 +167,9 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
     run.add_argument("--resume", metavar="DIR", help="continue the checkpointed run in DIR")
     run.add_argument("--overwrite", action="store_true",
                      help="replace the results already in --out (refused without it)")
+    run.add_argument("--shards", nargs="+", metavar="DIR", default=None,
+                     help="run over the organisations' `fedgl ingest` folders (a local trial "
+                          "of their own data, docs/own-data.md)")
     if run_flags:
         _add_config_flags(run, algorithm=algorithm, plugin=plugin)
 
@@ -224,6 +230,9 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
 
     add_parsers(sub, _add_config_flags, algorithm)
     add_certs_parser(sub)
+    from fedgl.deployment import own_commands
+
+    own_commands.add_parsers(sub)
     return parser
 
 
@@ -254,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_keys(args)
         if args.command == "plugins":
             return _cmd_plugins()
+        if args.command in OWN_COMMANDS:
+            from fedgl.deployment import own_commands
+
+            return own_commands.main(args)
         if args.command in ("shard", "client", "server", "certs"):
             return _cmd_deployment(args)
         if args.command == "sweep":
@@ -371,6 +384,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         raise ConfigError("--out is empty; give a folder, or leave --out out for "
                           "runs/<algorithm>-<dataset>-<time>")
     if args.resume:
+        if args.shards:
+            raise ConfigError("--resume continues a run from its checkpoint; drop --shards")
         if args.overwrite:
             raise ConfigError("--resume continues a run in its folder; drop --overwrite")
         _say_where_resumed(args.resume)
@@ -385,14 +400,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
            else Config.from_dict(overrides))
     check_config(cfg)
     _preload()
-    from fedgl.api import run
+    from fedgl.api import run, run_shards
 
     if not cfg.out:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        cfg = cfg.replace(out=str(Path("runs") / f"{cfg.algorithm}-{_slug(cfg.dataset)}-{stamp}"))
+        what = "shards" if args.shards else _slug(cfg.dataset)
+        cfg = cfg.replace(out=str(Path("runs") / f"{cfg.algorithm}-{what}-{stamp}"))
     out = Path(cfg.out)
     try:
-        result = run(cfg, overwrite=args.overwrite)
+        result = (run_shards(args.shards, cfg, overwrite=args.overwrite) if args.shards
+                  else run(cfg, overwrite=args.overwrite))
     except OSError as exc:
         if exc.filename is None or not _related(Path(exc.filename), out):
             raise
@@ -482,7 +499,8 @@ def _print_summary(result: Any, out: Path) -> None:
         parties = _vertical_summary(cfg, split)
     else:
         split_name = cfg.get("partition", "dirichlet")
-        knob = (f"β={cfg['beta']:g}" if split_name == "dirichlet"
+        knob = ("the organisations' own split" if str(cfg["dataset"]).startswith("own:")
+                else f"β={cfg['beta']:g}" if split_name == "dirichlet"
                 else f"{split_name} split")
         parties = ("" if cfg["algorithm"].startswith("centralized")
                    else f", {cfg['clients']} clients, {knob}")

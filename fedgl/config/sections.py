@@ -25,7 +25,7 @@ from fedgl.errors import ConfigError
 
 NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-products",
                   "ogbn-papers100m", "reddit")
-DATASET_PREFIXES = ("npz:", "synthetic:")
+DATASET_PREFIXES = ("npz:", "synthetic:", "own:")
 PARTITIONS = ("dirichlet", "iid", "metis", "metis-train", "random", "powerlaw", "louvain", "p-split")
 #: partition keys and the partitions that read them (off its default elsewhere: an error)
 PARTITION_KEYS = {"beta": ("dirichlet",), "mcmahan_p": ("p-split",),
@@ -92,6 +92,9 @@ class DataConfig(Section):
             raise ConfigError(f"unknown dataset '{self.dataset}'{hint}; use one of "
                               f"{', '.join(NAMED_DATASETS)}, npz:PATH or "
                               "synthetic:arxiv|products|N,E,d,C")
+        if ds.startswith("own:") and not re.fullmatch(r"own:[A-Za-z0-9_.-]{1,64}", self.dataset):
+            raise ConfigError(f"dataset '{self.dataset}': an organisations' own data set is "
+                              "own:NAME (letters, digits, . _ -), the --name given to fedgl ingest")
         if ds.startswith("npz:") and len(self.dataset) <= 4:
             raise ConfigError("dataset 'npz:' needs a path, e.g. --dataset npz:data/cora_ml.npz")
         if ds.startswith("synthetic:"):

@@ -68,6 +68,10 @@ def load_dataset(name: str, data_root: str | None = None, *, seed: int = 0,
         if not path.is_absolute() and not path.exists():
             path = resolve_data_root(data_root) / path
         return load_npz(path, seed=seed)
+    if key.startswith("own:"):
+        raise DataError(f"dataset '{name}' is the organisations' own data: it lives in their "
+                        "shards, not in a file fedgl loads; run it with `fedgl run --shards DIR "
+                        "...` or deploy the shards (docs/own-data.md)")
     raise DataError(f"unknown dataset '{name}'; use cora, citeseer, pubmed, sbm, npz:PATH, "
                     "ogbn-arxiv, ogbn-products, ogbn-papers100M, reddit or "
                     "synthetic:arxiv|products|N,E,d,C")

@@ -59,6 +59,15 @@ def owner_sha256(owner: np.ndarray) -> str:
 
 
 def make_partition(graph: GraphData, cfg: Config, seed: int) -> Partition:
+    """``cfg``'s partition of ``graph``; a graph that carries its owners (the organisations' own
+    data, :class:`~fedgl.data.own.placement.OwnedGraph`) keeps them."""
+    given = getattr(graph, "owner", None)
+    if given is not None:
+        clients = int(given.max()) + 1 if len(given) else 0
+        if cfg.clients != clients:
+            raise DataError(f"the shards are {clients} organisations' but the config has "
+                            f"{cfg.clients} clients; set --clients {clients}")
+        return Partition(np.asarray(given, dtype=np.int64), clients)
     extra = {"p": cfg.mcmahan_p} if cfg.partition == "p-split" else {}
     if cfg.partition in ("metis", "metis-train"):
         extra["metis_max_degree"] = cfg.metis_max_degree

@@ -87,6 +87,7 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
 
     from fedgl.data.client_data import split_graph
     from fedgl.data.datasets import load_graph
+    from fedgl.data.provenance import settings_sha256, shard_settings
     from fedgl.data.shard_format import write_shard
     from fedgl.data.shards import make_partition
 
@@ -106,7 +107,10 @@ def cmd_shard(cfg: Config, out: Path) -> list[Path]:
     source = {"dataset": cfg.dataset, "partition": cfg.partition, "beta": cfg.beta,
               "clients": cfg.clients, "seed": cfg.seed,
               "normalize_features": cfg.normalize_features}
-    paths = [write_shard(d, out, source) for d in split_graph(graph, part)]
+    settings = shard_settings(cfg)
+    paths = [write_shard(d, out, {**source, "settings": settings,
+                                  "settings_sha256": settings_sha256(settings)})
+             for d in split_graph(graph, part)]
     (out / "federation.json").write_text(json.dumps(
         {**source, "num_features": graph.num_features, "num_classes": graph.num_classes,
          "nodes_per_client": [int(n) for n in np.bincount(part.owner, minlength=cfg.clients)]},

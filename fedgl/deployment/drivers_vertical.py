@@ -49,6 +49,7 @@ def write_vertical_shards(graph: GraphData, cfg: Config, out: Path) -> list[Path
     import json
 
     from fedgl.algorithms.glasu.runner import vertical_settings
+    from fedgl.data.provenance import settings_sha256, shard_settings
     from fedgl.data.shard_format import write_shard
     from fedgl.data.vertical import vertical_split
 
@@ -62,7 +63,9 @@ def write_vertical_shards(graph: GraphData, cfg: Config, out: Path) -> list[Path
                            seed=int(cfg.seed), **split)
     source = {"dataset": cfg.dataset, "algorithm": cfg.algorithm, "clients": int(cfg.clients),
               **split, "label_holders": options.label_holders, "seed": int(cfg.seed)}
-    paths = [write_shard(d, out, source) for d in parts]
+    settings = shard_settings(cfg, "vertical")
+    paths = [write_shard(d, out, {**source, "settings": settings,
+                                  "settings_sha256": settings_sha256(settings)}) for d in parts]
     (out / "federation.json").write_text(json.dumps(
         {**source, "setting": "vertical", "num_nodes": graph.num_nodes,
          "num_features": graph.num_features, "num_classes": graph.num_classes,

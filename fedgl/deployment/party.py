@@ -46,6 +46,7 @@ from pathlib import Path
 from typing import Any
 
 from fedgl.config import Config
+from fedgl.data.provenance import mismatch
 from fedgl.data.shard_format import read_manifest, read_shard
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
@@ -247,6 +248,9 @@ class Party:
         try:
             cfg = Config.from_dict(config)
             self.safety.check(cfg)
+            made = mismatch(self.manifest.get("source") or {}, cfg, str(self.manifest["setting"]))
+            if made is not None:
+                raise ConfigError(made)
             cfg, logged = self._own_records(cfg, seed, run_tag, resumed)
         except FedglError as exc:
             self.own.refuse(f"'{SETUP}' {exc}")

@@ -265,7 +265,9 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
     else:
         clients = 1 if mode == "centralized" else M
         full = mode in ("centralized", "simulated")
-        parts = vertical_split(graph, clients, labels=labels, seed=seed, full_edges=full, **split)
+        given = getattr(graph, "vertical_parts", None)   # parties aligned from their own data
+        parts = list(given) if given is not None and mode == "glasu" else \
+            vertical_split(graph, clients, labels=labels, seed=seed, full_edges=full, **split)
         keeps = (checkpointer is not None or resume_from is not None) and getattr(cfg, "out", "")
         feds = [_federation(parts, params, cfg, seed,
                             Path(cfg.out).absolute() / STATE_FOLDER if keeps else None)]
