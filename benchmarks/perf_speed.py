@@ -36,6 +36,8 @@ COMMAND = ["run", "--algorithm", "fedgcn", "--hops", "2", "--clients", "10", "--
 
 REPORT = """
 import json, os, time, torch
+import fedgl
+assert fedgl.__file__.startswith(os.environ["PYTHONPATH"]), fedgl.__file__
 torch.set_num_threads(1)
 from fedgl.api import as_config
 from fedgl.data.datasets import load_graph
@@ -65,7 +67,7 @@ def whole_run(checkout: Path, dataset: str, leakage: bool) -> dict:
                "--dataset", dataset, "--out", out] + ([] if leakage else ["--no-leakage-report"])
         load = os.getloadavg()[0]
         proc = subprocess.run(cmd, env=_env(checkout), capture_output=True, text=True,
-                              check=True)
+                              check=True, cwd=out)   # not the checkout: sys.path[0] is the cwd
         wall = re.search(r"Elapsed \(wall clock\) time \(h:mm:ss or m:ss\): (\S+)", proc.stderr)
         rss = re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr)
         parts = [float(p) for p in wall.group(1).split(":")]
@@ -82,8 +84,10 @@ def whole_run(checkout: Path, dataset: str, leakage: bool) -> dict:
 
 def report_alone(checkout: Path, dataset: str) -> dict:
     """(b): the leakage report in a fresh process (graph and partition loaded first)."""
-    proc = subprocess.run([sys.executable, "-c", REPORT.format(ds=dataset)],
-                          env=_env(checkout), capture_output=True, text=True, check=True)
+    with tempfile.TemporaryDirectory() as cwd:   # sys.path[0] is the cwd: not a checkout
+        proc = subprocess.run([sys.executable, "-c", REPORT.format(ds=dataset)],
+                              env=_env(checkout), capture_output=True, text=True, check=True,
+                              cwd=cwd)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
