@@ -9,7 +9,9 @@ safe or would cost memory it runs after the repeat, as before:
 - a graph of more than :data:`BESIDE_CELLS` feature cells (the report's arrays scale with it;
   a products-sized 2-hop run keeps the report after the parties are gone);
 - more than one torch thread (a forked child must not enter the parent's thread pool);
-- a runtime other than ``local`` (Ray and Flower run their own processes and threads);
+- a runtime other than ``local`` (Ray and Flower run their own processes and threads), or gRPC
+  loaded in this process (a Ray or Flower session earlier in it: gRPC's fork handlers may wait
+  on its threads);
 - no ``fork`` on the platform.
 
 The child sends the report (or its error) through a pipe and exits; a failed child's report is
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import sys
 import traceback
 from typing import Any
 
@@ -66,6 +69,7 @@ class LeakageReport:
         """Whether the report runs in a forked process beside the repeat (module docstring)."""
         return (graph.num_nodes * graph.num_features <= BESIDE_CELLS
                 and torch.get_num_threads() == 1 and getattr(cfg, "runtime", "local") == "local"
+                and "grpc" not in sys.modules
                 and "fork" in multiprocessing.get_all_start_methods())
 
     def result(self) -> dict | None:
