@@ -250,21 +250,29 @@ def _solve(r, c):
     row_label, col_label = label[:nr], label[nr:]
     leverage = np.zeros(nc_rest)
     undecided = np.zeros(nc, dtype=bool)
-    for comp in np.unique(col_label):
-        cs = np.flatnonzero(col_label == comp)
-        rs = np.flatnonzero(row_label == comp)
+    col_order = np.argsort(col_label, kind="stable")
+    row_order = np.argsort(row_label, kind="stable")
+    comps, col_start = np.unique(col_label[col_order], return_index=True)
+    col_end = np.append(col_start[1:], nc_rest)
+    row_start = np.searchsorted(row_label[row_order], comps, side="left")
+    row_end = np.searchsorted(row_label[row_order], comps, side="right")
+    for b in range(len(comps)):   # each connected block: its columns and rows, ascending
+        cs = col_order[col_start[b]:col_end[b]]
+        rs = row_order[row_start[b]:row_end[b]]
         if len(rs) * len(cs) > MAX_BLOCK_ENTRIES or min(len(rs), len(cs)) > MAX_BLOCK_SIDE:
             undecided[rest[cs]] = True  # too large to decide densely; counted, not guessed
             continue
-        block = torch.from_numpy(a[rs][:, cs].toarray())  # torch: honours the run's threads
+        block = a[rs][:, cs]   # sparse 0/1: its Gram matrices are exact integer products
         if len(cs) <= len(rs):
-            lam, vec = torch.linalg.eigh(block.T @ block)
+            gram = torch.from_numpy((block.T @ block).toarray())  # torch: the run's threads
+            lam, vec = torch.linalg.eigh(gram)
             keep = lam > 1e-9 * max(float(lam.max()), 1.0)
             leverage[cs] = (vec[:, keep] ** 2).sum(dim=1).numpy()
         else:
-            lam, vec = torch.linalg.eigh(block @ block.T)
+            lam, vec = torch.linalg.eigh(torch.from_numpy((block @ block.T).toarray()))
             keep = lam > 1e-9 * max(float(lam.max()), 1.0)
-            leverage[cs] = ((block.T @ vec[:, keep]) ** 2 / lam[keep]).sum(dim=1).numpy()
+            proj = block.T @ vec[:, keep].numpy()
+            leverage[cs] = (proj ** 2 / lam[keep].numpy()).sum(axis=1)
     found = known.copy()
     found[rest] = leverage > 1.0 - 1e-6
     return col_ids, found, undecided

@@ -80,6 +80,19 @@ def _grid(num_levels: int, p: int) -> np.ndarray:
 def decode(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray, values: np.ndarray,
            alphabet: np.ndarray, seed: np.ndarray | None = None,
            seed_levels: np.ndarray | None = None) -> Decoded:
+    """:func:`decode_reference`, computed by :func:`fedgl.privacy.sparse_decoding.decode_sparse`
+    (the same fixed point, by array passes over the open cells) where that applies."""
+    from fedgl.privacy.sparse_decoding import decode_sparse
+
+    fast = decode_sparse(indptr, members, coef, values, alphabet, seed, seed_levels)
+    if fast is not None:
+        return fast
+    return decode_reference(indptr, members, coef, values, alphabet, seed, seed_levels)
+
+
+def decode_reference(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
+                     values: np.ndarray, alphabet: np.ndarray, seed: np.ndarray | None = None,
+                     seed_levels: np.ndarray | None = None) -> Decoded:
     """Run the attack on rows ``values[i] = Σ_t coef[members[t]] · alphabet[x[members[t]]]``
     for ``t`` in ``indptr[i]:indptr[i+1]`` (CSR over ``len(coef)`` unknown nodes).
 
