@@ -410,7 +410,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         """Send the released rows of this client's blocks: one masked fixed-point vector
         (mask/robust, :class:`~fedgl.privacy.secagg.SecAggClient`), or per block a list of CKKS
         ciphertexts (HE). ``plan`` lists the blocks: sizes, row positions, co-members (masks)
-        or fixed-point bits (packed HE); ``received``: peers' key confirmations (and shares)."""
+        or fixed-point bits (packed HE); ``received``: peers' key confirmations (and shares).
+        Either way the input enters one aggregate (:mod:`fedgl.privacy.inputs`): the plan is
+        recorded before a masked value or a ciphertext leaves, and another plan for the same
+        input is refused."""
         if self._stale(session):
             return {"stale": True}
         values = self._release()[2].double().numpy()
