@@ -6,7 +6,8 @@ durable (fsync'ed) record in a state folder.
         [--rounds 3] [--repeats 3]
 
 FedGCN 2-hop, 10 clients, Dirichlet β = 1, seed 0, one torch thread. For each privacy setting
-(``mask``; ``robust`` with ``--secure-models``; DP ε = 8 in plaintext) two variants, side by
+(``mask``; ``robust`` with ``--secure-models``; DP ε = 8 in plaintext; ``he``, whose signed
+uploads enter the record too; ``--settings`` picks some) two variants, side by
 side in one process: the record in memory (the default) and in a state folder (each line
 fsync'ed). Per variant: the ledger's pre-training and training seconds (median of
 ``--repeats``), the bytes (both directions, every phase), the seconds spent inside the record's
@@ -35,6 +36,7 @@ SETTINGS = {
     "mask": {"secure_sum": "mask"},
     "robust_secure_models": {"secure_sum": "robust", "secure_models": True},
     "dp_eps8": {"dp_epsilon": 8.0},
+    "he": {"secure_sum": "he"},
 }
 
 
@@ -88,7 +90,12 @@ def main() -> None:
     ap.add_argument("--dataset", default="cora")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--settings", default=",".join(SETTINGS),
+                    help=f"comma-separated, of {', '.join(SETTINGS)}")
     args = ap.parse_args()
+    chosen = [n for n in args.settings.split(",") if n]
+    if not chosen or set(chosen) - set(SETTINGS):
+        raise SystemExit(f"--settings takes some of {', '.join(SETTINGS)}")
 
     import fedgl
 
@@ -98,7 +105,8 @@ def main() -> None:
                 progress=False, oracle_eval=False, leakage_report=False)
     out: dict = {"dataset": args.dataset, "rounds": args.rounds, "repeats": args.repeats,
                  "settings": {}}
-    for name, keys in SETTINGS.items():
+    for name in chosen:
+        keys = SETTINGS[name]
         rows = {}
         for variant in ("memory", "state_dir"):
             pre, train, own, parts, total_bytes, disk = [], [], [], [], None, 0

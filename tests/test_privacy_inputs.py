@@ -112,6 +112,84 @@ def test_a_restarted_client_keeps_its_record_in_the_state_dir(small, tmp_path):
     assert len(lines) == 1 and json.loads(lines[0])["members"] == [0, 1, 2, 3]
 
 
+# ---------------------------------------------------------------------- he: several block plans
+def _he_pairwise_session(server, pairs, n, rows=None):
+    """One HE session over every client (keys, the key holder's sealed key), then a crafted
+    plan: each pair's first ``n`` released rows in one block with the partner as the only
+    co-member (each receiving). Returns the uploads: per client its signed ciphertexts, which
+    the partner, holding the key, would add to its own and decrypt (``x_a[:n] + x_b[:n]``)."""
+    session = os.urandom(16)
+    hello = _call(server, "fedgcn.privacy_hello", {"session": session, "announce": True})
+    directory = server.secagg.directory({k: h["adv"] for k, h in hello.items()})
+    relayed = server.secagg.relay(_call(server, "secagg.keys",
+                                        {"session": session, "directory": directory}))
+    holder = server.config.he_key_holder
+    key = _call(server, "fedgcn.he_share_keys", {holder: {"session": session}}, [holder])[holder]
+    others = [k for k in hello if k != holder]
+    _call(server, "fedgcn.he_install", {k: {"session": session, "received": relayed[k],
+                                            "sealed": key["sealed"][k]} for k in others}, others)
+    args = {}
+    for a, b in pairs:
+        for k, partner in ((a, b), (b, a)):
+            args[k] = {"session": session, "plan": {
+                "block_ids": torch.tensor([0]), "block_sizes": torch.tensor([n]),
+                "rows": torch.arange(n) if rows is None else rows,
+                "use_own": torch.zeros(hello[k]["num_requested"], dtype=torch.bool),
+                "peers": torch.tensor([partner]), "peer_counts": torch.tensor([1]),
+                "receive": torch.tensor([True])}}
+    return _call(server, "fedgcn.secure_upload", args)
+
+
+def test_he_sessions_with_other_block_plans_cannot_isolate_a_client(small, monkeypatch):
+    """HE: the server pairs the clients' rows in block {0,1} (and {2,3}), then asks for the same
+    rows in blocks {1,2} and {0,3}: with the three sums a key holder's decryptions give
+    ``x₀``. After the first upload every client refuses another block plan for the same input
+    in one line, before it encrypts anything (no ciphertext leaves)."""
+    from fedgl.privacy.he import HEClientContext
+
+    server = fedgcn_federation(*small, hops=2, secure_sum="he")
+    n = min(len(server.runtime.local_client(k)._touched()) for k in range(4))
+    first = _he_pairwise_session(server, [(0, 1), (2, 3)], n)
+    assert sorted(first) == [0, 1, 2, 3] and all(len(first[k]["blocks"]) == 1 for k in first)
+    encrypted: list = []
+    original = HEClientContext.encrypt_real
+    monkeypatch.setattr(HEClientContext, "encrypt_real",
+                        lambda self, *a, **kw: encrypted.append(1) or original(self, *a, **kw))
+    with pytest.raises(InputReused, match="already went into another secure sum") as err:
+        _he_pairwise_session(server, [(1, 2), (0, 3)], n)
+    assert "\n" not in str(err.value)
+    assert encrypted == []  # refused before a ciphertext was made, let alone sent
+
+
+def test_he_the_same_block_plan_again_is_served_other_rows_are_not(small):
+    """The same block plan in a new session (an honest restart) is the same aggregate: served.
+    The same pairs over the rows in another order put other sums in each position: refused."""
+    server = fedgcn_federation(*small, hops=2, secure_sum="he")
+    n = min(len(server.runtime.local_client(k)._touched()) for k in range(4))
+    _he_pairwise_session(server, [(0, 1), (2, 3)], n)
+    again = _he_pairwise_session(server, [(0, 1), (2, 3)], n)
+    assert sorted(again) == [0, 1, 2, 3]
+    with pytest.raises(InputReused, match="already went into another secure sum"):
+        _he_pairwise_session(server, [(0, 1), (2, 3)], n, rows=torch.arange(n).flip(0))
+    lines = [c.secagg.record.aggregate_of(c.pretrain_input())
+             for c in (server.runtime.local_client(k) for k in range(4))]
+    assert all(e is not None and e["members"] == [0, 1, 2, 3] for e in lines)
+
+
+def test_he_honest_pretraining_twice_is_the_same_aggregate(small, tmp_path):
+    """An honest HE pre-training run twice (a new session each time, the same plan) enters the
+    same aggregate: the second run is served and every client's record holds one line."""
+    server = fedgcn_federation(*small, hops=2, secure_sum="he", state_dir=str(tmp_path))
+    server.pretrain()
+    before = {k: server.runtime.local_client(k).received_sums.clone() for k in range(4)}
+    server.pretrain()
+    for k in range(4):
+        assert torch.allclose(server.runtime.local_client(k).received_sums, before[k],
+                              atol=1e-6, rtol=0)
+        lines = (tmp_path / f"client-{k}" / "inputs.jsonl").read_text().splitlines()
+        assert len(lines) == 1 and json.loads(lines[0])["members"] == [0, 1, 2, 3]
+
+
 # ---------------------------------------------------------------------- robust: fit twice
 def _secure_models_federation(small, mode, **keys):
     from fedgl.algorithms.fedgcn.client import FedGCNClient

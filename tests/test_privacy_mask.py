@@ -10,7 +10,7 @@ import torch
 
 from fedgl.errors import RunAborted
 from fedgl.federation.runtime import LocalRuntime
-from fedgl.privacy.identity import make_roster
+from fedgl.privacy.identity import AttackDetected, make_roster
 from fedgl.privacy.secagg import (
     FIXED_POINT_BITS,
     NonFiniteInput,
@@ -194,16 +194,31 @@ def test_robust_mode_sums_the_survivors_exactly(method):
         assert torch.allclose(got[k], want[k], atol=1e-5, rtol=0)
 
 
-def test_he_dropout_restarts_without_the_client():
+def test_he_dropout_before_the_upload_restarts_without_the_client():
+    """Client 2 drops while the keys are exchanged: no ciphertext has left anyone, so the
+    server starts over without it and the survivors receive the exact sums."""
     graph = random_graph(nodes=100, seed=8)
     part = random_partition(graph.num_nodes, 4, seed=8)
     plain = _dropout_federation(graph, part, "fedgcn.announce_rows")
-    secure = _dropout_federation(graph, part, "fedgcn.secure_upload", secure_sum="he")
+    secure = _dropout_federation(graph, part, "secagg.keys", secure_sum="he")
     assert secure.privacy_stats["restarts"] == 1
     want, got = _received(plain), _received(secure)
     assert sorted(got) == [0, 1, 3]
     for k in got:
         assert torch.allclose(got[k], want[k], atol=1e-5, rtol=0)
+
+
+def test_he_dropout_after_the_upload_is_refused_like_mask():
+    """Client 2 vanishes after the others uploaded their signed ciphertexts (blocks planned
+    with client 2). The server cannot show that it did not receive client 2's upload, so every
+    block may still be decrypted by its receivers; a session without client 2 would be a second
+    aggregate over the same inputs. The survivors refuse it in one line (the same rule as mask:
+    docs/threat-model.md, "one aggregate per input")."""
+    graph = random_graph(nodes=100, seed=8)
+    part = random_partition(graph.num_nodes, 4, seed=8)
+    with pytest.raises(AttackDetected, match="second secure sum over the same values") as err:
+        _dropout_federation(graph, part, "fedgcn.secure_upload", secure_sum="he")
+    assert "\n" not in str(err.value)
 
 
 def test_client_refuses_to_send_an_unmaskable_block():

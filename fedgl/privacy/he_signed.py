@@ -46,7 +46,9 @@ not: the member sets are the server's plan. A server can leave a contributor out
 every member* (each then signs the smaller set), which makes the receivers' sums smaller as
 dropping that client from the run would; and it chooses which signed updates of a round (at
 least two, of any round under this key) make a model sum, as dropping clients from a round
-would.
+would. Nor can it pair one client's rows with other members in a second block plan: the
+client records its plan before its ciphertexts leave and refuses any other for the same input
+(:meth:`fedgl.privacy.secagg.SecAggClient.enter`).
 """
 
 from __future__ import annotations

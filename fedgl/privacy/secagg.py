@@ -19,10 +19,12 @@ u in U3, its share of ``b_u``, and for each dropped u, its share of ``s_u`` — 
 u in one session. The server removes survivors' self masks and dropped clients' pairwise masks
 and gets ``Σ_{u ∈ U3} x_u``. With ≤ n − t dropouts the sum is exact; with more, the run stops.
 
-One aggregate per input (both modes; :mod:`fedgl.privacy.inputs`). Each client names its input
-by content (``input_id``) and keeps, in its own record, the one aggregate the input entered: the
-clients summed and, per segment, the co-members and values. ``mask`` commits when it uploads
-(every upload of a complete session is summed), ``robust`` when it reveals its shares (a
+One aggregate per input (both modes, and HE's signed uploads; :mod:`fedgl.privacy.inputs`).
+Each client names its input by content (``input_id``) and keeps, in its own record, the one
+aggregate the input entered: the clients summed and, per segment, the co-members and values.
+``mask`` commits when it uploads (every upload of a complete session is summed), HE before its
+ciphertexts leave (:meth:`SecAggClient.enter`: every receiver of a block may decrypt its sum
+once they have), ``robust`` when it reveals its shares (a
 session nobody revealed for is never unmasked, so a dropout's restart may re-sum the input). A
 later session may ask for the same aggregate again (it reveals the same sums); any other is
 refused before a masked value or a share leaves. Robust commits at the reveal and not at the
@@ -352,6 +354,20 @@ class SecAggClient:
                                          "else; the run stops")
                 st.shares_b[v], st.shares_s[v] = parts[2], parts[3]
         st.u2 = u2
+
+    def enter(self, session: bytes, segments: Segments, selection: np.ndarray) -> None:
+        """HE (mode ``auth``): record that this client's input enters the sums laid out in
+        ``segments`` (its blocks: length and co-members) over this session's directory,
+        ``selection`` naming the rows picked from the named input, before its signed
+        ciphertexts leave. Once they have left, every receiver of a block may decrypt that
+        block's sum, so the upload commits (as ``mask`` does): the same aggregate asked again
+        is served, any other raises :class:`~fedgl.privacy.inputs.InputReused`."""
+        st = self._require(session)
+        members = sorted(st.directory)
+        st.layout = [(int(n), sorted(int(p) for p in ps)) for n, ps in segments]
+        st.values = digest("selection", np.asarray(selection)).encode()
+        self.record.commit(st.input_id, aggregate_id("he", members, st.layout, st.values),
+                           members, "this client's input")
 
     def mask(self, session: bytes, values: np.ndarray, segments: Segments,
              selection: np.ndarray | None = None) -> np.ndarray:

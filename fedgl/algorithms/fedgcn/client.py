@@ -410,7 +410,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
         """Send the released rows of this client's blocks: one masked fixed-point vector
         (mask/robust, :class:`~fedgl.privacy.secagg.SecAggClient`), or per block a list of CKKS
         ciphertexts (HE). ``plan`` lists the blocks: sizes, row positions, co-members (masks)
-        or fixed-point bits (packed HE); ``received``: peers' key confirmations (and shares)."""
+        or fixed-point bits (packed HE); ``received``: peers' key confirmations (and shares).
+        Either way the input enters one aggregate (:mod:`fedgl.privacy.inputs`): the plan is
+        recorded before a masked value or a ciphertext leaves, and another plan for the same
+        input is refused."""
         if self._stale(session):
             return {"stale": True}
         values = self._release()[2].double().numpy()
@@ -418,14 +421,14 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self._check_plan(plan, len(values), he)
         self._plan, self._he_own = plan, {}
         rows = plan["rows"].numpy()
+        agg, d = self._agg(), values.shape[1]
+        segments = [(int(n) * d, [int(p) for p in ps]) for n, ps in zip(
+            plan["block_sizes"].tolist(), _split(plan["peers"], plan["peer_counts"]),
+            strict=True)]
         if not he:
-            agg = self._agg()
             agg.accept(session, received["confirm"], received.get("shares"))
-            d = values.shape[1]
-            segments = [(int(n) * d, [int(p) for p in ps]) for n, ps in zip(
-                plan["block_sizes"].tolist(), _split(plan["peers"], plan["peer_counts"]),
-                strict=True)]
             return {"masked": agg.mask(session, values[rows], segments, selection=rows)}
+        agg.enter(session, segments, rows)  # one aggregate per input, before a ciphertext leaves
         out, sigs = [], []
         for b, block_rows in enumerate(_split(plan["rows"], plan["block_sizes"])):
             block = values[block_rows]
