@@ -24,13 +24,13 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from fedgl.algorithms.fedavg_driver import Watch, drive_fedavg
 from fedgl.algorithms.runner import (
     _resume,
     divergence,
     finish_repeat,
     initial_weights_for,
     network_columns,
-    round_progress,
     wire_server,
 )
 from fedgl.checkpoint import RepeatProgress
@@ -66,38 +66,28 @@ def run_fedavg(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
                          secure_mode=cfg.secure_sum, secagg_threshold=cfg.secagg_threshold,
                          secure_models=cfg.secure_models)
     cont = continuation(runtime)
-    setup_seconds = time.perf_counter() - t0
-    history: list[dict] = []
-    events: list[dict] = []
-    start = 1
-    if cont.progress is None:
-        server.pretrain()
-        if runtime.ledger.messages("pretrain"):
-            log_phase(runtime, "pretrain", "pre-training")
-    else:
-        start, history, events = resume_keeping_setup(runtime, _resume, server, cont.progress)
-    ledger = runtime.ledger
     per_round: list[dict] = []
-    seen = bytes_now(runtime)
-    seen_events = 0
-    for t, weights, metrics in server.rounds(start):
-        row = {"round": t, **metrics, **network_columns(ledger)}
-        history.append(row)
+    seen: dict[str, int] = {}
+
+    def started(start: int) -> None:   # after the pre-training exchange or the resume
+        seen.update(bytes_now(runtime))
+
+    def round_done(t: int, row: dict) -> None:
         now = bytes_now(runtime)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
-        seen = now
-        divergence(t, weights, row["train_loss"], cfg)
+        seen.update(now)
         log_round(runtime, t, int(cfg.rounds), row)
-        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
-        if cont.checkpointer is not None:
-            cont.checkpointer.round_done(round_progress(server, 0, seed, t, weights, history,
-                                                        events))
-    seconds = phase_seconds(ledger, setup_seconds, t0)
-    rep = finish_repeat(0, seed, shard_stats(facts), history, ledger.summary(), seconds)
-    if hasattr(server, "result_extra"):
-        rep.extra.update(server.result_extra())
-    rep.extra["failures"] = events
+
+    def pretrained() -> None:
+        if runtime.ledger.messages("pretrain"):
+            log_phase(runtime, "pretrain", "pre-training")
+
+    watch = Watch(started=started, pretrained=pretrained, round_done=round_done,
+                  startup_round=None)
+    rep = drive_fedavg(server, cfg, repeat=0, seed=seed, part_stats=shard_stats(facts), t0=t0,
+                       resume=lambda srv, progress: resume_keeping_setup(runtime, _resume, srv,
+                                                                         progress),
+                       resume_from=cont.progress, checkpointer=cont.checkpointer, watch=watch)
     rep.extra.update(privacy_extra(server, cfg, cont))
     rep.extra["flower"] = {"per_round": per_round}
     return rep
