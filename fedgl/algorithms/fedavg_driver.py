@@ -47,6 +47,9 @@ class Watch:
     on_round: Callable[[int, Any], None] | None = None
     oracle: Callable[[State], dict] | None = None
     startup_round: int | None = 0
+    #: file the runtime's failure events in the history's events (the mini-batch driver's
+    #: local runs keep only the resumes there)
+    runtime_events: bool = True
 
 
 def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats: dict,

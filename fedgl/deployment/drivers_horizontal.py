@@ -21,19 +21,14 @@ spec may name its own driver instead (``"module:function"``; GLASU's is
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from fedgl.algorithms.fedavg_driver import Watch, drive_fedavg
 from fedgl.algorithms.runner import (
     _resume,
-    divergence,
-    finish_repeat,
     initial_weights_for,
-    network_columns,
     wire_server,
 )
-from fedgl.checkpoint import RepeatProgress
 from fedgl.config import Config
 from fedgl.config.registry import load_path
 from fedgl.deployment.driving import (
@@ -42,7 +37,6 @@ from fedgl.deployment.driving import (
     continuation,
     log_phase,
     log_round,
-    phase_seconds,
     resume_keeping_setup,
 )
 
@@ -120,7 +114,9 @@ def run_minibatch(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
     schedule that the spec's function ``schedule_path`` builds)."""
     from types import SimpleNamespace
 
-    from fedgl.algorithms.minibatch.runner import initial_weights, minibatch_extra
+    from fedgl.algorithms.minibatch.driver import drive_minibatch
+    from fedgl.algorithms.minibatch.runner import _resume as resume_minibatch
+    from fedgl.algorithms.minibatch.runner import initial_weights
     from fedgl.algorithms.minibatch.server import FedSGDServer
     from fedgl.algorithms.minibatch.settings import MiniBatchSettings
     from fedgl.federation.network import NetworkModel
@@ -137,37 +133,14 @@ def run_minibatch(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
                           seed=seed, optimizer=cfg.server_optimizer, num_nodes=num_nodes,
                           eval_mode=cfg.eval_mode, pns_fanout=pns_fanout,
                           eval_batch=int(getattr(cfg, "eval_batch", 0)))
-    setup_seconds = time.perf_counter() - t0
     cont = continuation(runtime)
-    history: list[dict] = []
-    comm_bytes: list[int] = []
-    events: list[dict] = []
-    start = 0
-    if cont.progress is None:
-        server.setup()
-    else:
-        from fedgl.algorithms.minibatch.runner import _resume as resume_minibatch
-
-        start, history, comm_bytes, events = resume_keeping_setup(runtime, resume_minibatch,
-                                                                   server, cont.progress)
-    ledger = runtime.ledger
-    seen_events = 0
-    for t, weights, metrics in server.iterations(start, int(cfg.eval_every), int(cfg.rounds)):
-        if metrics.pop("communicating"):
-            comm_bytes.append(metrics["iteration_bytes"])
-        history.append({"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
-                        **network_columns(ledger)})
-        divergence(t + 1, weights, history[-1]["train_loss"], cfg)
-        log_round(runtime, t + 1, int(cfg.rounds), history[-1])
-        events += [{**e, "round": t + 1} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
-        if cont.checkpointer is not None:
-            cont.checkpointer.round_done(RepeatProgress(
-                0, seed, t + 1, weights, history, ledger.state_dict(), events,
-                server={**server.state_dict(), "comm_bytes": list(comm_bytes)}))
-    seconds = phase_seconds(ledger, setup_seconds, t0)
-    rep = finish_repeat(0, seed, shard_stats(facts), history, ledger.summary(), seconds)
-    rep.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
+    watch = Watch(round_done=lambda t, row: log_round(runtime, t, int(cfg.rounds), row),
+                  startup_round=None)
+    rep, events = drive_minibatch(
+        server, cfg, repeat=0, seed=seed, part_stats=shard_stats(facts), t0=t0,
+        resume=lambda srv, progress: resume_keeping_setup(runtime, resume_minibatch, srv,
+                                                          progress),
+        resume_from=cont.progress, checkpointer=cont.checkpointer, watch=watch)
     rep.extra["failures"] = events
     return rep
 
