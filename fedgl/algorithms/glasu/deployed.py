@@ -97,11 +97,11 @@ def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
 def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
                  seed: int, t0: float) -> RepeatResult:
     """One deployed GLASU repeat (see the module docstring)."""
-    from fedgl.algorithms.glasu.runner import _json_params, glasu_params, party_state
+    from fedgl.algorithms.fedavg_driver import Watch
+    from fedgl.algorithms.glasu.runner import _json_params, drive_glasu, glasu_params
     from fedgl.algorithms.glasu.runner import _resume as resume_glasu
     from fedgl.algorithms.glasu.server import GlasuServer
-    from fedgl.algorithms.runner import finish_repeat, network_columns
-    from fedgl.checkpoint import RepeatProgress
+    from fedgl.algorithms.runner import finish_repeat
     from fedgl.deployment.driving import bytes_now, continuation, log_round, resume_keeping_setup
     from fedgl.federation.network import NetworkModel
 
@@ -121,29 +121,25 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
                                                        getattr(cfg, "latency", ""))
     setup_seconds = time.perf_counter() - t0
     cont = continuation(runtime)
-    history: list[dict] = []
-    events: list[dict] = []
-    start = 1
-    if cont.progress is not None:   # every party restores the state it saved itself
-        start, history, events = _aside(runtime, lambda: resume_keeping_setup(
-            runtime, resume_glasu, server, cont.progress))
-    ledger = runtime.ledger
     per_round: list[dict] = []
-    seen = bytes_now(runtime)
-    seen_events = 0
-    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
-        history.append({"round": t, **metrics, **network_columns(ledger)})
-        log_round(runtime, t, int(cfg.rounds), history[-1])
+    seen: dict[str, int] = {}
+
+    def started(start: int) -> None:   # after the resume
+        seen.update(bytes_now(runtime))
+
+    def round_done(t: int, row: dict) -> None:
+        log_round(runtime, t, int(cfg.rounds), row)
         now = bytes_now(runtime)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
-        seen = now
-        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
-        every = cont.checkpointer.every if cont.checkpointer is not None else 0
-        if every and t % every == 0:
-            state = _aside(runtime, lambda t=t: party_state(server, t))
-            cont.checkpointer.round_done(RepeatProgress(0, seed, t, state, history,
-                                                        ledger.state_dict(), events))
+        seen.update(now)
+
+    history, events = drive_glasu(
+        server, cfg, repeat=0, seed=seed,
+        resume=lambda srv, progress: resume_keeping_setup(runtime, resume_glasu, srv, progress),
+        resume_from=cont.progress, checkpointer=cont.checkpointer,
+        watch=Watch(started=started, round_done=round_done, startup_round=None),
+        aside=lambda step: _aside(runtime, step))
+    ledger = runtime.ledger
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
                "total": time.perf_counter() - t0}
