@@ -12,7 +12,7 @@ Given a server wired to its clients (:func:`fedgl.algorithms.runner.wire_server`
 3. the repeat's result (:func:`~fedgl.algorithms.runner.finish_repeat`): final metrics, ledger,
    phase times, failures and what the server records beside the history (``result_extra``).
 
-What differs between runtimes stays outside, in a :class:`Watch`: a local or Ray run's
+What differs between runtimes stays outside, in a :class:`~fedgl.algorithms.watch.Watch`: a local or Ray run's
 progress bar and the experimenter's oracle score on the whole graph (the runner,
 :func:`fedgl.algorithms.runner.run_federated`); a deployed run's log lines and per-round Flower
 bytes (:func:`fedgl.deployment.drivers_horizontal.run_fedavg`).
@@ -22,34 +22,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import Config
-from fedgl.federation.aggregate import State
 from fedgl.results import RepeatResult
 
-
-@dataclass
-class Watch:
-    """The runtime's part around the driver (every hook may be left out).
-
-    ``started(start)``: before the first round ``start``; ``pretrained()``: after a fresh
-    pre-training exchange; ``round_done(t, row)``: after round ``t``'s row; ``on_round(t,
-    server)``: after its checkpoint. ``oracle(weights)``: the experimenter's columns for an
-    evaluated round (timed as phase ``oracle``). ``startup_round``: the round that failure
-    events before the first round are filed under (None: the first round's)."""
-
-    started: Callable[[int], None] | None = None
-    pretrained: Callable[[], None] | None = None
-    round_done: Callable[[int, dict], None] | None = None
-    on_round: Callable[[int, Any], None] | None = None
-    oracle: Callable[[State], dict] | None = None
-    startup_round: int | None = 0
-    #: file the runtime's failure events in the history's events (the mini-batch driver's
-    #: local runs keep only the resumes there)
-    runtime_events: bool = True
+__all__ = ["Watch", "drive_fedavg"]
 
 
 def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats: dict,

@@ -16,7 +16,8 @@ from collections.abc import Callable
 import torch
 
 from fedgl.algorithms.base import FedAvgServer, GNNClient
-from fedgl.algorithms.fedavg_driver import Watch, drive_fedavg
+from fedgl.algorithms.fedavg_driver import drive_fedavg
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph

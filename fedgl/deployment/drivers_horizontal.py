@@ -23,12 +23,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedgl.algorithms.fedavg_driver import Watch, drive_fedavg
+from fedgl.algorithms.fedavg_driver import drive_fedavg
 from fedgl.algorithms.runner import (
     _resume,
     initial_weights_for,
     wire_server,
 )
+from fedgl.algorithms.watch import Watch
 from fedgl.config import Config
 from fedgl.config.registry import load_path
 from fedgl.deployment.driving import (

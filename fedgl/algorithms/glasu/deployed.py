@@ -97,11 +97,11 @@ def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
 def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
                  seed: int, t0: float) -> RepeatResult:
     """One deployed GLASU repeat (see the module docstring)."""
-    from fedgl.algorithms.fedavg_driver import Watch
     from fedgl.algorithms.glasu.runner import _json_params, drive_glasu, glasu_params
     from fedgl.algorithms.glasu.runner import _resume as resume_glasu
     from fedgl.algorithms.glasu.server import GlasuServer
     from fedgl.algorithms.runner import finish_repeat
+    from fedgl.algorithms.watch import Watch
     from fedgl.deployment.driving import bytes_now, continuation, log_round, resume_keeping_setup
     from fedgl.federation.network import NetworkModel
 

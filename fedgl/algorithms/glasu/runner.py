@@ -28,7 +28,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from fedgl.algorithms.fedavg_driver import Watch
 from fedgl.algorithms.glasu.client import GlasuClient
 from fedgl.algorithms.glasu.options import (
     MODES,
@@ -39,6 +38,7 @@ from fedgl.algorithms.glasu.options import (
 )
 from fedgl.algorithms.glasu.server import GlasuServer
 from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import parse_num_neighbors
 from fedgl.data.graph import GraphData

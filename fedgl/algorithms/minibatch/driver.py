@@ -11,7 +11,7 @@ row, recorded and never checkpointed), a checkpoint (weights, history, ledger, e
 server's state) when one is due; then the repeat's result and the mini-batch figures
 (:func:`~fedgl.algorithms.minibatch.runner.minibatch_extra`).
 
-What differs between runtimes is the caller's :class:`~fedgl.algorithms.fedavg_driver.Watch`
+What differs between runtimes is the caller's :class:`~fedgl.algorithms.watch.Watch`
 (a local run's progress and oracle score; a deployed run's log lines) and where it files the
 returned events.
 """
@@ -22,8 +22,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fedgl.algorithms.fedavg_driver import Watch
 from fedgl.algorithms.minibatch.server import FedSGDServer
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.results import RepeatResult
 

@@ -20,12 +20,12 @@ from typing import Any
 
 import torch
 
-from fedgl.algorithms.fedavg_driver import Watch
 from fedgl.algorithms.minibatch.client import MiniBatchClient
 from fedgl.algorithms.minibatch.driver import drive_minibatch
 from fedgl.algorithms.minibatch.server import FedSGDServer, Schedule
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 from fedgl.algorithms.runner import _progress_info
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
