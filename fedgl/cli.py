@@ -23,6 +23,7 @@ if __name__ == "__main__" or os.path.basename(sys.argv[0]) == "fedgl":
     signal.signal(signal.SIGINT, _exit_at_once)
 
 import argparse
+import functools
 import threading
 import time
 from dataclasses import fields
@@ -228,7 +229,8 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
     keys.add_argument("--out", required=True, metavar="DIR")
     from fedgl.deployment.commands import add_certs_parser, add_parsers
 
-    add_parsers(sub, _add_config_flags, algorithm)
+    # a chosen plugin's options are flags of `fedgl server` too (it deploys like a built-in)
+    add_parsers(sub, functools.partial(_add_config_flags, plugin=plugin), algorithm)
     add_certs_parser(sub)
     from fedgl.deployment import own_commands
 

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -98,6 +99,50 @@ def assert_same_as_local(deployed: dict, keys: dict) -> None:
     # what Flower carried: fedgl's wire bytes plus Flower's framing, measured per round
     for row in rep["extra"]["flower"].get("per_round", []):
         assert row["flower_bytes"] >= row["ledger_wire_bytes"] > 0
+
+
+class InProcessFlower:
+    """The parties' roles behind a local runtime, with the counters the deployed driver reads
+    from a Flower runtime (nothing travels through Flower here)."""
+
+    def __init__(self, roles: dict) -> None:
+        from fedgl.federation.runtime import LocalRuntime
+
+        self.local = LocalRuntime(roles)
+        self.flower_bytes: dict = defaultdict(lambda: {"up": 0, "down": 0})
+        self.calls = 0
+
+    def __getattr__(self, name: str):
+        return getattr(self.local, name)
+
+
+def deployed_in_process(root: Path, keys: dict) -> dict:
+    """``keys`` through the deployed server's driver, over parties built from ``root``'s shards
+    and keys exactly as ``fedgl client`` builds them; the result as ``result.json`` holds it."""
+    from fedgl.api import as_config
+    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
+    from fedgl.deployment.server_app import run_deployed
+    from fedgl.federation.codec import Encoded, decode, encode
+
+    cfg = as_config(**keys)
+    parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
+                     root / "keys" / "roster.json") for k in range(cfg.clients)]
+    facts = {}
+    for party in parties:   # the set-up messages as the relay hands them over
+        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
+                                  (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
+                                           "run_tag": "inprocess", "resumed": False})):
+            head, reply = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
+                                        "run_id": 1}, encode(msg_type, payload).to_bytes())
+            assert "refused" not in head, head
+            if msg_type == HELLO:
+                facts[party.client_id] = dict(decode(Encoded.from_bytes(reply))[1])
+    runtime = InProcessFlower({p.client_id: p.endpoint.role for p in parties})
+    result = json.loads(json.dumps(run_deployed(runtime, cfg, facts, cfg.seed, {}).to_dict(),
+                                   default=str))
+    # nothing travelled through Flower here: no Flower bytes to set beside the ledger's
+    result["repeats"][0]["extra"]["flower"].pop("per_round", None)
+    return result
 
 
 def wait_for(what: Callable[[], bool], proc: subprocess.Popen, timeout: float = 900) -> None:

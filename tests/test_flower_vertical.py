@@ -153,7 +153,7 @@ def test_vertical_shard_command_writes_the_local_runs_split(tmp_path: Path, data
 
 def test_glasu_client_is_built_only_from_a_fitting_shard() -> None:
     from fedgl.algorithms.glasu.client import GlasuClient
-    from fedgl.deployment.drivers_vertical import glasu_client
+    from fedgl.algorithms.glasu.deployed import glasu_client
     from tests.flower_helpers import tiny_shard
 
     cfg = Config.from_dict({"algorithm": "glasu", "clients": 3, "layers": 2, "hidden": 4})

@@ -62,6 +62,8 @@ def test_two_threads_do_not_fork(monkeypatch):
     cfg = as_config(None, algorithm="fedgcn", **SMALL)
     graph = load_graph(cfg)
     before = torch.get_num_threads()
+    # as in a process that has run no Ray or Flower session (earlier tests may have)
+    monkeypatch.delitem(sys.modules, "grpc", raising=False)
     try:
         torch.set_num_threads(2)
         assert not beside.LeakageReport.beside(graph, cfg)

@@ -263,3 +263,63 @@ def test_no_plugins_installed(cli):
         pytest.skip("plugins are installed in this environment")
     res = cli("plugins")
     assert res.code == 0 and "no plugin algorithms installed" in res.out
+
+
+# ---------------------------------------------------------------------- the plugin, deployed
+FEDPROX = {"algorithm": "fedprox", "mu": 0.5, "dataset": "cora", "clients": 3, "rounds": 2,
+           "local_steps": 2, "progress": False, "oracle_eval": False}
+
+
+@pytest.fixture
+def fedprox_here(fedprox_site: Path, monkeypatch: pytest.MonkeyPatch):
+    """The docs' FedProx package importable and discovered in this process, and on the
+    ``PYTHONPATH`` of the processes it starts (a loopback federation's); the registry is
+    restored afterwards."""
+    registry.load_all()
+    specs, aliases = dict(registry._SPECS), dict(registry._ALIASES)
+    sys.path.insert(0, str(fedprox_site))
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(REPO), str(fedprox_site)]))
+    importlib.invalidate_caches()
+    plugin_discovery.discover(refresh=True)
+    try:
+        yield fedprox_site
+    finally:
+        sys.path.remove(str(fedprox_site))
+        sys.modules.pop("fedgl_fedprox", None)
+        registry._SPECS.clear()
+        registry._SPECS.update(specs)
+        registry._ALIASES.clear()
+        registry._ALIASES.update(aliases)
+        importlib.invalidate_caches()
+        plugin_discovery.discover(refresh=True)
+
+
+def fedprox_shards(root: Path) -> Path:
+    from tests.flower_helpers import write_deployment_files
+
+    return write_deployment_files(root, 3, ("--algorithm", "fedprox"))
+
+
+def test_docs_fedprox_deployed_driver_equals_local(fedprox_here, data_root, tmp_path):
+    """The deployed server's driver over parties built from shards and keys as ``fedgl
+    client`` builds them (in-process, no Flower): FedProx's own client (mu > 0, so a plain
+    FedAvg client would give another history), the same run as ``--runtime local``."""
+    from tests.flower_helpers import assert_same_as_local, deployed_in_process
+
+    spec = registry.get_spec("fedprox")
+    assert spec.deployment() == ("fedgl_fedprox:FedProxClient", "fedavg",
+                                 "fedgl.algorithms.base:FedAvgServer")
+    deployed = deployed_in_process(fedprox_shards(tmp_path), FEDPROX)
+    assert_same_as_local(deployed, FEDPROX)
+
+
+@pytest.mark.slow   # a loopback Flower federation takes minutes on 2 cores
+def test_docs_fedprox_runs_on_a_loopback_flower_federation(fedprox_here, data_root, tmp_path):
+    """docs/extending.md's FedProx, installed and changing nothing in fedgl, on Flower (one
+    SuperLink, a process per client: fedgl shard, fedgl client, fedgl server) equals its local
+    run: history, value bytes, wire bytes and message counts."""
+    from tests.flower_helpers import assert_same_as_local, deployed_run
+
+    deployed = deployed_run(fedprox_shards(tmp_path), "fedprox", FEDPROX, [])
+    assert deployed["config"]["algorithm"] == "fedprox"
+    assert_same_as_local(deployed, FEDPROX)

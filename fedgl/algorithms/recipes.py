@@ -60,3 +60,11 @@ ROUNDS_HELP: dict[str, str] = {
              "sampled batch (T x Q updates in all)",
     "glasu_baseline": "rounds T, one exact model update each (no stale updates)",
 }
+
+#: why an algorithm stays simulation-only (``AlgorithmSpec.simulation_only``; ``fedgl server``
+#: prints it): a one-party reference ...
+ONE_PARTY = "one party holds the whole graph (a reference, not a federation)"
+#: ... and the methods for one organisation's trusted cluster
+CLUSTER_ONLY = ("its clients exchange raw boundary features and hidden states through the server "
+                "at every local step and layer: a method for one organisation's trusted cluster "
+                "(Ray), and a Flower round trip per layer and step")

@@ -16,7 +16,9 @@ from collections.abc import Callable
 import torch
 
 from fedgl.algorithms.base import FedAvgServer, GNNClient
+from fedgl.algorithms.fedavg_driver import drive_fedavg
 from fedgl.algorithms.leakage_beside import LeakageReport
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
@@ -169,51 +171,19 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
             oracle = None
         elif oracle is None:
             oracle = OracleEvaluator(graph, cfg)
-        setup_seconds = time.perf_counter() - t0
-        history: list[dict] = []
-        events: list[dict] = []
-        start = 1
-        if resume_from is None:
-            server.pretrain()
-        else:
-            start, history, events = _resume(server, resume_from)
-        progress.start(f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
-        for _ in range(start - 1):
-            progress.advance()
-        oracle_seconds = 0.0
-        diverged: dict | None = None
-        events += [{**e, "round": 0} for e in runtime.events]   # clients restarted at start-up
-        seen_events = len(runtime.events)
-        for t, weights, metrics in server.rounds(start):
-            row = {"round": t, **metrics, **network_columns(runtime.ledger)}
-            if oracle is not None and "test_acc" in metrics:
-                o0 = time.perf_counter()
-                row.update(oracle(weights))
-                oracle_seconds += time.perf_counter() - o0
-            history.append(row)
-            diverged = divergence(t, weights, row["train_loss"], cfg)
-            events += [{**e, "round": t} for e in runtime.events[seen_events:]]
-            seen_events = len(runtime.events)
-            progress.advance(_progress_info(row))
-            if diverged is not None:   # recorded (--allow-divergence); never checkpointed
-                break
-            if checkpointer is not None:
-                checkpointer.round_done(round_progress(server, repeat, seed, t, weights,
-                                                       history, events))
-            if on_round is not None:
-                on_round(repeat, t, server)
-        ledger = runtime.ledger
-        seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
-                   "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
-                   "oracle": oracle_seconds, "total": time.perf_counter() - t0}
-        result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
-        if diverged is not None:
-            result.extra["diverged"] = diverged
-            result.final["diverged_round"] = diverged["round"]
-        result.extra["runtime"] = cfg.runtime
-        result.extra["failures"] = events
-        if hasattr(server, "result_extra"):
-            result.extra.update(server.result_extra())
+
+        def started(start: int) -> None:
+            progress.start(f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
+            for _ in range(start - 1):
+                progress.advance()
+
+        watch = Watch(started=started, oracle=oracle,
+                      round_done=lambda t, row: progress.advance(_progress_info(row)),
+                      on_round=None if on_round is None else
+                      lambda t, srv: on_round(repeat, t, srv))
+        result = drive_fedavg(server, cfg, repeat=repeat, seed=seed,
+                              part_stats=part.stats(graph), t0=t0, resume=_resume,
+                              resume_from=resume_from, checkpointer=checkpointer, watch=watch)
         if hasattr(runtime, "placement"):
             result.extra["placement"] = {str(k): v for k, v in runtime.placement().items()}
         if hasattr(runtime, "peak_rss_mb"):

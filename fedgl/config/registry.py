@@ -87,8 +87,27 @@ class AlgorithmSpec:
     #: what a common key means for this algorithm, where it differs from the generic help
     #: (e.g. ``rounds`` counts FedSGD iterations for the mini-batch algorithms)
     key_help: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
+    #: deployed on Flower (``fedgl client``/``fedgl server``): the client role a party builds
+    #: from its own shard, ``client(shard, cfg, seed)`` ("module:Class" or a factory)
+    client: str = ""
+    #: the deployed server's driver: ``"fedavg"`` (pre-training exchange, then FedAvg rounds, with
+    #: the server class ``server``), ``"minibatch"`` (mini-batch FedSGD with the schedule
+    #: function ``server``: ``(cfg, settings) -> (Schedule, PNS fan-out)``), or a
+    #: ``"module:function"`` called as ``driver(runtime, cfg, facts, seed, t0) -> RepeatResult``
+    driver: str = ""
+    server: str = ""
+    #: why the algorithm stays simulation-only (one line ``fedgl server`` prints)
+    simulation_only: str = ""
+    #: a deployable vertical algorithm's shard writer, ``shards(graph, cfg, out) -> manifest
+    #: paths`` behind ``fedgl shard`` (horizontal shards are the partitioner's, for every one)
+    shards: str = ""
 
     def __post_init__(self) -> None:
+        self._check()
+        object.__setattr__(self, "defaults", dict(self.defaults))
+        object.__setattr__(self, "key_help", dict(self.key_help))
+
+    def _check(self) -> None:
         if self.setting not in ("horizontal", "vertical"):
             raise ValueError(f"{self.name}: setting must be horizontal or vertical")
         unknown = set(self.privacy) - set(PRIVACY_FEATURES)
@@ -100,8 +119,19 @@ class AlgorithmSpec:
         if unread:
             raise ValueError(f"{self.name}: defaults given for keys it does not read: "
                              f"{sorted(unread)}")
-        object.__setattr__(self, "defaults", dict(self.defaults))
-        object.__setattr__(self, "key_help", dict(self.key_help))
+        if bool(self.client) != bool(self.driver):
+            raise ValueError(f"{self.name}: a deployable algorithm names both its client and "
+                             "its driver")
+        if self.driver in GENERIC_DRIVERS and not self.server:
+            raise ValueError(f"{self.name}: the '{self.driver}' driver needs a server")
+        if self.driver and self.driver not in GENERIC_DRIVERS and ":" not in self.driver:
+            raise ValueError(f"{self.name}: driver must be one of {', '.join(GENERIC_DRIVERS)} "
+                             "or 'module:function'")
+        if self.setting == "vertical" and self.client and not self.shards:
+            raise ValueError(f"{self.name}: a deployable vertical algorithm names its shards' "
+                             "writer")
+        if self.client and self.simulation_only:
+            raise ValueError(f"{self.name}: a deployable algorithm is not simulation-only")
 
     def unread_keys(self) -> tuple[str, ...]:
         """Common keys this algorithm ignores: its own list plus the other setting's keys."""
@@ -113,8 +143,33 @@ class AlgorithmSpec:
 
     def load_entry(self) -> Callable[..., Any]:
         """Import and return the entry point (this is where the algorithm's code is imported)."""
-        module, _, attr = self.entry.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return load_path(self.entry)
+
+    @property
+    def deployable(self) -> bool:
+        return bool(self.client)
+
+    def deployment(self) -> tuple[str, str, str]:
+        """``(client, driver, server)`` of a deployed run; :class:`ConfigError` naming why the
+        algorithm does not run deployed."""
+        if self.simulation_only:
+            raise ConfigError(f"algorithm '{self.name}' is simulation-only: "
+                              f"{self.simulation_only}; run it with --runtime local or ray")
+        if not self.client:
+            raise ConfigError(f"algorithm '{self.name}' does not run deployed on Flower (its "
+                              "spec names no client and driver); run it with --runtime local "
+                              "or ray")
+        return self.client, self.driver, self.server
+
+
+#: the server drivers the deployment knows generically (``AlgorithmSpec.driver``)
+GENERIC_DRIVERS = ("fedavg", "minibatch")
+
+
+def load_path(path: str) -> Any:
+    """The object a ``"module:qualname"`` path names (importing the module)."""
+    module, _, attr = path.partition(":")
+    return getattr(importlib.import_module(module), attr)
 
 
 _SPECS: dict[str, AlgorithmSpec] = {}
@@ -193,6 +248,12 @@ def load_all() -> list[AlgorithmSpec]:
     for module in sorted(set(BUILTIN.values())):
         importlib.import_module(module)
     return [_SPECS[n] for n in sorted(_SPECS)]
+
+
+def deployable_names() -> list[str]:
+    """The algorithms that run deployed: the built-ins' and every registered (or used) plugin's
+    whose spec names a client and a driver."""
+    return [s.name for s in load_all() if s.deployable]
 
 
 def readers_of(key: str) -> list[str]:

@@ -67,10 +67,17 @@ def policy_from_args(args: Any) -> ClientPolicy:
     path = getattr(args, "policy", None)
     policy = load_policy(path, given) if path is not None else \
         ClientPolicy.from_mapping(given, source="fedgl client flags")
-    from fedgl.deployment.party import DEPLOYABLE
+    from fedgl.config.registry import deployable_names, get_spec
 
-    unknown = [a for a in policy.algorithms or () if a not in DEPLOYABLE]
+    def runs_deployed(name: str) -> bool:
+        try:
+            spec = get_spec(name)
+        except ConfigError:
+            return False
+        return spec.deployable and spec.name == name   # the name a run's config carries
+
+    unknown = [a for a in policy.algorithms or () if not runs_deployed(a)]
     if unknown:
         raise ConfigError(f"policy algorithms: {unknown[0]!r} does not run deployed; name some "
-                          f"of {', '.join(sorted(DEPLOYABLE))}")
+                          f"of {', '.join(sorted(deployable_names()))}")
     return policy

@@ -2,9 +2,10 @@
 resume from, the DP releases the clients logged), the resume that keeps this attempt's set-up
 messages, the phase times and the cumulative bytes per round (fedgl's ledger beside Flower's).
 
-The drivers themselves are :mod:`fedgl.deployment.drivers_horizontal` (FedAvg-style and
-mini-batch FedSGD) and :mod:`fedgl.deployment.drivers_vertical` (GLASU); the ServerApp
-(:mod:`fedgl.deployment.server_app`) sets the continuation up and picks the driver.
+The drivers themselves are the generic ones of :mod:`fedgl.deployment.drivers_horizontal`
+(FedAvg-style and mini-batch FedSGD) and an algorithm's own (GLASU's,
+:mod:`fedgl.algorithms.glasu.deployed`); the ServerApp (:mod:`fedgl.deployment.server_app`) sets
+the continuation up and runs the driver the algorithm's spec names.
 """
 
 from __future__ import annotations

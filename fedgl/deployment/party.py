@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import copy
 import hmac
-import importlib
 import json
 import os
 import socket
@@ -46,6 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from fedgl.config import Config
+from fedgl.config.registry import load_path
 from fedgl.data.provenance import mismatch
 from fedgl.data.shard_format import read_manifest, read_shard
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
@@ -76,45 +76,6 @@ from fedgl.privacy.identity import Identity, Roster, frame
 from fedgl.privacy.inputs import party_record
 from fedgl.privacy.policy import ClientPolicy
 
-#: algorithms that run deployed: their client class (module:qualname) and the server side's
-#: driver in :mod:`fedgl.deployment.server_app` ("fedavg": a FedAvg server class, given here;
-#: "minibatch": the mini-batch FedSGD server with the algorithm's schedule; "vertical": GLASU's
-#: server, :mod:`fedgl.deployment.drivers_vertical`, whose client entry is a factory taking the
-#: same ``(shard, config, seed)``). FedAvg is ``fedgcn`` with ``hops: 0``. See
-#: :mod:`fedgl.deployment.drivers_horizontal`.
-_MINIBATCH = ("fedgl.algorithms.minibatch.client:MiniBatchClient", "minibatch")
-DEPLOYABLE = {
-    "fedgcn": ("fedgl.algorithms.fedgcn.client:FedGCNClient",
-               "fedgl.algorithms.fedgcn.server:FedGCNServer"),
-    "swift-fedgnn": _MINIBATCH,
-    "fedgnn-g": _MINIBATCH,
-    "local-only": _MINIBATCH,
-    "llcg": _MINIBATCH,
-    "fedgnn-pns": _MINIBATCH,
-    "fedgat": ("fedgl.algorithms.fedgat.client:FedGATClient",
-               "fedgl.deployment.drivers_horizontal:DeployedFedGATServer"),
-    "distgat": ("fedgl.algorithms.fedgat.dist_gat:DistGATClient",
-                "fedgl.deployment.drivers_horizontal:DeployedDistGATServer"),
-    "fedsage-plus": ("fedgl.algorithms.fedsage_plus.client:FedSagePlusClient",
-                     "fedgl.algorithms.fedsage_plus.server:FedSagePlusServer"),
-    "glasu": ("fedgl.deployment.drivers_vertical:glasu_client", "vertical"),
-}
-_ONE_PARTY = "one party holds the whole graph (a reference, not a federation)"
-_CLUSTER = ("its clients exchange raw boundary features and hidden states through the server at "
-            "every local step and layer: a method for one organisation's trusted cluster (Ray), "
-            "and a Flower round trip per layer and step")
-_GLASU_REFERENCE = ("a GLASU reference: it gives one party every edge or every feature column, "
-                    "or trains the parties apart")
-#: algorithms that stay simulation-only, and why (``fedgl server`` says so)
-SIMULATION_ONLY = {
-    "glasu-simulated": _GLASU_REFERENCE,
-    "glasu-centralized": _GLASU_REFERENCE,
-    "glasu-standalone": _GLASU_REFERENCE,
-    "centralized": _ONE_PARTY,
-    "centralized-gat": _ONE_PARTY,
-    "bns-gcn": _CLUSTER,
-    "distributed-gcn": _CLUSTER,
-}
 HELLO_CONTEXT = "fedgl-flower-hello/1"
 #: the fewest random bytes a hello challenge may have
 MIN_CHALLENGE = 16
@@ -124,21 +85,6 @@ MIN_CHALLENGE = 16
 SETUP_MAX_BODY = 1 << 20
 #: the default largest body of any other message (``fedgl client --max-message-mb``)
 DEFAULT_MAX_MESSAGE = 1 << 30
-
-
-def load_class(path: str) -> type:
-    module, name = path.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
-def deployable(algorithm: str) -> tuple[str, str]:
-    if algorithm in SIMULATION_ONLY:
-        raise ConfigError(f"algorithm '{algorithm}' is simulation-only: "
-                          f"{SIMULATION_ONLY[algorithm]}; run it with --runtime local or ray")
-    if algorithm not in DEPLOYABLE:
-        raise ConfigError(f"algorithm '{algorithm}' does not run deployed on Flower yet (only "
-                          f"{', '.join(sorted(DEPLOYABLE))}); run it with --runtime local or ray")
-    return DEPLOYABLE[algorithm]
 
 
 def hello_message(challenge: bytes, node_id: int, run_id: int, roster: Roster) -> bytes:
@@ -264,7 +210,7 @@ class Party:
             import torch
 
             torch.set_num_threads(cfg.threads)
-        client_cls = load_class(deployable(cfg.algorithm)[0])
+        client_cls = load_path(cfg.spec.deployment()[0])
         try:
             role = client_cls(self.shard, copy.deepcopy(cfg), seed)
             if hasattr(role, "use_input_record"):
@@ -287,7 +233,7 @@ class Party:
         from fedgl.privacy.dp import logged_releases
 
         resumable = bool(cfg.checkpoint_every or resumed)
-        keeps_model = resumable and deployable(cfg.algorithm)[1] == "vertical"
+        keeps_model = resumable and cfg.spec.setting == "vertical"
         if cfg.dp_epsilon is None and not keeps_model:
             return cfg.replace(out=None), []
         if self.state_dir is None:

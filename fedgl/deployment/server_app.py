@@ -36,8 +36,9 @@ from flwr.serverapp import Grid, ServerApp
 
 from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
+from fedgl.config.registry import load_path
 from fedgl.deployment.driving import Continuation
-from fedgl.deployment.party import deployable, hello_message, read_roster
+from fedgl.deployment.party import hello_message, read_roster
 from fedgl.deployment.server_log import WAIT_LINE_EVERY, ServerLog
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
@@ -173,24 +174,23 @@ def setup_clients(runtime: FlowerRuntime, cfg: Config, seed: int, run_tag: str,
 
 def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
                  seed: int, extra: dict[str, Any]) -> RunResult:
-    """One repeat of ``cfg.algorithm``'s server over the deployed clients."""
+    """One repeat of ``cfg.algorithm``'s server over the deployed clients: the driver its spec
+    names (a generic kind of :mod:`fedgl.deployment.drivers_horizontal`, with the spec's
+    server, or the algorithm's own ``driver(runtime, cfg, facts, seed, t0)``)."""
     t0 = time.perf_counter()
-    if deployable(cfg.algorithm)[1] == "vertical":  # GLASU: clients hold column blocks
-        from fedgl.deployment.drivers_vertical import run_vertical
+    _, driver, server = cfg.spec.deployment()
+    from fedgl.deployment.drivers_horizontal import GENERIC
 
-        return run_vertical(runtime, cfg, facts, seed, extra, t0)
-    widths = {(f["num_features"], f["num_classes"]) for f in facts.values()}
-    if len(widths) != 1:
-        raise ConfigError(f"the clients' shards disagree on (features, classes): {sorted(widths)}; "
-                          "write every shard from one dataset with `fedgl shard`")
-    (num_features, num_classes), = widths
-    from fedgl.deployment.drivers_horizontal import run_fedavg, run_minibatch
-
-    driver = deployable(cfg.algorithm)[1]
-    if driver == "minibatch":
-        rep = run_minibatch(runtime, cfg, facts, seed, num_features, num_classes, t0)
+    if driver in GENERIC:
+        widths = {(f["num_features"], f["num_classes"]) for f in facts.values()}
+        if len(widths) != 1:
+            raise ConfigError(f"the clients' shards disagree on (features, classes): "
+                              f"{sorted(widths)}; write every shard from one dataset with "
+                              "`fedgl shard`")
+        (num_features, num_classes), = widths
+        rep = GENERIC[driver](runtime, cfg, facts, seed, num_features, num_classes, t0, server)
     else:
-        rep = run_fedavg(runtime, cfg, facts, seed, num_features, num_classes, t0, driver)
+        rep = load_path(driver)(runtime, cfg, facts, seed, t0)
     rep.extra["runtime"] = "flower"
     rep.extra.setdefault("failures", list(runtime.events))
     rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},

@@ -1,7 +1,7 @@
 """Registers BNS-GCN (alias bds-gcn) (imports no algorithm code)."""
 
 from fedgl.algorithms.bns_gcn.options import BNSGCNOptions
-from fedgl.algorithms.recipes import FEDGCN_PAPER, ROUNDS_HELP
+from fedgl.algorithms.recipes import CLUSTER_ONLY, FEDGCN_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 register(AlgorithmSpec(
@@ -10,4 +10,5 @@ register(AlgorithmSpec(
             "states exchanged through the server at every step",
     entry="fedgl.algorithms.bns_gcn.runner:run_repeat", options=BNSGCNOptions,
     unread=("batch_size", "num_neighbors", "clients_per_round"),
-    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
+    simulation_only=CLUSTER_ONLY))

@@ -1,7 +1,7 @@
 """Registers Distributed GCN (imports no algorithm code)."""
 
 from fedgl.algorithms.distributed_gcn.options import DistributedGCNOptions
-from fedgl.algorithms.recipes import FEDGCN_PAPER, ROUNDS_HELP
+from fedgl.algorithms.recipes import CLUSTER_ONLY, FEDGCN_PAPER, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 register(AlgorithmSpec(
@@ -10,4 +10,5 @@ register(AlgorithmSpec(
             "through the server at every step",
     entry="fedgl.algorithms.distributed_gcn.runner:run_repeat", options=DistributedGCNOptions,
     unread=("batch_size", "num_neighbors", "clients_per_round"),
-    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
+    simulation_only=CLUSTER_ONLY))

@@ -1,7 +1,7 @@
 """Registers FedGCN and its centralised reference (imports no algorithm code)."""
 
 from fedgl.algorithms.fedgcn.options import FedGCNOptions
-from fedgl.algorithms.recipes import FEDGCN_PAPER, ROUNDS_HELP
+from fedgl.algorithms.recipes import FEDGCN_PAPER, ONE_PARTY, ROUNDS_HELP
 from fedgl.config.registry import AlgorithmSpec, register
 
 register(AlgorithmSpec(
@@ -9,7 +9,10 @@ register(AlgorithmSpec(
     summary="FedGCN: one pre-training exchange of 0/1/2-hop neighbour sums, then FedAvg",
     entry="fedgl.algorithms.fedgcn.runner:run_fedgcn", options=FedGCNOptions,
     privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors"),
-    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
+    # deployed: FedAvg is fedgcn with hops 0 (no pre-training exchange)
+    client="fedgl.algorithms.fedgcn.client:FedGCNClient", driver="fedavg",
+    server="fedgl.algorithms.fedgcn.server:FedGCNServer"))
 
 register(AlgorithmSpec(
     name="centralized", setting="horizontal",
@@ -18,5 +21,5 @@ register(AlgorithmSpec(
     checkpoints=False,
     # federation keys are accepted (and ignored) so that one set of keys runs a comparison;
     # batch_size and num_neighbors are read (mini-batch centralised GCN/SAGE)
-    unread=("clients_per_round",),
+    unread=("clients_per_round",), simulation_only=ONE_PARTY,
     defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))

@@ -9,4 +9,6 @@ register(AlgorithmSpec(
     summary="FedSage+: federatedly trained neighbour generators mend local subgraphs, then FedAvg",
     entry="fedgl.algorithms.fedsage_plus.runner:run_repeat", options=FedSagePlusOptions,
     unread=("batch_size", "num_neighbors", "clients_per_round"),
-    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
+    client="fedgl.algorithms.fedsage_plus.client:FedSagePlusClient", driver="fedavg",
+    server="fedgl.algorithms.fedsage_plus.server:FedSagePlusServer"))

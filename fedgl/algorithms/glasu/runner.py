@@ -38,6 +38,7 @@ from fedgl.algorithms.glasu.options import (
 )
 from fedgl.algorithms.glasu.server import GlasuServer
 from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import parse_num_neighbors
 from fedgl.data.graph import GraphData
@@ -216,29 +217,67 @@ def _resume(server: GlasuServer, state: RepeatProgress) -> tuple[int, list[dict]
     return state.round + 1, list(state.history), events
 
 
+def drive_glasu(server: GlasuServer, cfg: Any, *, repeat: int, seed: int,
+                resume: Callable[[GlasuServer, RepeatProgress], tuple[int, list, list]],
+                resume_from: RepeatProgress | None = None,
+                checkpointer: Checkpointer | None = None, watch: Watch | None = None,
+                aside: Callable[[Callable[[], Any]], Any] | None = None
+                ) -> tuple[list[dict], list[dict]]:
+    """The one driver of GLASU's server (set up already), on every runtime: the resume of a
+    checkpointed round, then ``rounds`` rounds, one history row each (with a simulated network
+    its bytes and seconds), the round's failure events (where ``watch.runtime_events``), each
+    party's own checkpoint every ``checkpointer.every`` rounds; the history and the events.
+    ``aside(step)`` runs the checkpoint messages (a deployed run files their Flower bytes apart
+    from the training traffic). What differs between runtimes is the ``watch``."""
+    watch = watch or Watch()
+    aside = aside or (lambda step: step())
+    history: list[dict] = []
+    events: list[dict] = []
+    start = 1
+    if resume_from is not None:   # every party restores the state it saved itself
+        start, history, events = aside(lambda: resume(server, resume_from))
+    if watch.started is not None:
+        watch.started(start)
+    runtime = server.runtime
+    seen_events = 0
+    if watch.runtime_events and watch.startup_round is not None:
+        events += [{**e, "round": watch.startup_round} for e in runtime.events]
+        seen_events = len(runtime.events)
+    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
+        row = {"round": t, **metrics, **network_columns(runtime.ledger)}
+        history.append(row)
+        if watch.runtime_events:
+            events += [{**e, "round": t} for e in runtime.events[seen_events:]]
+            seen_events = len(runtime.events)
+        if watch.round_done is not None:
+            watch.round_done(t, row)
+        if checkpointer is not None and checkpointer.every and t % checkpointer.every == 0:
+            state = aside(lambda t=t: party_state(server, t))
+            checkpointer.round_done(RepeatProgress(repeat, seed, t, state, history,
+                                                   runtime.ledger.state_dict(), events))
+        if watch.on_round is not None:
+            watch.on_round(t, server)
+    return history, events
+
+
 def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, seed: int,
            progress: RoundProgress, on_round: Callable | None,
            resume_from: RepeatProgress | None = None,
            checkpointer: Checkpointer | None = None) -> tuple[list[dict], list[dict]]:
-    history: list[dict] = []
-    events: list[dict] = []
-    start = 1
-    if resume_from is not None:
-        start, history, events = _resume(server, resume_from)
+    """A local or Ray run of :func:`drive_glasu`, with its progress line."""
     repeats = int(getattr(cfg, "repeats", 1))
-    progress.start(f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds))
-    for _ in range(start - 1):
-        progress.advance()
-    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
-        row = {"round": t, **metrics, **network_columns(server.runtime.ledger)}
-        history.append(row)
-        progress.advance(_progress_info(row))
-        if checkpointer is not None and checkpointer.every and t % checkpointer.every == 0:
-            checkpointer.round_done(RepeatProgress(repeat, seed, t, party_state(server, t), history,
-                                                   server.runtime.ledger.state_dict(), events))
-        if on_round is not None:
-            on_round(repeat, t, server)
-    return history, events
+
+    def started(start: int) -> None:
+        progress.start(f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds))
+        for _ in range(start - 1):
+            progress.advance()
+
+    watch = Watch(started=started, runtime_events=False,
+                  round_done=lambda t, row: progress.advance(_progress_info(row)),
+                  on_round=None if on_round is None else
+                  lambda t, srv: on_round(repeat, t, srv))
+    return drive_glasu(server, cfg, repeat=repeat, seed=seed, resume=_resume,
+                       resume_from=resume_from, checkpointer=checkpointer, watch=watch)
 
 
 def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat: int, seed: int,

@@ -10,28 +10,37 @@ from fedgl.config.registry import AlgorithmSpec, register
 _UNREAD = ("model", "local_steps", "clients_per_round")
 _RUNNER = "fedgl.algorithms.glasu.runner"
 _BASE_HELP = {"rounds": ROUNDS_HELP["glasu_baseline"]}
+_DEPLOYED = "fedgl.algorithms.glasu.deployed"
+#: why GLASU's baselines stay simulation-only
+_REFERENCE = ("a GLASU reference: it gives one party every edge or every feature column, or "
+              "trains the parties apart")
 
 register(AlgorithmSpec(
     name="glasu", setting="vertical",
     summary="GLASU: vertical split GNN with lazy aggregation at K of L layers and Q stale updates",
     entry=f"{_RUNNER}:run_repeat", options=GlasuOptions, unread=_UNREAD,
-    defaults=GLASU_PAPER, key_help={"rounds": ROUNDS_HELP["glasu"]}))
+    defaults=GLASU_PAPER, key_help={"rounds": ROUNDS_HELP["glasu"]},
+    client=f"{_DEPLOYED}:glasu_client", driver=f"{_DEPLOYED}:run_vertical",
+    shards=f"{_DEPLOYED}:write_vertical_shards"))
 
 register(AlgorithmSpec(
     name="glasu-simulated", setting="vertical",
     summary="GLASU's simulated centralised baseline: every client has every edge, aggregation "
             "at every layer, exact gradients",
     entry=f"{_RUNNER}:run_simulated", options=GlasuModelOptions, unread=_UNREAD,
-    defaults=GLASU_BASELINES, key_help=_BASE_HELP))
+    defaults=GLASU_BASELINES, key_help=_BASE_HELP,
+    simulation_only=_REFERENCE))
 
 register(AlgorithmSpec(
     name="glasu-centralized", setting="vertical",
     summary="GLASU's centralised baseline: one party with every feature column and edge",
     entry=f"{_RUNNER}:run_centralized", options=GlasuModelOptions, runtimes=("local",),
-    unread=_UNREAD, defaults=GLASU_BASELINES, key_help=_BASE_HELP))
+    unread=_UNREAD, defaults=GLASU_BASELINES, key_help=_BASE_HELP,
+    simulation_only=_REFERENCE))
 
 register(AlgorithmSpec(
     name="glasu-standalone", setting="vertical",
     summary="GLASU's standalone baseline: each client trains alone on its columns and edges",
     entry=f"{_RUNNER}:run_standalone", options=GlasuModelOptions, checkpoints=False,
-    runtimes=("local",), unread=_UNREAD, defaults=GLASU_BASELINES, key_help=_BASE_HELP))
+    runtimes=("local",), unread=_UNREAD, defaults=GLASU_BASELINES, key_help=_BASE_HELP,
+    simulation_only=_REFERENCE))

@@ -21,9 +21,11 @@ from typing import Any
 import torch
 
 from fedgl.algorithms.minibatch.client import MiniBatchClient
+from fedgl.algorithms.minibatch.driver import drive_minibatch
 from fedgl.algorithms.minibatch.server import FedSGDServer, Schedule
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
-from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat, network_columns
+from fedgl.algorithms.runner import _progress_info
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
@@ -100,52 +102,23 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
                               eval_mode=eval_mode, pns_fanout=pns_fanout,
                               eval_batch=int(getattr(cfg, "eval_batch", 0)))
         oracle = OracleMiniBatch(graph, s) if getattr(cfg, "oracle_eval", False) else None
-        setup_seconds = time.perf_counter() - t0
-        history: list[dict] = []
-        comm_bytes: list[int] = []
-        events: list[dict] = []
-        start = 0
-        if resume_from is None:
-            server.setup()
-        else:
-            start, history, comm_bytes, events = _resume(server, resume_from)
-        rounds = int(cfg.rounds)
-        progress.start(f"{name} repeat {repeat + 1}/{getattr(cfg, 'repeats', 1)}", rounds)
-        for _ in range(start):
-            progress.advance()
-        oracle_seconds = 0.0
-        ledger = runtime.ledger
-        diverged: dict | None = None
-        for t, weights, metrics in server.iterations(start, int(cfg.eval_every), rounds):
-            if metrics.pop("communicating"):
-                comm_bytes.append(metrics["iteration_bytes"])
-            row = {"round": t + 1, **metrics, "train_bytes": ledger.bytes("train"),
-                   **network_columns(ledger)}
-            if oracle is not None and "test_acc" in metrics:
-                o0 = time.perf_counter()
-                row.update(oracle(weights))
-                oracle_seconds += time.perf_counter() - o0
-            history.append(row)
-            progress.advance(_progress_info(row))
-            diverged = divergence(t + 1, weights, row["train_loss"], cfg)
-            if diverged is not None:  # recorded with --allow-divergence; never checkpointed
-                break
-            if checkpointer is not None:
-                checkpointer.round_done(RepeatProgress(
-                    repeat, seed, t + 1, weights, history, ledger.state_dict(), events,
-                    server={**server.state_dict(), "comm_bytes": list(comm_bytes)}))
-            if on_round is not None:
-                on_round(repeat, t + 1, server)
-        seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
-                   "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
-                   "oracle": oracle_seconds, "total": time.perf_counter() - t0}
-        result = finish_repeat(repeat, seed, part.stats(graph), history, ledger.summary(), seconds)
-        result.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
+
+        def started(start: int) -> None:
+            progress.start(f"{name} repeat {repeat + 1}/{getattr(cfg, 'repeats', 1)}",
+                           int(cfg.rounds))
+            for _ in range(start):
+                progress.advance()
+
+        watch = Watch(started=started, oracle=oracle, runtime_events=False,
+                      round_done=lambda t, row: progress.advance(_progress_info(row)),
+                      on_round=None if on_round is None else
+                      lambda t, srv: on_round(repeat, t, srv))
+        result, events = drive_minibatch(server, cfg, repeat=repeat, seed=seed,
+                                         part_stats=part.stats(graph), t0=t0, resume=_resume,
+                                         resume_from=resume_from, checkpointer=checkpointer,
+                                         watch=watch)
         if events:
             result.extra["events"] = events
-        if diverged is not None:
-            result.extra["diverged"] = diverged
-            result.final["diverged_round"] = diverged["round"]
         return result
     finally:
         runtime.close()

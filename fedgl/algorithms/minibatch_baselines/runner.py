@@ -36,6 +36,11 @@ def baseline_schedule(name: str, cfg: Any, s: MiniBatchSettings) -> tuple[Schedu
     raise ValueError(f"'{name}' is not one of the mini-batch baselines {BASELINES}")
 
 
+def deployed_schedule(cfg: Any, s: MiniBatchSettings) -> tuple[Schedule, int]:
+    """The configured baseline's schedule for the deployed mini-batch driver."""
+    return baseline_schedule(cfg.algorithm, cfg, s)
+
+
 def _run(graph: GraphData, cfg: Any, name: str, kw: dict) -> RepeatResult:
     schedule, pns_fanout = baseline_schedule(name, cfg, MiniBatchSettings.from_config(cfg))
     return run_minibatch(graph, cfg, repeat=kw["repeat"], seed=kw["seed"],

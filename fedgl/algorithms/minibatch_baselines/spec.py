@@ -25,4 +25,6 @@ for name, fn, options, summary in (
     register(AlgorithmSpec(name=name, setting="horizontal", summary=summary,
                            entry=f"{_RUNNER}:{fn}", options=options, runtimes=("local", "ray"),
                            privacy=(), unread=_UNREAD, defaults=SWIFT_PAPER,
-                           key_help={"rounds": ROUNDS_HELP["fedsgd"]}))
+                           key_help={"rounds": ROUNDS_HELP["fedsgd"]},
+                           client="fedgl.algorithms.minibatch.client:MiniBatchClient",
+                           driver="minibatch", server=f"{_RUNNER}:deployed_schedule"))

@@ -15,4 +15,9 @@ def swift_schedule(options: Any, settings: MiniBatchSettings) -> PeriodicSchedul
                             list(settings.num_neighbors), bool(options.cross_at_start))
 
 
+def deployed_schedule(cfg: Any, settings: MiniBatchSettings) -> tuple[PeriodicSchedule, int]:
+    """Swift-FedGNN's schedule for the deployed mini-batch driver (no PNS cache: -1)."""
+    return swift_schedule(cfg, settings), -1
+
+
 SwiftServer = FedSGDServer

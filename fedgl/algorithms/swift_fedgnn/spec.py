@@ -13,4 +13,6 @@ register(AlgorithmSpec(
             "cross-client neighbours aggregated through the server",
     entry="fedgl.algorithms.swift_fedgnn.runner:run_repeat", options=SwiftOptions,
     runtimes=("local", "ray"), privacy=(), unread=MINIBATCH_UNREAD,
-    aliases=("swift",), defaults=SWIFT_PAPER, key_help={"rounds": ROUNDS_HELP["fedsgd"]}))
+    aliases=("swift",), defaults=SWIFT_PAPER, key_help={"rounds": ROUNDS_HELP["fedsgd"]},
+    client="fedgl.algorithms.minibatch.client:MiniBatchClient", driver="minibatch",
+    server="fedgl.algorithms.swift_fedgnn.server:deployed_schedule"))

@@ -1,15 +1,15 @@
 """GLASU (the vertical setting) deployed on Flower: its shards, its party and its server driver.
 
-- **Shards** (:func:`write_vertical_shards`, behind ``fedgl shard --algorithm glasu``): the
+- **Shards** (:func:`write_vertical_shards`, GLASU's ``AlgorithmSpec.shards``, behind
+  ``fedgl shard --algorithm glasu``): the
   split a local GLASU run makes for the same seed and keys (``feature_split``, ``edge_share``,
   ``label_holders``; :func:`fedgl.data.vertical.vertical_split`), one ``fedgl-shard/1`` file pair
   per client holding only what that client owns: its feature columns of every node, its own edge
   set and, at a label holder, the labels and split masks.
-- **Party** (:func:`glasu_client`, GLASU's entry in
-  :data:`fedgl.deployment.party.DEPLOYABLE`): the organisation's :class:`GlasuClient`, built
-  from its own vertical shard and the run's configuration, refusing a shard that does not fit
-  the run (horizontal, or labels where the run puts none).
-- **Server** (:func:`run_vertical`): GLASU's server over
+- **Party** (:func:`glasu_client`, GLASU's ``AlgorithmSpec.client``): the organisation's
+  :class:`GlasuClient`, built from its own vertical shard and the run's configuration, refusing
+  a shard that does not fit the run (horizontal, or labels where the run puts none).
+- **Server** (:func:`run_vertical`, GLASU's ``AlgorithmSpec.driver``): GLASU's server over
   :class:`~fedgl.federation.flower.runtime.FlowerRuntime`, exactly as the local runner drives it
   (set-up exchange, then ``rounds`` rounds of sampling, joint inference and local updates with
   evaluation every ``eval_every``), writing the same history and ledger. The GLASU server holds
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from fedgl.algorithms.glasu.client import GlasuClient
     from fedgl.data.graph import GraphData
     from fedgl.federation.flower.runtime import FlowerRuntime
-    from fedgl.results import RunResult
+    from fedgl.results import RepeatResult
 
 
 def _options(cfg: Config) -> Any:
@@ -53,9 +53,6 @@ def write_vertical_shards(graph: GraphData, cfg: Config, out: Path) -> list[Path
     from fedgl.data.shard_format import write_shard
     from fedgl.data.vertical import vertical_split
 
-    if cfg.algorithm != "glasu":
-        raise ConfigError(f"fedgl shard writes vertical shards for glasu only ('{cfg.algorithm}' "
-                          "does not run deployed); use --algorithm glasu")
     options = _options(cfg)
     options.validate(cfg)
     split = vertical_settings(cfg)
@@ -101,16 +98,15 @@ def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
 
 
 def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
-                 seed: int, extra: dict[str, Any], t0: float) -> RunResult:
-    """One deployed GLASU repeat (see the module docstring); the run's result."""
-    from fedgl.algorithms.glasu.runner import _json_params, glasu_params, party_state
+                 seed: int, t0: float) -> RepeatResult:
+    """One deployed GLASU repeat (see the module docstring)."""
+    from fedgl.algorithms.glasu.runner import _json_params, drive_glasu, glasu_params
     from fedgl.algorithms.glasu.runner import _resume as resume_glasu
     from fedgl.algorithms.glasu.server import GlasuServer
-    from fedgl.algorithms.runner import finish_repeat, network_columns
-    from fedgl.checkpoint import RepeatProgress
+    from fedgl.algorithms.runner import finish_repeat
+    from fedgl.algorithms.watch import Watch
     from fedgl.deployment.driving import bytes_now, continuation, log_round, resume_keeping_setup
     from fedgl.federation.network import NetworkModel
-    from fedgl.results import RunResult, environment
 
     settings = sorted({str(f.get("setting")) for f in facts.values()})
     if settings != ["vertical"]:
@@ -128,29 +124,25 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
                                                        getattr(cfg, "latency", ""))
     setup_seconds = time.perf_counter() - t0
     cont = continuation(runtime)
-    history: list[dict] = []
-    events: list[dict] = []
-    start = 1
-    if cont.progress is not None:   # every party restores the state it saved itself
-        start, history, events = _aside(runtime, lambda: resume_keeping_setup(
-            runtime, resume_glasu, server, cont.progress))
-    ledger = runtime.ledger
     per_round: list[dict] = []
-    seen = bytes_now(runtime)
-    seen_events = 0
-    for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
-        history.append({"round": t, **metrics, **network_columns(ledger)})
-        log_round(runtime, t, int(cfg.rounds), history[-1])
+    seen: dict[str, int] = {}
+
+    def started(start: int) -> None:   # after the resume
+        seen.update(bytes_now(runtime))
+
+    def round_done(t: int, row: dict) -> None:
+        log_round(runtime, t, int(cfg.rounds), row)
         now = bytes_now(runtime)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
-        seen = now
-        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
-        every = cont.checkpointer.every if cont.checkpointer is not None else 0
-        if every and t % every == 0:
-            state = _aside(runtime, lambda t=t: party_state(server, t))
-            cont.checkpointer.round_done(RepeatProgress(0, seed, t, state, history,
-                                                        ledger.state_dict(), events))
+        seen.update(now)
+
+    history, events = drive_glasu(
+        server, cfg, repeat=0, seed=seed,
+        resume=lambda srv, progress: resume_keeping_setup(runtime, resume_glasu, srv, progress),
+        resume_from=cont.progress, checkpointer=cont.checkpointer,
+        watch=Watch(started=started, round_done=round_done, startup_round=None),
+        aside=lambda step: _aside(runtime, step))
+    ledger = runtime.ledger
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
                "total": time.perf_counter() - t0}
@@ -160,11 +152,8 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     rep.extra.update({"setting": "vertical", "mode": "glasu", "params": _json_params(params),
                       "runtime": "flower", "communication": "counted by the ledger",
                       "failures": events})
-    rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
-                           "calls": runtime.calls, "per_round": per_round}
-    recorded = cfg.to_dict()
-    recorded["runtime"] = "flower"
-    return RunResult(recorded, environment(seed, cfg.device), [rep])
+    rep.extra["flower"] = {"per_round": per_round}
+    return rep
 
 
 def _aside(runtime: FlowerRuntime, step: Callable[[], Any]) -> Any:
