@@ -152,15 +152,26 @@ def cmd_client(args: Any) -> int:
                               daemon=True)
     server.start()
     runtime = f"127.0.0.1:{args.runtime_port or free_port()}"
-    cmd = [_flower_bin("flower-supernode"), *tls, "--superlink", superlink,
+    # two wake-up pipes: the SuperNode announces each stored message to the runner (task), the
+    # runner each pushed reply to the SuperNode (reply); see fedgl.federation.flower.supernode
+    task_read, task_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    cmd = [sys.executable, "-m", "fedgl.federation.flower.supernode", "--task-fd",
+           str(task_write), "--reply-fd", str(reply_read), *tls, "--superlink", superlink,
            "--isolation", "process", "--host", "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
         cmd += ["--auth-supernode-private-key", str(args.auth_key)]
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
     env = _flower_env(flwr_home)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
-    runner = _start_relay_runner(runtime, sock_path, relay_token, env)
+    try:
+        proc = subprocess.Popen(cmd, env=env, pass_fds=(task_write, reply_read),
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        runner = _start_relay_runner(runtime, sock_path, relay_token, env,
+                                     wake=(task_read, reply_write))
+    finally:
+        for fd in (task_read, task_write, reply_read, reply_write):
+            os.close(fd)
 
     stopped = threading.Event()   # set when fedgl client itself stops the SuperNode
 
@@ -201,16 +212,19 @@ def cmd_client(args: Any) -> int:
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
 
 
-def _start_relay_runner(runtime: str, sock_path: Path, token: str,
-                        env: dict[str, str]) -> subprocess.Popen:
+def _start_relay_runner(runtime: str, sock_path: Path, token: str, env: dict[str, str],
+                        wake: tuple[int, int] | None = None) -> subprocess.Popen:
     """The relay runner (its own process group, stopped with ``fedgl client``); its token goes
-    through a pipe, not its command line or environment."""
+    through a pipe, not its command line or environment. ``wake``: the read end of the
+    SuperNode's task pipe and the write end of the reply pipe, inherited by the runner."""
     read, write = os.pipe()
+    wake_args = ["--task-fd", str(wake[0]), "--reply-fd", str(wake[1])] if wake else []
     try:
         runner = subprocess.Popen(
             [sys.executable, "-m", "fedgl.federation.flower.relay_runner", "--runtime-api",
-             runtime, "--party", str(sock_path), "--token-fd", str(read)],
-            env=env, pass_fds=(read,), start_new_session=True, preexec_fn=_die_with_parent)
+             runtime, "--party", str(sock_path), "--token-fd", str(read), *wake_args],
+            env=env, pass_fds=(read, *(wake or ())), start_new_session=True,
+            preexec_fn=_die_with_parent)
     finally:
         os.close(read)
     with os.fdopen(write, "w") as pipe:

@@ -1,0 +1,136 @@
+"""Flower's SuperNode as ``fedgl client`` starts it: Flower's own ``flower-supernode``, paced.
+
+``python -m fedgl.federation.flower.supernode [--task-fd N] [--reply-fd M] FLOWER-ARGS`` runs
+Flower's ``flower-supernode`` command with ``FLOWER-ARGS`` unchanged (its Fleet API connection
+to the SuperLink, TLS, SuperNode authentication, its Runtime API on 127.0.0.1, ``--isolation
+process``), with three of its fixed waits paced instead (:mod:`.pacing`):
+
+- after a pull from the SuperLink that found no message, Flower sleeps 3 s;
+- while its task runner computes a reply, it checks for the reply every 0.5 s;
+- an object of a message not yet uploaded is asked for again after 1 s, then 2 s, ... 10 s.
+
+The first two wait :func:`~fedgl.federation.flower.pacing.pause` of the time since the node last
+received a message or pushed a reply (at most Flower's own wait); the third backs off from
+10 ms. With ``--reply-fd``, a byte on that pipe (fedgl's relay runner writes one after each
+reply it pushes) ends the current wait at once; with ``--task-fd``, the SuperNode writes a byte
+there after it stored each message, so that the runner claims the task without polling for it.
+
+This replaces attributes of Flower's SuperNode main loop module
+(``flwr.supernode.start_client_internal``: ``time``, ``pull_objects``,
+``_pull_and_store_message``, ``_push_messages``), a private API: it is tested with the flwr
+versions of :data:`~fedgl.federation.flower.relay_runner.TESTED_FLWR`, and a start-up line says
+when another is installed. Nothing else of Flower's changes: the messages, their bytes, who may
+connect and which tasks run are Flower's and fedgl's relay's as before.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import select
+import sys
+from typing import Any
+
+from fedgl.federation.flower.pacing import PacedClock, pause
+
+#: the first wait, in seconds, before an object not yet uploaded is asked for again
+OBJECT_FIRST_BACKOFF = 0.01
+
+
+class _WakeableClock(PacedClock):
+    """A :class:`PacedClock` whose waits also end when a byte arrives on ``wake`` (drained)."""
+
+    def __init__(self, wake: int | None) -> None:
+        super().__init__()
+        self.wake = wake
+
+    def sleep(self, seconds: float) -> None:
+        import time
+
+        wait = pause(time.monotonic() - self.since, cap=seconds)
+        self.sleeps += 1
+        if self.wake is None:
+            time.sleep(wait)
+            return
+        ready, _, _ = select.select([self.wake], [], [], wait)
+        if ready and not drain(self.wake):
+            self.wake = None
+
+
+def drain(fd: int) -> bool:
+    """Read whatever is waiting on the non-blocking pipe ``fd``; False once its writer has
+    closed it (the caller then stops waiting on it: an ended pipe is always readable)."""
+    try:
+        while True:
+            if not os.read(fd, 4096):
+                return False
+    except (BlockingIOError, InterruptedError):
+        return True
+
+
+def signal_pipe(fd: int | None) -> None:
+    """Write one byte to the non-blocking pipe ``fd``; a full or closed pipe is no error (the
+    reader polls as well)."""
+    if fd is None:
+        return
+    try:
+        os.write(fd, b".")
+    except (BlockingIOError, BrokenPipeError, OSError):
+        pass
+
+
+def install(task_fd: int | None = None, reply_fd: int | None = None) -> PacedClock:
+    """Pace Flower's SuperNode loop in this process; the clock it now uses."""
+    from flwr.supercore.inflatable.inflatable_utils import pull_objects
+
+    loop: Any = importlib.import_module("flwr.supernode.start_client_internal")
+    for fd in (task_fd, reply_fd):
+        if fd is not None:
+            os.set_blocking(fd, False)
+    clock = _WakeableClock(reply_fd)
+    pull_and_store, push = loop._pull_and_store_message, loop._push_messages
+
+    def pull_and_store_message(*args: Any, **kwargs: Any) -> Any:
+        run_id = pull_and_store(*args, **kwargs)
+        if run_id is not None:
+            clock.mark()
+            signal_pipe(task_fd)
+        return run_id
+
+    def push_messages(*args: Any, **kwargs: Any) -> None:
+        try:
+            push(*args, **kwargs)
+        finally:
+            clock.mark()
+
+    loop.time = clock
+    loop.pull_objects = functools.partial(pull_objects, initial_backoff=OBJECT_FIRST_BACKOFF)
+    loop._pull_and_store_message = pull_and_store_message
+    loop._push_messages = push_messages
+    return clock
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    fds: dict[str, int | None] = {"--task-fd": None, "--reply-fd": None}
+    for flag in fds:
+        if flag in args:
+            i = args.index(flag)
+            fds[flag] = int(args[i + 1])
+            del args[i:i + 2]
+    from fedgl.federation.flower.relay_runner import flwr_version_line
+
+    line = flwr_version_line()
+    if line:
+        print(line.replace("relay runner", "paced SuperNode"), file=sys.stderr, flush=True)
+    install(fds["--task-fd"], fds["--reply-fd"])
+    from flwr.supernode.cli.flower_supernode import flower_supernode
+
+    sys.argv = ["flower-supernode", *args]
+    flower_supernode()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
