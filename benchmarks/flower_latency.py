@@ -9,9 +9,10 @@ line; either way the message goes SuperLink -> SuperNode -> fedgl's relay runner
 process, :mod:`fedgl.federation.flower.relay_runner` -> the party and back). Each exchange is
 timed on the server, waiting for the replies either with Flower's ``Grid.send_and_receive``
 (``flower``) or with fedgl's :func:`~fedgl.federation.flower.runtime.exchange` (``fedgl``),
-one way after the other (each way's exchanges in one block, so that the clients' CPU
-during each block can be read: psutil samples every 0.05 s). For each reply, the time until the relay created it (Flower's ``created_at``) splits
-the exchange into the way out (SuperNode's poll, the runner's claim, the relay) and the way back
+one way after the other (each way's exchanges in one block, so that the clients' CPU during
+each block can be read: psutil samples every 0.05 s). For each reply, the time until the relay
+created it (Flower's ``created_at``) splits the exchange into the way out (SuperNode's poll,
+the runner's claim, the relay) and the way back
 (the SuperNode pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
 ``FLWR_LOG_LEVEL=DEBUG`` (its log lines then carry times), from which every message's steps on
 the client machine are read: the SuperNode receiving it, the relay runner claiming the task
@@ -228,94 +229,70 @@ def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
     return times
 
 
-def main() -> None:
-    from fedgl.cli import main as fedgl_main
-    from fedgl.deployment.commands import _flower_bin, _flower_env, write_app
+def probe(root: Path, app: Path, layout: str, args: argparse.Namespace,
+          ways: list[str]) -> dict:
+    """One loopback deployment whose clients use SuperNode ``layout`` (``paced``: fedgl's;
+    ``flower``: Flower's own beside a polling runner, the layout before), probed."""
+    from fedgl.deployment.commands import _flower_bin, _flower_env
     from fedgl.deployment.loopback import Loopback
-    from fedgl.privacy.identity import write_keys
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--clients", type=int, default=3)
-    ap.add_argument("--exchanges", type=int, default=8)
-    ap.add_argument("--ways", default="flower,fedgl",
-                    help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
-    ap.add_argument("--idle", type=float, default=10.0,
-                    help="seconds the clients' idle CPU is measured before the probe runs")
-    ap.add_argument("--logs", default=None, metavar="DIR",
-                    help="copy the SuperLink's and clients' logs here")
-    args = ap.parse_args()
-    ways = [w for w in args.ways.split(",") if w]
-    if not ways or set(ways) - {"flower", "fedgl"}:
-        raise SystemExit("--ways takes flower, fedgl or both, e.g. --ways flower,fedgl")
+    folder = root / layout
+    folder.mkdir()
+    job = folder / "job.json"
+    job.write_text(json.dumps({"clients": args.clients, "exchanges": args.exchanges,
+                               "ways": ways, "out": str(folder / "rows.json")}))
+    os.environ["FEDGL_SUPERNODE"] = layout   # read by each `fedgl client` the Loopback starts
+    load = round(os.getloadavg()[0], 2)
+    with Loopback(folder / "fed", root / "shards", root / "keys", args.clients) as fed:
+        clients = [fed.procs[f"client-{k}"] for k in range(args.clients)]
+        settle(clients)
+        idle = client_cpu(clients)
+        time.sleep(args.idle)
+        before = client_cpu(clients)
+        idle = [(b - a) / args.idle for a, b in zip(idle, before, strict=True)]
+        samples: list[tuple[float, list[float]]] = []
+        sampling = threading.Event()
 
-    load = (round(os.getloadavg()[0], 2),)
-    with tempfile.TemporaryDirectory(prefix="fedgl-latency-") as tmp:
-        root = Path(tmp)
-        write_keys(root / "keys", args.clients)
-        with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
-            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
-                               "--out", str(root / "shards")]) == 0
-        app = write_app(root / "app", serverapp="latency_probe:app", config_key="probe-job",
-                        name="fedgl-latency-probe")
-        (app / "latency_probe.py").write_text(PROBE)
-        job = root / "job.json"
-        job.write_text(json.dumps({"clients": args.clients, "exchanges": args.exchanges,
-                                   "ways": ways, "out": str(root / "rows.json")}))
-        os.environ["FLWR_LOG_LEVEL"] = "DEBUG"   # Flower's log lines with times
-        with Loopback(root / "fed", root / "shards", root / "keys", args.clients) as fed:
-            clients = [fed.procs[f"client-{k}"] for k in range(args.clients)]
-            settle(clients)
-            idle = client_cpu(clients)
-            time.sleep(args.idle)
-            before = client_cpu(clients)
-            idle = [(b - a) / args.idle for a, b in zip(idle, before, strict=True)]
-            samples: list[tuple[float, list[float]]] = []
-            sampling = threading.Event()
+        def sample() -> None:
+            while not sampling.wait(0.05):
+                samples.append((time.time(), client_cpu(clients)))
 
-            def sample() -> None:
-                while not sampling.wait(0.05):
-                    samples.append((time.time(), client_cpu(clients)))
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        home = folder / "control-home"
+        home.mkdir()
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "fedgl"\n\n'
+                                          f'[superlink.fedgl]\naddress = "{fed.address}"\n'
+                                          "insecure = true\n")
+        t0 = time.perf_counter()
+        done = subprocess.run([_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
+                               "--run-config", f'probe-job="{job}"'],
+                              env=_flower_env(home), capture_output=True, text=True,
+                              check=False)
+        run_seconds = time.perf_counter() - t0
+        sampling.set()
+        sampler.join()
+    os.environ.pop("FEDGL_SUPERNODE")
+    if not (folder / "rows.json").is_file():
+        raise SystemExit(f"the probe did not finish: {done.stdout[-1500:]}{done.stderr[-500:]}")
+    rows = json.loads((folder / "rows.json").read_text())
+    client_side = client_breakdown(sorted((folder / "fed").glob("client-*.log")), ways,
+                                   args.exchanges)
+    if args.logs:
+        import shutil
 
-            sampler = threading.Thread(target=sample, daemon=True)
-            sampler.start()
-            home = root / "control-home"
-            home.mkdir()
-            (home / "config.toml").write_text(f'[superlink]\ndefault = "fedgl"\n\n'
-                                              f'[superlink.fedgl]\naddress = "{fed.address}"\n'
-                                              "insecure = true\n")
-            t0 = time.perf_counter()
-            done = subprocess.run([_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
-                                   "--run-config", f'probe-job="{job}"'],
-                                  env=_flower_env(home), capture_output=True, text=True,
-                                  check=False)
-            run_seconds = time.perf_counter() - t0
-            sampling.set()
-            sampler.join()
-        if not (root / "rows.json").is_file():
-            raise SystemExit(f"the probe did not finish: {done.stdout[-1500:]}"
-                             f"{done.stderr[-500:]}")
-        rows = json.loads((root / "rows.json").read_text())
-        client_side = client_breakdown(sorted((root / "fed").glob("client-*.log")), ways,
-                                       args.exchanges)
-        if args.logs:
-            import shutil
-
-            Path(args.logs).mkdir(parents=True, exist_ok=True)
-            for log in (root / "fed").glob("*.log"):
-                shutil.copy(log, args.logs)
-        relay = relay_round_trip(root / "shards", root / "keys", 20)
-    start = clientapp_start(3)
-
-    out: dict = {"clients": args.clients, "exchanges_per_way": args.exchanges,
-                 "flwr_run_command_seconds": round(run_seconds, 2),
-                 "load_average_1min": {"start": load[0], "end": round(os.getloadavg()[0], 2)},
+        Path(args.logs, layout).mkdir(parents=True, exist_ok=True)
+        for log in (folder / "fed").glob("*.log"):
+            shutil.copy(log, Path(args.logs, layout))
+    out: dict = {"flwr_run_command_seconds": round(run_seconds, 2),
+                 "load_average_1min": {"start": load, "end": round(os.getloadavg()[0], 2)},
                  "client_cpu_seconds_per_idle_second": [round(x, 4) for x in idle],
                  "per_way": {}}
     for way in ways:
         mine = [r for r in rows if r["way"] == way]
         out["per_way"][way] = {
-            "exchange_seconds": _stats([r["seconds"] for r in mine]),
             "exchange_seconds_median": round(statistics.median(r["seconds"] for r in mine), 3),
+            "exchange_seconds": _stats([r["seconds"] for r in mine]),
             "client_cpu_seconds_per_message": [
                 round(c / len(mine), 4) for c in cpu_between(
                     samples, min(r["t0"] for r in mine), max(r["t1"] for r in mine))],
@@ -328,7 +305,51 @@ def main() -> None:
     if pull:
         out["one_pull_messages_call"] = {"wall_seconds": round(pull[0]["seconds"], 4),
                                          "serverapp_cpu_seconds": round(pull[0]["cpu"], 4)}
-    out["clientapp_process_start_seconds"] = _stats(start)
+    return out
+
+
+def main() -> None:
+    from fedgl.cli import main as fedgl_main
+    from fedgl.deployment.commands import write_app
+    from fedgl.privacy.identity import write_keys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--exchanges", type=int, default=8)
+    ap.add_argument("--ways", default="flower,fedgl",
+                    help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
+    ap.add_argument("--supernodes", default="flower,paced",
+                    help="comma-separated SuperNode layouts of the clients, one deployment each "
+                         "in turn: paced (fedgl client's), flower (Flower's own SuperNode "
+                         "beside a runner polling every 0.1 s: the layout before)")
+    ap.add_argument("--idle", type=float, default=10.0,
+                    help="seconds the clients' idle CPU is measured before the probe runs")
+    ap.add_argument("--logs", default=None, metavar="DIR",
+                    help="copy the SuperLink's and clients' logs here (a folder per layout)")
+    args = ap.parse_args()
+    ways = [w for w in args.ways.split(",") if w]
+    if not ways or set(ways) - {"flower", "fedgl"}:
+        raise SystemExit("--ways takes flower, fedgl or both, e.g. --ways flower,fedgl")
+    layouts = [w for w in args.supernodes.split(",") if w]
+    if not layouts or set(layouts) - {"flower", "paced"}:
+        raise SystemExit("--supernodes takes flower, paced or both, e.g. --supernodes "
+                         "flower,paced")
+
+    out: dict = {"clients": args.clients, "exchanges_per_way": args.exchanges}
+    with tempfile.TemporaryDirectory(prefix="fedgl-latency-") as tmp:
+        root = Path(tmp)
+        write_keys(root / "keys", args.clients)
+        with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
+            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
+                               "--out", str(root / "shards")]) == 0
+        app = write_app(root / "app", serverapp="latency_probe:app", config_key="probe-job",
+                        name="fedgl-latency-probe")
+        (app / "latency_probe.py").write_text(PROBE)
+        os.environ["FLWR_LOG_LEVEL"] = "DEBUG"   # Flower's log lines with times
+        out["supernodes"] = {layout: probe(root, app, layout, args, ways)
+                             for layout in layouts}
+        relay = relay_round_trip(root / "shards", root / "keys", 20)
+    out["clientapp_process_start_seconds"] = _stats(clientapp_start(3))
     out["relay_round_trip_seconds"] = _stats(relay)
     print(json.dumps(out, indent=2))
 

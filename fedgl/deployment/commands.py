@@ -154,10 +154,15 @@ def cmd_client(args: Any) -> int:
     runtime = f"127.0.0.1:{args.runtime_port or free_port()}"
     # two wake-up pipes: the SuperNode announces each stored message to the runner (task), the
     # runner each pushed reply to the SuperNode (reply); see fedgl.federation.flower.supernode
+    # (FEDGL_SUPERNODE=flower: Flower's unpaced SuperNode and a polling runner, the layout
+    # before; benchmarks/ compares the two)
+    paced = os.environ.get("FEDGL_SUPERNODE", "paced") != "flower"
     task_read, task_write = os.pipe()
     reply_read, reply_write = os.pipe()
-    cmd = [sys.executable, "-m", "fedgl.federation.flower.supernode", "--task-fd",
-           str(task_write), "--reply-fd", str(reply_read), *tls, "--superlink", superlink,
+    launcher = ([sys.executable, "-m", "fedgl.federation.flower.supernode", "--task-fd",
+                 str(task_write), "--reply-fd", str(reply_read)] if paced
+                else [_flower_bin("flower-supernode")])
+    cmd = [*launcher, *tls, "--superlink", superlink,
            "--isolation", "process", "--host", "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
         cmd += ["--auth-supernode-private-key", str(args.auth_key)]
@@ -165,10 +170,10 @@ def cmd_client(args: Any) -> int:
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
     env = _flower_env(flwr_home)
     try:
-        proc = subprocess.Popen(cmd, env=env, pass_fds=(task_write, reply_read),
+        proc = subprocess.Popen(cmd, env=env, pass_fds=(task_write, reply_read) if paced else (),
                                 start_new_session=True, preexec_fn=_die_with_parent)
         runner = _start_relay_runner(runtime, sock_path, relay_token, env,
-                                     wake=(task_read, reply_write))
+                                     wake=(task_read, reply_write) if paced else None)
     finally:
         for fd in (task_read, task_write, reply_read, reply_write):
             os.close(fd)

@@ -35,11 +35,10 @@ import time
 from typing import Any
 
 TESTED_FLWR = (">=1.42", "<1.43")
-#: the longest wait, in seconds, between the runner's checks for a pending task (the waits
-#: start at 10 ms after each task and grow, :mod:`.pacing`)
+#: seconds between the runner's checks for a pending task beside Flower's own SuperNode
 POLL_INTERVAL = 0.1
-#: the same when the SuperNode wakes the runner for each message (``--task-fd``): a check that
-#: finds a task the wake-up missed
+#: the same beside fedgl's paced SuperNode, which wakes the runner for each message
+#: (``--task-fd``): a check that finds a task the wake-up missed
 WOKEN_POLL = 1.0
 #: seconds a claimed task waits for the SuperNode to store its message
 MESSAGE_WAIT = 30.0
@@ -182,11 +181,11 @@ def serve(address: str, party: str, relay_token: str | None,
 
     With ``task_fd`` (the paced SuperNode writes a byte there per stored message,
     :mod:`.supernode`) the runner checks for a task when a byte comes, and every
-    :data:`WOKEN_POLL` s in case one was missed; without it, :func:`~fedgl.federation.flower.
-    pacing.pause` of the time since its last task (at most ``poll`` s). After each reply it
-    writes a byte to ``reply_fd`` (the SuperNode's wait for the reply then ends at once). An
-    object of a task's message that the SuperNode has not stored yet is asked for again after
-    10 ms, doubling (Flower's task functions wait 1 s first)."""
+    :data:`WOKEN_POLL` s in case one was missed, and an object of a task's message that the
+    SuperNode has not stored yet is asked for again after 10 ms, doubling (Flower's task
+    functions wait 1 s first); without it (beside Flower's own SuperNode) every ``poll`` s,
+    with Flower's backoff. After each reply it writes a byte to ``reply_fd`` (the SuperNode's
+    wait for the reply then ends at once)."""
     from logging import ERROR
 
     import httpx
@@ -195,17 +194,16 @@ def serve(address: str, party: str, relay_token: str | None,
     from flwr.supercore.constant import TaskType
     from flwr.supercore.interceptors import RuntimeVersionHttpInterceptor
 
-    from fedgl.federation.flower.pacing import pause
     from fedgl.federation.flower.supernode import drain, signal_pipe
 
     stop = stop or threading.Event()
-    quick_object_pulls()
+    if task_fd is not None:
+        quick_object_pulls()
     if task_fd is not None:
         os.set_blocking(task_fd, False)
     if reply_fd is not None:
         os.set_blocking(reply_fd, False)
     control = _runtime_client(address, [RuntimeVersionHttpInterceptor("SuperExec")])
-    last = time.monotonic()
     try:
         while not stop.is_set():
             try:
@@ -221,10 +219,9 @@ def serve(address: str, party: str, relay_token: str | None,
                     log(ERROR, "fedgl relay: task %d failed: %s: %s", res.task.task_id,
                         type(exc).__name__, exc)
                 signal_pipe(reply_fd)
-                last = time.monotonic()
                 continue
             if task_fd is None:
-                stop.wait(pause(time.monotonic() - last, cap=poll))
+                stop.wait(poll)
             elif select.select([task_fd], [], [], WOKEN_POLL)[0] and not drain(task_fd):
                 task_fd = None   # the SuperNode is gone: poll until fedgl client stops us
     finally:
