@@ -185,9 +185,10 @@ def client_cpu(procs: list[subprocess.Popen]) -> list[float]:
     return used
 
 
-def settle(procs: list[subprocess.Popen], rate: float = 0.02, most: float = 120.0) -> None:
+def settle(procs: list[subprocess.Popen], rate: float = 0.1, most: float = 120.0) -> None:
     """Wait until every client uses under ``rate`` CPU seconds a second (its start-up, the
-    imports of its SuperNode and relay runner, is over), or ``most`` seconds."""
+    imports of its SuperNode and relay runner, is over; the start-up takes about one), or
+    ``most`` seconds."""
     end = time.monotonic() + most
     last = client_cpu(procs)
     while time.monotonic() < end:
