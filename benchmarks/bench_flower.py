@@ -59,9 +59,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--hops", type=int, default=2)
     ap.add_argument("--secure-sum", default="none")
-    ap.add_argument("--supernode", choices=("paced", "flower"), default="paced",
-                    help="the clients' SuperNode: paced (fedgl client's) or flower (Flower's own "
-                         "beside a runner polling every 0.1 s, the layout before)")
+    ap.add_argument("--supernode", choices=("relay", "runner", "flower"), default="relay",
+                    help="the clients' SuperNode layout: relay (fedgl client's), runner (the "
+                         "paced SuperNode beside the relay runner), flower (Flower's own beside "
+                         "a runner polling every 0.1 s, the layout before)")
     ap.add_argument("--logs", default=None, metavar="DIR",
                     help="copy the SuperLink's and clients' logs here (with FLWR_LOG_LEVEL=DEBUG "
                          "set, Flower's lines carry times)")

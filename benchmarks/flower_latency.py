@@ -232,8 +232,8 @@ def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
 
 def probe(root: Path, app: Path, layout: str, args: argparse.Namespace,
           ways: list[str]) -> dict:
-    """One loopback deployment whose clients use SuperNode ``layout`` (``paced``: fedgl's;
-    ``flower``: Flower's own beside a polling runner, the layout before), probed."""
+    """One loopback deployment whose clients use SuperNode ``layout`` (``relay``, ``runner``,
+    ``flower``: ``fedgl.deployment.commands._start_supernode``), probed."""
     from fedgl.deployment.commands import _flower_bin, _flower_env
     from fedgl.deployment.loopback import Loopback
 
@@ -319,10 +319,12 @@ def main() -> None:
     ap.add_argument("--exchanges", type=int, default=8)
     ap.add_argument("--ways", default="flower,fedgl",
                     help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
-    ap.add_argument("--supernodes", default="flower,paced",
+    ap.add_argument("--supernodes", default="flower,runner,relay",
                     help="comma-separated SuperNode layouts of the clients, one deployment each "
-                         "in turn: paced (fedgl client's), flower (Flower's own SuperNode "
-                         "beside a runner polling every 0.1 s: the layout before)")
+                         "in turn: relay (fedgl client's: the paced SuperNode answering with "
+                         "the relay in its own process), runner (the paced SuperNode beside the "
+                         "relay runner), flower (Flower's own SuperNode beside a runner polling "
+                         "every 0.1 s: the layout before)")
     ap.add_argument("--idle", type=float, default=10.0,
                     help="seconds the clients' idle CPU is measured before the probe runs")
     ap.add_argument("--logs", default=None, metavar="DIR",
@@ -332,9 +334,9 @@ def main() -> None:
     if not ways or set(ways) - {"flower", "fedgl"}:
         raise SystemExit("--ways takes flower, fedgl or both, e.g. --ways flower,fedgl")
     layouts = [w for w in args.supernodes.split(",") if w]
-    if not layouts or set(layouts) - {"flower", "paced"}:
-        raise SystemExit("--supernodes takes flower, paced or both, e.g. --supernodes "
-                         "flower,paced")
+    if not layouts or set(layouts) - {"flower", "runner", "relay"}:
+        raise SystemExit("--supernodes takes flower, runner and relay, e.g. --supernodes "
+                         "flower,relay")
 
     out: dict = {"clients": args.clients, "exchanges_per_way": args.exchanges}
     with tempfile.TemporaryDirectory(prefix="fedgl-latency-") as tmp:

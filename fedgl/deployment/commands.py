@@ -152,31 +152,15 @@ def cmd_client(args: Any) -> int:
                               daemon=True)
     server.start()
     runtime = f"127.0.0.1:{args.runtime_port or free_port()}"
-    # two wake-up pipes: the SuperNode announces each stored message to the runner (task), the
-    # runner each pushed reply to the SuperNode (reply); see fedgl.federation.flower.supernode
-    # (FEDGL_SUPERNODE=flower: Flower's unpaced SuperNode and a polling runner, the layout
-    # before; benchmarks/ compares the two)
-    paced = os.environ.get("FEDGL_SUPERNODE", "paced") != "flower"
-    task_read, task_write = os.pipe()
-    reply_read, reply_write = os.pipe()
-    launcher = ([sys.executable, "-m", "fedgl.federation.flower.supernode", "--task-fd",
-                 str(task_write), "--reply-fd", str(reply_read)] if paced
-                else [_flower_bin("flower-supernode")])
-    cmd = [*launcher, *tls, "--superlink", superlink,
-           "--isolation", "process", "--host", "127.0.0.1", "--port", runtime.rpartition(":")[2]]
+    flower_args = [*tls, "--superlink", superlink, "--isolation", "process", "--host",
+                   "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
-        cmd += ["--auth-supernode-private-key", str(args.auth_key)]
+        flower_args += ["--auth-supernode-private-key", str(args.auth_key)]
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
     env = _flower_env(flwr_home)
-    try:
-        proc = subprocess.Popen(cmd, env=env, pass_fds=(task_write, reply_read) if paced else (),
-                                start_new_session=True, preexec_fn=_die_with_parent)
-        runner = _start_relay_runner(runtime, sock_path, relay_token, env,
-                                     wake=(task_read, reply_write) if paced else None)
-    finally:
-        for fd in (task_read, task_write, reply_read, reply_write):
-            os.close(fd)
+    proc, runner = _start_supernode(os.environ.get("FEDGL_SUPERNODE", "relay"), flower_args,
+                                    runtime, sock_path, relay_token, env)
 
     stopped = threading.Event()   # set when fedgl client itself stops the SuperNode
 
@@ -188,6 +172,8 @@ def cmd_client(args: Any) -> int:
             pass
 
     def _watch_runner() -> None:   # without its relay the SuperNode would answer nothing
+        if runner is None:
+            return
         runner.wait()
         if proc.poll() is None and not stop.is_set():
             print(f"client {party.client_id}: the relay runner stopped (exit "
@@ -209,12 +195,55 @@ def cmd_client(args: Any) -> int:
         code = 130
     finally:
         stop.set()
-        _kill_group(runner)
+        if runner is not None:
+            _kill_group(runner)
         _kill_group(proc)
         signal.signal(signal.SIGTERM, previous)
         server.join(timeout=5)
         shutil.rmtree(private, ignore_errors=True)
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
+
+
+def _start_supernode(layout: str, flower_args: list[str], runtime: str, sock_path: Path,
+                     token: str, env: dict[str, str]
+                     ) -> tuple[subprocess.Popen, subprocess.Popen | None]:
+    """The SuperNode (its own process group) and, where the layout has one, the relay runner.
+
+    ``relay`` (the default): fedgl's paced SuperNode answering each message with the relay in
+    its own process (:mod:`fedgl.federation.flower.supernode`; the token through a pipe).
+    ``runner``: the paced SuperNode beside the relay runner, two wake-up pipes between them
+    (the SuperNode announces each stored message, the runner each pushed reply). ``flower``:
+    Flower's own SuperNode beside a runner polling every 0.1 s (the layout before; the
+    benchmarks compare them, ``FEDGL_SUPERNODE``)."""
+    paced = [sys.executable, "-m", "fedgl.federation.flower.supernode"]
+    if layout == "relay":
+        read, write = os.pipe()
+        try:
+            proc = subprocess.Popen([*paced, "--party", str(sock_path), "--token-fd", str(read),
+                                     *flower_args], env=env, pass_fds=(read,),
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        finally:
+            os.close(read)
+        with os.fdopen(write, "w") as pipe:
+            pipe.write(token)
+        return proc, None
+    if layout == "flower":
+        proc = subprocess.Popen([_flower_bin("flower-supernode"), *flower_args], env=env,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        return proc, _start_relay_runner(runtime, sock_path, token, env)
+    task_read, task_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    try:
+        proc = subprocess.Popen([*paced, "--task-fd", str(task_write), "--reply-fd",
+                                 str(reply_read), *flower_args], env=env,
+                                pass_fds=(task_write, reply_read), start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        runner = _start_relay_runner(runtime, sock_path, token, env,
+                                     wake=(task_read, reply_write))
+    finally:
+        for fd in (task_read, task_write, reply_read, reply_write):
+            os.close(fd)
+    return proc, runner
 
 
 def _start_relay_runner(runtime: str, sock_path: Path, token: str, env: dict[str, str],

@@ -79,20 +79,31 @@ def _runtime_client(address: str, interceptors: list[Any]) -> Any:
 
 
 def run_task(address: str, token: str, party: str, relay_token: str | None) -> str:
-    """Answer one claimed ClientApp task with fedgl's relay; the task's status line."""
+    """Answer one claimed ClientApp task with fedgl's relay over the Runtime API; its line."""
+    from flwr.supercore.interceptors import (
+        RuntimeTokenHttpInterceptor,
+        RuntimeVersionHttpInterceptor,
+    )
+
+    client = _runtime_client(address, [RuntimeVersionHttpInterceptor("flwr-clientapp"),
+                                       RuntimeTokenHttpInterceptor(token)])
+    try:
+        return answer_task(client, party, relay_token)
+    finally:
+        client.close()
+
+
+def answer_task(client: Any, party: str, relay_token: str | None) -> str:
+    """Answer one claimed task through ``client`` (the Runtime API's methods: over HTTP, or in
+    the SuperNode's own process, :mod:`.supernode`) with fedgl's relay; the exchange's line."""
     from logging import DEBUG
 
-    import httpx
     from flwr.app import Message
     from flwr.app.error import Error
     from flwr.common.constant import ErrorCode, SubStatus
     from flwr.proto.runtime_pb2 import SendTaskHeartbeatRequest  # pylint: disable=E0611
     from flwr.supercore import log
     from flwr.supercore.heartbeat import HeartbeatSender
-    from flwr.supercore.interceptors import (
-        RuntimeTokenHttpInterceptor,
-        RuntimeVersionHttpInterceptor,
-    )
     from flwr.supernode.runtime.run_clientapp import (
         pull_task_input,
         push_message,
@@ -101,13 +112,10 @@ def run_task(address: str, token: str, party: str, relay_token: str | None) -> s
 
     from fedgl.federation.flower.client_app import RelayClientApp
 
-    client = _runtime_client(address, [RuntimeVersionHttpInterceptor("flwr-clientapp"),
-                                       RuntimeTokenHttpInterceptor(token)])
-
     def heartbeat() -> bool:   # a lost task ends with its push; the relay is not interrupted
         try:
             client.SendTaskHeartbeat(SendTaskHeartbeatRequest())
-        except httpx.HTTPError:
+        except Exception:  # noqa: BLE001 - an HTTP error, or the task is gone
             return False
         return True
 
@@ -132,7 +140,6 @@ def run_task(address: str, token: str, party: str, relay_token: str | None) -> s
             push_task_output(client, context, status, details)
         finally:
             beat.stop()
-            client.close()
 
 
 def _body_bytes(message: Any) -> int:

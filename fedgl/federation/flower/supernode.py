@@ -80,8 +80,65 @@ def signal_pipe(fd: int | None) -> None:
         pass
 
 
-def install(task_fd: int | None = None, reply_fd: int | None = None) -> PacedClock:
-    """Pace Flower's SuperNode loop in this process; the clock it now uses."""
+class InProcessRuntime:
+    """The Runtime API's task methods, called in the SuperNode's own process: Flower's handlers
+    (``flwr.supernode.servicer.runtime.runtime_handlers``, what its HTTP routes call) on the
+    node's state, for one claimed task. Flower's task functions (``pull_task_input``,
+    ``push_message``, ``push_task_output``) take it in place of their HTTP client."""
+
+    METHODS = {"PullTaskInput": "pull_task_input", "PullMessages": "pull_messages",
+               "PullObject": "pull_object", "ConfirmMessageReceived": "confirm_message_received",
+               "PushMessages": "push_messages", "PushObject": "push_object",
+               "PushTaskOutput": "push_task_output"}
+
+    def __init__(self, state: Any, task: Any) -> None:
+        self.state = state
+        self.task = task
+
+    def __getattr__(self, name: str) -> Any:
+        from flwr.supercore.servicer.runtime import runtime_handlers as core
+        from flwr.supernode.servicer.runtime import runtime_handlers as node
+
+        if name == "SendTaskHeartbeat":
+            handler = core.send_task_heartbeat
+        elif name in self.METHODS:
+            handler = getattr(node, self.METHODS[name])
+        else:
+            raise AttributeError(name)
+        return lambda request: handler(request, self.state, self.task)
+
+
+def relay_in_process(party: str, token: str | None) -> Any:
+    """``relay(state)``: claim the pending ClientApp task of the message just stored and answer
+    it with fedgl's relay in this process; print the exchange's line."""
+
+    def relay(state: Any) -> None:
+        from logging import ERROR
+
+        from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
+        from flwr.supercore import log
+        from flwr.supercore.constant import TaskType
+        from flwr.supernode.servicer.runtime.runtime_handlers import acquire_task
+
+        from fedgl.federation.flower.relay_runner import answer_task
+
+        res = acquire_task(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]),
+                           state)
+        if not (res.HasField("task") and res.token):
+            return
+        try:
+            print(answer_task(InProcessRuntime(state, res.task), party, token), flush=True)
+        except Exception as exc:  # noqa: BLE001 - one task's failure ends no run
+            log(ERROR, "fedgl relay: task %d failed: %s: %s", res.task.task_id,
+                type(exc).__name__, exc)
+
+    return relay
+
+
+def install(task_fd: int | None = None, reply_fd: int | None = None,
+            relay: Any = None) -> PacedClock:
+    """Pace Flower's SuperNode loop in this process; the clock it now uses. With ``relay``
+    (:func:`relay_in_process`), each stored message is answered at once in this process."""
     from flwr.supercore.inflatable.inflatable_utils import pull_objects
 
     loop: Any = importlib.import_module("flwr.supernode.start_client_internal")
@@ -95,6 +152,8 @@ def install(task_fd: int | None = None, reply_fd: int | None = None) -> PacedClo
         run_id = pull_and_store(*args, **kwargs)
         if run_id is not None:
             clock.mark()
+            if relay is not None:
+                relay(kwargs["state"])
             signal_pipe(task_fd)
         return run_id
 
@@ -113,18 +172,27 @@ def install(task_fd: int | None = None, reply_fd: int | None = None) -> PacedClo
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    fds: dict[str, int | None] = {"--task-fd": None, "--reply-fd": None}
-    for flag in fds:
+    ours: dict[str, str | None] = {"--task-fd": None, "--reply-fd": None, "--party": None,
+                                   "--token-fd": None}
+    for flag in ours:
         if flag in args:
             i = args.index(flag)
-            fds[flag] = int(args[i + 1])
+            ours[flag] = args[i + 1]
             del args[i:i + 2]
+    fds = {k: int(v) if v is not None and k.endswith("-fd") else None for k, v in ours.items()}
+    relay = None
+    if ours["--party"]:
+        token = None
+        if fds["--token-fd"] is not None:
+            with os.fdopen(fds["--token-fd"], "r") as pipe:
+                token = pipe.read().strip() or None
+        relay = relay_in_process(ours["--party"], token)
     from fedgl.federation.flower.relay_runner import flwr_version_line
 
     line = flwr_version_line()
     if line:
         print(line.replace("relay runner", "paced SuperNode"), file=sys.stderr, flush=True)
-    install(fds["--task-fd"], fds["--reply-fd"])
+    install(fds["--task-fd"], fds["--reply-fd"], relay)
     from flwr.supernode.cli.flower_supernode import flower_supernode
 
     sys.argv = ["flower-supernode", *args]
