@@ -173,3 +173,25 @@ def test_the_runners_object_pulls_are_quick(monkeypatch: pytest.MonkeyPatch) -> 
     quick_object_pulls()             # twice: wrapped once
     assert inflatable_utils.pull_objects.func is original
     assert inflatable_utils.pull_objects.keywords == {"initial_backoff": OBJECT_FIRST_BACKOFF}
+
+
+def test_the_in_process_runtime_calls_flowers_handlers_with_the_nodes_state_and_task(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.supercore.servicer.runtime import runtime_handlers as core
+    from flwr.supernode.servicer.runtime import runtime_handlers as node
+
+    from fedgl.federation.flower.supernode import InProcessRuntime
+
+    calls: list[tuple[str, Any, Any, Any]] = []
+    for name in (*InProcessRuntime.METHODS.values(),):
+        monkeypatch.setattr(node, name, lambda r, s, t, name=name: calls.append((name, r, s, t)))
+    monkeypatch.setattr(core, "send_task_heartbeat",
+                        lambda r, s, t: calls.append(("send_task_heartbeat", r, s, t)))
+    runtime = InProcessRuntime("STATE", "TASK")
+    for method in (*InProcessRuntime.METHODS, "SendTaskHeartbeat"):
+        getattr(runtime, method)(f"request-{method}")
+    assert calls == [(h, f"request-{m}", "STATE", "TASK") for m, h in
+                     [*InProcessRuntime.METHODS.items(),
+                      ("SendTaskHeartbeat", "send_task_heartbeat")]]
+    with pytest.raises(AttributeError):
+        runtime.AcquireTask   # noqa: B018 - a task's client cannot claim another task
