@@ -1,10 +1,12 @@
-"""The only ClientApp a SuperNode started by ``fedgl client`` runs: fedgl's relay, whoever
-submits the run.
+"""fedgl's relay runner: answers a SuperNode's ClientApp tasks with fedgl's relay, whoever
+submitted the run, from a process of its own or (:func:`answer_task`) inside the SuperNode.
 
-``fedgl client`` starts Flower's SuperNode with ``--isolation process``: the SuperNode then starts
-no ClientApp process itself. It keeps every message it pulls from the SuperLink as a pending task
-on its Runtime API (HTTP on 127.0.0.1) until a task runner claims it. This module is that runner,
-a long-lived process ``fedgl client`` starts beside the SuperNode::
+``fedgl client`` answers every message inside its paced SuperNode (:mod:`.supernode`), which
+calls :func:`answer_task` with Flower's Runtime API handlers in process. The runner process of
+this module is the layout before, which the benchmarks still start (``FEDGL_SUPERNODE=runner``
+or ``flower``): beside a SuperNode in ``--isolation process``, which keeps every message it
+pulls from the SuperLink as a pending task on its Runtime API (HTTP on 127.0.0.1), it claims
+each task::
 
     loop: AcquireTask (ClientApp tasks only) -> with the task's token: PullTaskInput (message,
           context, run, FAB) -> RelayClientApp(message, context) -> PushMessages -> PushTaskOutput

@@ -1,9 +1,18 @@
 """Flower's SuperNode as ``fedgl client`` starts it: Flower's own ``flower-supernode``, paced.
 
-``python -m fedgl.federation.flower.supernode [--task-fd N] [--reply-fd M] FLOWER-ARGS`` runs
-Flower's ``flower-supernode`` command with ``FLOWER-ARGS`` unchanged (its Fleet API connection
-to the SuperLink, TLS, SuperNode authentication, its Runtime API on 127.0.0.1, ``--isolation
-process``), with three of its fixed waits paced instead (:mod:`.pacing`):
+``python -m fedgl.federation.flower.supernode [--party SOCKET --token-fd N] [--task-fd N
+--reply-fd M] FLOWER-ARGS`` runs Flower's ``flower-supernode`` command with ``FLOWER-ARGS``
+unchanged (its Fleet API connection to the SuperLink, TLS, SuperNode authentication, its Runtime
+API on 127.0.0.1, ``--isolation process``).
+
+With ``--party`` (how ``fedgl client`` starts it), each message the SuperNode has stored is
+answered at once in this process: it claims the message's ClientApp task and runs
+:func:`~fedgl.federation.flower.relay_runner.answer_task` (fedgl's relay, the party at
+``SOCKET``, the relay's token read from the pipe ``--token-fd``) with :class:`InProcessRuntime`,
+Flower's own Runtime API handlers called directly: the exchange costs no HTTP round trip on the
+organisation's machine and no task runner process. Whatever run a message belongs to, only the
+relay answers it; the run's FAB is never unpacked or run; tasks of other kinds are never
+claimed. Three of Flower's fixed waits are paced (:mod:`.pacing`):
 
 - after a pull from the SuperLink that found no message, Flower sleeps 3 s;
 - while its task runner computes a reply, it checks for the reply every 0.5 s;
