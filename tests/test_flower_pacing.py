@@ -9,11 +9,12 @@ import functools
 import importlib
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.flower_helpers import needs_flwr
+from tests.flower_helpers import needs_flwr, tiny_shard
 
 pytestmark = needs_flwr
 
@@ -195,3 +196,21 @@ def test_the_in_process_runtime_calls_flowers_handlers_with_the_nodes_state_and_
                       ("SendTaskHeartbeat", "send_task_heartbeat")]]
     with pytest.raises(AttributeError):
         runtime.AcquireTask   # noqa: B018 - a task's client cannot claim another task
+
+
+def test_an_unknown_supernode_layout_is_refused_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from fedgl.cli import main
+    from fedgl.data.shard_format import write_shard
+    from fedgl.privacy.identity import write_keys
+
+    write_keys(tmp_path / "keys", 1)
+    write_shard(tiny_shard(0), tmp_path / "shards")
+    monkeypatch.setenv("FEDGL_SUPERNODE", "fast")
+    assert main(["client", "--superlink", "127.0.0.1:9", "--insecure",
+                 "--data", str(tmp_path / "shards" / "client-0.json"),
+                 "--key", str(tmp_path / "keys" / "client-0.key"),
+                 "--roster", str(tmp_path / "keys" / "roster.json")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fedgl: error: FEDGL_SUPERNODE='fast' is not a SuperNode layout; unset it (or use one "
+        "of relay, runner, flower)")

@@ -26,6 +26,9 @@ from fedgl.errors import ConfigError, RunAborted
 APP_NAME = "fedgl-deployment"
 #: seconds between the SuperNode's checks for a ClientApp task (Flower's default is 1 s)
 TASK_POLL_INTERVAL = "0.1"
+#: ``FEDGL_SUPERNODE``: how ``fedgl client`` answers messages (``relay``, the default: inside
+#: its paced SuperNode; the others are earlier layouts the benchmarks compare it with)
+SUPERNODE_LAYOUTS = ("relay", "runner", "flower")
 
 
 def _flower_bin(name: str) -> str:
@@ -139,6 +142,10 @@ def cmd_client(args: Any) -> int:
                   max_message_bytes=int(args.max_message_mb * (1 << 20)))
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
+    layout = os.environ.get("FEDGL_SUPERNODE", "relay")
+    if layout not in SUPERNODE_LAYOUTS:
+        raise ConfigError(f"FEDGL_SUPERNODE='{layout}' is not a SuperNode layout; unset it (or "
+                          f"use one of {', '.join(SUPERNODE_LAYOUTS)})")
     check_reachable(superlink)
     check_transport(superlink, None if args.insecure else args.root_certificates)
     private = Path(tempfile.mkdtemp(prefix="fedgl-party-"))
@@ -159,8 +166,7 @@ def cmd_client(args: Any) -> int:
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
     env = _flower_env(flwr_home)
-    proc, runner = _start_supernode(os.environ.get("FEDGL_SUPERNODE", "relay"), flower_args,
-                                    runtime, sock_path, relay_token, env)
+    proc, runner = _start_supernode(layout, flower_args, runtime, sock_path, relay_token, env)
 
     stopped = threading.Event()   # set when fedgl client itself stops the SuperNode
 
