@@ -4,6 +4,7 @@ bytes per round the deployment carried (Flower's serialised messages) beside the
 times, the peak RSS of every process and the machine's load average. Prints one JSON object.
 
     FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --clients 3 --rounds 5
+    FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --rounds 5 --supernode flower  # before
 
 Needs ``fedgl[flower]``. Everything runs on 127.0.0.1: one SuperLink and one ``fedgl client``
 process per client (party + SuperNode). Peak RSS: the local run's process, the deployed
@@ -34,6 +35,19 @@ def vm_hwm_mb(pid: int) -> float | None:
     return None
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) of a live process and every process it started."""
+    import psutil
+
+    root = psutil.Process(pid)
+    total = 0.0
+    for p in [root, *root.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            t = p.cpu_times()
+            total += t.user + t.system
+    return total
+
+
 def main() -> None:
     from fedgl.api import run
     from fedgl.cli import main as fedgl_main
@@ -45,6 +59,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--hops", type=int, default=2)
     ap.add_argument("--secure-sum", default="none")
+    ap.add_argument("--supernode", choices=("relay", "runner", "flower"), default="relay",
+                    help="the clients' SuperNode layout: relay (fedgl client's), runner (the "
+                         "paced SuperNode beside the relay runner), flower (Flower's own beside "
+                         "a runner polling every 0.1 s, the layout before)")
     ap.add_argument("--logs", default=None, metavar="DIR",
                     help="copy the SuperLink's and clients' logs here (with FLWR_LOG_LEVEL=DEBUG "
                          "set, Flower's lines carry times)")
@@ -69,6 +87,7 @@ def main() -> None:
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()
                  if not isinstance(v, bool)]
         flags += ["--no-progress", "--no-oracle-eval", "--no-batch-clients"]
+        os.environ["FEDGL_SUPERNODE"] = args.supernode   # read by each `fedgl client`
         with Loopback(root / "fed", root / "shards", root / "keys", args.clients,
                       client_args) as fed:
             t0 = time.perf_counter()
@@ -78,6 +97,8 @@ def main() -> None:
                                   capture_output=True, text=True, check=False)
             deployed_wall = time.perf_counter() - t0
             client_rss = {name: vm_hwm_mb(p.pid) for name, p in fed.procs.items()
+                          if name.startswith("client-")}
+            client_cpu = {name: cpu_seconds(p.pid) for name, p in fed.procs.items()
                           if name.startswith("client-")}
         if args.logs:
             import shutil
@@ -90,6 +111,7 @@ def main() -> None:
         rep = json.loads((root / "out" / "result.json").read_text())["repeats"][0]
 
     flower = rep["extra"]["flower"]
+    answered = sum(m["down"] for m in rep["ledger"]["messages"].values()) / args.clients
     run_total = rep["seconds"]["total"]
     columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
     out = {
@@ -118,6 +140,13 @@ def main() -> None:
                         "flower_serverapp": round(rep["peak_rss_mb"], 1),
                         "flower_clients": {k: (round(v, 1) if v else None)
                                            for k, v in client_rss.items()}},
+        "supernode": args.supernode,
+        # CPU seconds of each client's processes (party, SuperNode, relay runner) from its
+        # start (imports, shard loading) to the run's end, and per message it answered
+        "client_cpu_seconds": {k: round(v, 2) for k, v in client_cpu.items()},
+        "messages_per_client": answered,
+        "client_cpu_seconds_per_message": {k: round(v / answered, 4)
+                                           for k, v in client_cpu.items()},
         "load_average": {"start": [round(x, 2) for x in load_start],
                          "end": [round(x, 2) for x in os.getloadavg()]},
     }

@@ -9,8 +9,10 @@ line; either way the message goes SuperLink -> SuperNode -> fedgl's relay runner
 process, :mod:`fedgl.federation.flower.relay_runner` -> the party and back). Each exchange is
 timed on the server, waiting for the replies either with Flower's ``Grid.send_and_receive``
 (``flower``) or with fedgl's :func:`~fedgl.federation.flower.runtime.exchange` (``fedgl``),
-alternating. For each reply, the time until the relay created it (Flower's ``created_at``) splits
-the exchange into the way out (SuperNode's poll, the runner's claim, the relay) and the way back
+one way after the other (each way's exchanges in one block, so that the clients' CPU during
+each block can be read: psutil samples every 0.05 s). For each reply, the time until the relay
+created it (Flower's ``created_at``) splits the exchange into the way out (SuperNode's poll,
+the runner's claim, the relay) and the way back
 (the SuperNode pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
 ``FLWR_LOG_LEVEL=DEBUG`` (its log lines then carry times), from which every message's steps on
 the client machine are read: the SuperNode receiving it, the relay runner claiming the task
@@ -69,8 +71,8 @@ def main(grid: Grid, context: Context) -> None:
             raise RuntimeError("the SuperNodes did not join")
         time.sleep(0.2)
     rows = []
-    for i in range(job["exchanges"]):
-        for way in job["ways"]:
+    for way in job["ways"]:
+        for i in range(job["exchanges"]):
             messages = [_hello(n) for n in nodes]
             t0 = time.time()
             if way == "flower":
@@ -81,6 +83,7 @@ def main(grid: Grid, context: Context) -> None:
                 replies = exchange(grid, messages, 120)
             t1 = time.time()
             rows.append({"way": way, "exchange": i, "seconds": t1 - t0, "replies": len(replies),
+                         "t0": t0, "t1": t1,
                          "out": [r.metadata.created_at - t0 for r in replies],
                          "back": [t1 - r.metadata.created_at for r in replies]})
     # what one check for replies costs the ServerApp (exchange makes up to 5 a second)
@@ -127,7 +130,7 @@ def message_steps(log: Path) -> list[dict[str, float]]:
     return [r for r in out if len(r) == len(STEPS)]
 
 
-def client_breakdown(logs: list[Path], ways: list[str]) -> dict[str, dict]:
+def client_breakdown(logs: list[Path], ways: list[str], exchanges: int) -> dict[str, dict]:
     """Per way: seconds of each client-side step, over every client and exchange (the idle time
     after a message goes with that message's exchange: the server's wait in it decides when the
     next message is there)."""
@@ -135,7 +138,7 @@ def client_breakdown(logs: list[Path], ways: list[str]) -> dict[str, dict]:
     for log in logs:
         steps = message_steps(log)
         for i, r in enumerate(steps):
-            way = ways[i % len(ways)]
+            way = ways[min(i // exchanges, len(ways) - 1)]   # the probe runs the ways in turn
             mine = parts.setdefault(way, {})
             for name, (a, b) in {"supernode_receive": ("receiving", "received"),
                                  "relay_claims_task": ("received", "clientapp_started"),
@@ -165,6 +168,45 @@ def clientapp_start(repeats: int) -> list[float]:
     return times
 
 
+def client_cpu(procs: list[subprocess.Popen]) -> list[float]:
+    """CPU seconds (user + system) each ``fedgl client`` and the processes it started (its
+    SuperNode, its relay runner) have used so far."""
+    import psutil
+
+    used = []
+    for proc in procs:
+        root = psutil.Process(proc.pid)
+        total = 0.0
+        for p in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = p.cpu_times()
+                total += t.user + t.system
+        used.append(total)
+    return used
+
+
+def settle(procs: list[subprocess.Popen], rate: float = 0.1, most: float = 120.0) -> None:
+    """Wait until every client uses under ``rate`` CPU seconds a second (its start-up, the
+    imports of its SuperNode and relay runner, is over; the start-up takes about one), or
+    ``most`` seconds."""
+    end = time.monotonic() + most
+    last = client_cpu(procs)
+    while time.monotonic() < end:
+        time.sleep(2.0)
+        now = client_cpu(procs)
+        if all((b - a) / 2.0 < rate for a, b in zip(last, now, strict=True)):
+            return
+        last = now
+
+
+def cpu_between(samples: list[tuple[float, list[float]]], t0: float, t1: float) -> list[float]:
+    """Each client's CPU seconds between epoch times ``t0`` and ``t1``, from the samples
+    taken every 0.05 s (the ones just outside the window: at most 0.05 s of idling more)."""
+    first = max((s for s in samples if s[0] <= t0), default=samples[0], key=lambda s: s[0])
+    last = min((s for s in samples if s[0] >= t1), default=samples[-1], key=lambda s: s[0])
+    return [b - a for a, b in zip(first[1], last[1], strict=True)]
+
+
 def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
     """Seconds for one relay request (``types``) to a party over its Unix socket."""
     from fedgl.deployment.party import Party
@@ -188,69 +230,73 @@ def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
     return times
 
 
-def main() -> None:
-    from fedgl.cli import main as fedgl_main
-    from fedgl.deployment.commands import _flower_bin, _flower_env, write_app
+def probe(root: Path, app: Path, layout: str, args: argparse.Namespace,
+          ways: list[str]) -> dict:
+    """One loopback deployment whose clients use SuperNode ``layout`` (``relay``, ``runner``,
+    ``flower``: ``fedgl.deployment.commands._start_supernode``), probed."""
+    from fedgl.deployment.commands import _flower_bin, _flower_env
     from fedgl.deployment.loopback import Loopback
-    from fedgl.privacy.identity import write_keys
 
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--clients", type=int, default=3)
-    ap.add_argument("--exchanges", type=int, default=8)
-    ap.add_argument("--ways", default="flower,fedgl",
-                    help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
-    ap.add_argument("--logs", default=None, metavar="DIR",
-                    help="copy the SuperLink's and clients' logs here")
-    args = ap.parse_args()
-    ways = [w for w in args.ways.split(",") if w]
-    if not ways or set(ways) - {"flower", "fedgl"}:
-        raise SystemExit("--ways takes flower, fedgl or both, e.g. --ways flower,fedgl")
+    folder = root / layout
+    folder.mkdir()
+    job = folder / "job.json"
+    job.write_text(json.dumps({"clients": args.clients, "exchanges": args.exchanges,
+                               "ways": ways, "out": str(folder / "rows.json")}))
+    os.environ["FEDGL_SUPERNODE"] = layout   # read by each `fedgl client` the Loopback starts
+    load = round(os.getloadavg()[0], 2)
+    with Loopback(folder / "fed", root / "shards", root / "keys", args.clients) as fed:
+        clients = [fed.procs[f"client-{k}"] for k in range(args.clients)]
+        settle(clients)
+        idle = client_cpu(clients)
+        time.sleep(args.idle)
+        before = client_cpu(clients)
+        idle = [(b - a) / args.idle for a, b in zip(idle, before, strict=True)]
+        samples: list[tuple[float, list[float]]] = []
+        sampling = threading.Event()
 
-    with tempfile.TemporaryDirectory(prefix="fedgl-latency-") as tmp:
-        root = Path(tmp)
-        write_keys(root / "keys", args.clients)
-        with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
-            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
-                               "--out", str(root / "shards")]) == 0
-        app = write_app(root / "app", serverapp="latency_probe:app", config_key="probe-job",
-                        name="fedgl-latency-probe")
-        (app / "latency_probe.py").write_text(PROBE)
-        job = root / "job.json"
-        job.write_text(json.dumps({"clients": args.clients, "exchanges": args.exchanges,
-                                   "ways": ways, "out": str(root / "rows.json")}))
-        os.environ["FLWR_LOG_LEVEL"] = "DEBUG"   # Flower's log lines with times
-        with Loopback(root / "fed", root / "shards", root / "keys", args.clients) as fed:
-            home = root / "control-home"
-            home.mkdir()
-            (home / "config.toml").write_text(f'[superlink]\ndefault = "fedgl"\n\n'
-                                              f'[superlink.fedgl]\naddress = "{fed.address}"\n'
-                                              "insecure = true\n")
-            t0 = time.perf_counter()
-            done = subprocess.run([_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
-                                   "--run-config", f'probe-job="{job}"'],
-                                  env=_flower_env(home), capture_output=True, text=True,
-                                  check=False)
-            run_seconds = time.perf_counter() - t0
-        if not (root / "rows.json").is_file():
-            raise SystemExit(f"the probe did not finish: {done.stdout[-1500:]}"
-                             f"{done.stderr[-500:]}")
-        rows = json.loads((root / "rows.json").read_text())
-        client_side = client_breakdown(sorted((root / "fed").glob("client-*.log")), ways)
-        if args.logs:
-            import shutil
+        def sample() -> None:
+            while not sampling.wait(0.05):
+                samples.append((time.time(), client_cpu(clients)))
 
-            Path(args.logs).mkdir(parents=True, exist_ok=True)
-            for log in (root / "fed").glob("*.log"):
-                shutil.copy(log, args.logs)
-        relay = relay_round_trip(root / "shards", root / "keys", 20)
-    start = clientapp_start(3)
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        home = folder / "control-home"
+        home.mkdir()
+        (home / "config.toml").write_text(f'[superlink]\ndefault = "fedgl"\n\n'
+                                          f'[superlink.fedgl]\naddress = "{fed.address}"\n'
+                                          "insecure = true\n")
+        t0 = time.perf_counter()
+        done = subprocess.run([_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
+                               "--run-config", f'probe-job="{job}"'],
+                              env=_flower_env(home), capture_output=True, text=True,
+                              check=False)
+        run_seconds = time.perf_counter() - t0
+        sampling.set()
+        sampler.join()
+    os.environ.pop("FEDGL_SUPERNODE")
+    if not (folder / "rows.json").is_file():
+        raise SystemExit(f"the probe did not finish: {done.stdout[-1500:]}{done.stderr[-500:]}")
+    rows = json.loads((folder / "rows.json").read_text())
+    client_side = client_breakdown(sorted((folder / "fed").glob("client-*.log")), ways,
+                                   args.exchanges)
+    if args.logs:
+        import shutil
 
-    out: dict = {"clients": args.clients, "exchanges_per_way": args.exchanges,
-                 "flwr_run_command_seconds": round(run_seconds, 2), "per_way": {}}
+        Path(args.logs, layout).mkdir(parents=True, exist_ok=True)
+        for log in (folder / "fed").glob("*.log"):
+            shutil.copy(log, Path(args.logs, layout))
+    out: dict = {"flwr_run_command_seconds": round(run_seconds, 2),
+                 "load_average_1min": {"start": load, "end": round(os.getloadavg()[0], 2)},
+                 "client_cpu_seconds_per_idle_second": [round(x, 4) for x in idle],
+                 "per_way": {}}
     for way in ways:
         mine = [r for r in rows if r["way"] == way]
         out["per_way"][way] = {
+            "exchange_seconds_median": round(statistics.median(r["seconds"] for r in mine), 3),
             "exchange_seconds": _stats([r["seconds"] for r in mine]),
+            "client_cpu_seconds_per_message": [
+                round(c / len(mine), 4) for c in cpu_between(
+                    samples, min(r["t0"] for r in mine), max(r["t1"] for r in mine))],
             "replies_missing": sum(args.clients - r["replies"] for r in mine),
             "out_seconds": _stats([x for r in mine for x in r["out"]]),
             "back_seconds": _stats([x for r in mine for x in r["back"]]),
@@ -260,7 +306,53 @@ def main() -> None:
     if pull:
         out["one_pull_messages_call"] = {"wall_seconds": round(pull[0]["seconds"], 4),
                                          "serverapp_cpu_seconds": round(pull[0]["cpu"], 4)}
-    out["clientapp_process_start_seconds"] = _stats(start)
+    return out
+
+
+def main() -> None:
+    from fedgl.cli import main as fedgl_main
+    from fedgl.deployment.commands import write_app
+    from fedgl.privacy.identity import write_keys
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--clients", type=int, default=3)
+    ap.add_argument("--exchanges", type=int, default=8)
+    ap.add_argument("--ways", default="flower,fedgl",
+                    help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
+    ap.add_argument("--supernodes", default="flower,runner,relay",
+                    help="comma-separated SuperNode layouts of the clients, one deployment each "
+                         "in turn: relay (fedgl client's: the paced SuperNode answering with "
+                         "the relay in its own process), runner (the paced SuperNode beside the "
+                         "relay runner), flower (Flower's own SuperNode beside a runner polling "
+                         "every 0.1 s: the layout before)")
+    ap.add_argument("--idle", type=float, default=10.0,
+                    help="seconds the clients' idle CPU is measured before the probe runs")
+    ap.add_argument("--logs", default=None, metavar="DIR",
+                    help="copy the SuperLink's and clients' logs here (a folder per layout)")
+    args = ap.parse_args()
+    ways = [w for w in args.ways.split(",") if w]
+    if not ways or set(ways) - {"flower", "fedgl"}:
+        raise SystemExit("--ways takes flower, fedgl or both, e.g. --ways flower,fedgl")
+    layouts = [w for w in args.supernodes.split(",") if w]
+    if not layouts or set(layouts) - {"flower", "runner", "relay"}:
+        raise SystemExit("--supernodes takes flower, runner and relay, e.g. --supernodes "
+                         "flower,relay")
+
+    out: dict = {"clients": args.clients, "exchanges_per_way": args.exchanges}
+    with tempfile.TemporaryDirectory(prefix="fedgl-latency-") as tmp:
+        root = Path(tmp)
+        write_keys(root / "keys", args.clients)
+        with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
+            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
+                               "--out", str(root / "shards")]) == 0
+        app = write_app(root / "app", serverapp="latency_probe:app", config_key="probe-job",
+                        name="fedgl-latency-probe")
+        (app / "latency_probe.py").write_text(PROBE)
+        os.environ["FLWR_LOG_LEVEL"] = "DEBUG"   # Flower's log lines with times
+        out["supernodes"] = {layout: probe(root, app, layout, args, ways)
+                             for layout in layouts}
+        relay = relay_round_trip(root / "shards", root / "keys", 20)
+    out["clientapp_process_start_seconds"] = _stats(clientapp_start(3))
     out["relay_round_trip_seconds"] = _stats(relay)
     print(json.dumps(out, indent=2))
 

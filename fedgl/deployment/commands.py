@@ -26,6 +26,9 @@ from fedgl.errors import ConfigError, RunAborted
 APP_NAME = "fedgl-deployment"
 #: seconds between the SuperNode's checks for a ClientApp task (Flower's default is 1 s)
 TASK_POLL_INTERVAL = "0.1"
+#: ``FEDGL_SUPERNODE``: how ``fedgl client`` answers messages (``relay``, the default: inside
+#: its paced SuperNode; the others are earlier layouts the benchmarks compare it with)
+SUPERNODE_LAYOUTS = ("relay", "runner", "flower")
 
 
 def _flower_bin(name: str) -> str:
@@ -144,6 +147,10 @@ def cmd_client(args: Any) -> int:
                   max_message_bytes=int(args.max_message_mb * (1 << 20)))
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
+    layout = os.environ.get("FEDGL_SUPERNODE", "relay")
+    if layout not in SUPERNODE_LAYOUTS:
+        raise ConfigError(f"FEDGL_SUPERNODE='{layout}' is not a SuperNode layout; unset it (or "
+                          f"use one of {', '.join(SUPERNODE_LAYOUTS)})")
     check_reachable(superlink)
     check_transport(superlink, None if args.insecure else args.root_certificates)
     private = Path(tempfile.mkdtemp(prefix="fedgl-party-"))
@@ -157,15 +164,14 @@ def cmd_client(args: Any) -> int:
                               daemon=True)
     server.start()
     runtime = f"127.0.0.1:{args.runtime_port or free_port()}"
-    cmd = [_flower_bin("flower-supernode"), *tls, "--superlink", superlink,
-           "--isolation", "process", "--host", "127.0.0.1", "--port", runtime.rpartition(":")[2]]
+    flower_args = [*tls, "--superlink", superlink, "--isolation", "process", "--host",
+                   "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
-        cmd += ["--auth-supernode-private-key", str(args.auth_key)]
+        flower_args += ["--auth-supernode-private-key", str(args.auth_key)]
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
     env = _flower_env(flwr_home)
-    proc = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_die_with_parent)
-    runner = _start_relay_runner(runtime, sock_path, relay_token, env)
+    proc, runner = _start_supernode(layout, flower_args, runtime, sock_path, relay_token, env)
 
     stopped = threading.Event()   # set when fedgl client itself stops the SuperNode
 
@@ -177,6 +183,8 @@ def cmd_client(args: Any) -> int:
             pass
 
     def _watch_runner() -> None:   # without its relay the SuperNode would answer nothing
+        if runner is None:
+            return
         runner.wait()
         if proc.poll() is None and not stop.is_set():
             print(f"client {party.client_id}: the relay runner stopped (exit "
@@ -198,7 +206,8 @@ def cmd_client(args: Any) -> int:
         code = 130
     finally:
         stop.set()
-        _kill_group(runner)
+        if runner is not None:
+            _kill_group(runner)
         _kill_group(proc)
         signal.signal(signal.SIGTERM, previous)
         server.join(timeout=5)
@@ -206,16 +215,61 @@ def cmd_client(args: Any) -> int:
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
 
 
-def _start_relay_runner(runtime: str, sock_path: Path, token: str,
-                        env: dict[str, str]) -> subprocess.Popen:
+def _start_supernode(layout: str, flower_args: list[str], runtime: str, sock_path: Path,
+                     token: str, env: dict[str, str]
+                     ) -> tuple[subprocess.Popen, subprocess.Popen | None]:
+    """The SuperNode (its own process group) and, where the layout has one, the relay runner.
+
+    ``relay`` (the default): fedgl's paced SuperNode answering each message with the relay in
+    its own process (:mod:`fedgl.federation.flower.supernode`; the token through a pipe).
+    ``runner``: the paced SuperNode beside the relay runner, two wake-up pipes between them
+    (the SuperNode announces each stored message, the runner each pushed reply). ``flower``:
+    Flower's own SuperNode beside a runner polling every 0.1 s (the layout before; the
+    benchmarks compare them, ``FEDGL_SUPERNODE``)."""
+    paced = [sys.executable, "-m", "fedgl.federation.flower.supernode"]
+    if layout == "relay":
+        read, write = os.pipe()
+        try:
+            proc = subprocess.Popen([*paced, "--party", str(sock_path), "--token-fd", str(read),
+                                     *flower_args], env=env, pass_fds=(read,),
+                                    start_new_session=True, preexec_fn=_die_with_parent)
+        finally:
+            os.close(read)
+        with os.fdopen(write, "w") as pipe:
+            pipe.write(token)
+        return proc, None
+    if layout == "flower":
+        proc = subprocess.Popen([_flower_bin("flower-supernode"), *flower_args], env=env,
+                                start_new_session=True, preexec_fn=_die_with_parent)
+        return proc, _start_relay_runner(runtime, sock_path, token, env)
+    task_read, task_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    try:
+        proc = subprocess.Popen([*paced, "--task-fd", str(task_write), "--reply-fd",
+                                 str(reply_read), *flower_args], env=env,
+                                pass_fds=(task_write, reply_read), start_new_session=True,
+                                preexec_fn=_die_with_parent)
+        runner = _start_relay_runner(runtime, sock_path, token, env,
+                                     wake=(task_read, reply_write))
+    finally:
+        for fd in (task_read, task_write, reply_read, reply_write):
+            os.close(fd)
+    return proc, runner
+
+
+def _start_relay_runner(runtime: str, sock_path: Path, token: str, env: dict[str, str],
+                        wake: tuple[int, int] | None = None) -> subprocess.Popen:
     """The relay runner (its own process group, stopped with ``fedgl client``); its token goes
-    through a pipe, not its command line or environment."""
+    through a pipe, not its command line or environment. ``wake``: the read end of the
+    SuperNode's task pipe and the write end of the reply pipe, inherited by the runner."""
     read, write = os.pipe()
+    wake_args = ["--task-fd", str(wake[0]), "--reply-fd", str(wake[1])] if wake else []
     try:
         runner = subprocess.Popen(
             [sys.executable, "-m", "fedgl.federation.flower.relay_runner", "--runtime-api",
-             runtime, "--party", str(sock_path), "--token-fd", str(read)],
-            env=env, pass_fds=(read,), start_new_session=True, preexec_fn=_die_with_parent)
+             runtime, "--party", str(sock_path), "--token-fd", str(read), *wake_args],
+            env=env, pass_fds=(read, *(wake or ())), start_new_session=True,
+            preexec_fn=_die_with_parent)
     finally:
         os.close(read)
     with os.fdopen(write, "w") as pipe:

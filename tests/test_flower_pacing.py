@@ -1,0 +1,216 @@
+"""fedgl's paced SuperNode (:mod:`fedgl.federation.flower.supernode`), the proportional waits
+(:mod:`fedgl.federation.flower.pacing`), the relay runner's line per answered exchange and the
+server's quick object pulls. The loopback tests (tests/test_flower_*.py, ``-m slow``) run the
+whole deployment through them."""
+
+from __future__ import annotations
+
+import functools
+import importlib
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.flower_helpers import needs_flwr, tiny_shard
+
+pytestmark = needs_flwr
+
+
+def test_pause_is_a_quarter_of_the_idle_time_between_the_floor_and_the_cap() -> None:
+    from fedgl.federation.flower.pacing import FLOOR, RATIO, pause
+
+    assert (RATIO, FLOOR) == (0.25, 0.01)
+    assert pause(0.0, cap=3.0) == FLOOR
+    assert pause(-5.0, cap=3.0) == FLOOR          # a clock step back waits the floor
+    assert pause(0.02, cap=3.0) == FLOOR          # 0.005 < floor
+    assert pause(1.0, cap=3.0) == 0.25
+    assert pause(8.0, cap=3.0) == 2.0
+    assert pause(100.0, cap=3.0) == 3.0           # never longer than Flower's own wait
+    assert pause(100.0, cap=0.5) == 0.5
+
+
+@pytest.fixture
+def flower_loop(monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Flower's SuperNode loop module with fakes for the two steps the pacing wraps; every
+    attribute install() replaces is restored afterwards."""
+    loop = importlib.import_module("flwr.supernode.start_client_internal")
+    for name in ("time", "pull_objects", "_pull_and_store_message", "_push_messages"):
+        monkeypatch.setattr(loop, name, getattr(loop, name))
+    results: list[Any] = []
+    monkeypatch.setattr(loop, "_pull_and_store_message", lambda **_: results.pop(0))
+    pushed: list[int] = []
+    monkeypatch.setattr(loop, "_push_messages", lambda **_: pushed.append(1))
+    loop.fake_results, loop.fake_pushed = results, pushed
+    yield loop
+    del loop.fake_results, loop.fake_pushed
+
+
+def _pending(fd: int) -> bytes:
+    try:
+        return os.read(fd, 100)
+    except BlockingIOError:
+        return b""
+
+
+def test_install_announces_each_stored_message_and_paces_flowers_waits(flower_loop: Any) -> None:
+    from flwr.supercore.inflatable.inflatable_utils import pull_objects
+
+    from fedgl.federation.flower.supernode import OBJECT_FIRST_BACKOFF, install
+
+    task_read, task_write = os.pipe()
+    reply_read, reply_write = os.pipe()
+    try:
+        os.set_blocking(task_read, False)
+        clock = install(task_fd=task_write, reply_fd=reply_read)
+        assert flower_loop.time is clock
+        assert isinstance(flower_loop.pull_objects, functools.partial)
+        assert flower_loop.pull_objects.func is pull_objects
+        assert flower_loop.pull_objects.keywords == {"initial_backoff": OBJECT_FIRST_BACKOFF}
+        assert clock.monotonic is time.monotonic   # every other attribute is time's
+
+        flower_loop.fake_results.extend([None, 42])
+        before = clock.since
+        assert flower_loop._pull_and_store_message(state=None) is None   # nothing pulled
+        assert _pending(task_read) == b"" and clock.since == before
+        assert flower_loop._pull_and_store_message(state=None) == 42     # a message stored
+        assert _pending(task_read) == b"."
+        assert clock.since >= before
+        flower_loop._push_messages(state=None)
+        assert flower_loop.fake_pushed == [1]
+
+        # a reply announced on the pipe ends the wait and is consumed by it
+        os.write(reply_write, b"..")
+        clock.sleep(3.0)
+        assert _pending(reply_read) == b"" and clock.wake == reply_read
+        # once the runner is gone (its end closed), the SuperNode stops watching the pipe
+        os.close(reply_write)
+        reply_write = -1
+        clock.sleep(3.0)
+        assert clock.wake is None
+        assert clock.sleeps == 2
+    finally:
+        for fd in (task_read, task_write, reply_read, reply_write):
+            if fd >= 0:
+                os.close(fd)
+
+
+def test_a_full_or_closed_pipe_is_no_error() -> None:
+    from fedgl.federation.flower.supernode import drain, signal_pipe
+
+    read, write = os.pipe()
+    os.set_blocking(read, False)
+    os.set_blocking(write, False)
+    for _ in range(70_000):          # beyond a pipe's 64 KiB buffer
+        signal_pipe(write)
+    signal_pipe(None)
+    assert drain(read) is True       # all read, the writer still there
+    os.close(write)
+    assert drain(read) is False      # the writer has gone
+    os.close(read)
+    signal_pipe(write)               # a closed descriptor: ignored
+
+
+class _Message:
+    """The parts of a Flower message the runner's line reads (a real ``Message`` needs a
+    running task's identity): its type, whether it is an error, its records."""
+
+    def __init__(self, body: bytes | None, refused: str | None = None,
+                 error: bool = False) -> None:
+        from flwr.app import ConfigRecord, RecordDict
+
+        from fedgl.federation.flower.client_app import body_record
+
+        self.content = RecordDict({"fedgl-meta": ConfigRecord(
+            {"refused": refused} if refused else {})})
+        if body is not None:
+            self.content["fedgl"] = body_record(body)
+        self.error = error
+        self.metadata = type("Metadata", (), {"message_type": "train.fedgcn__fit"})()
+
+    def has_error(self) -> bool:
+        return self.error
+
+
+def test_the_runner_prints_one_line_per_answered_exchange() -> None:
+    from fedgl.federation.flower.relay_runner import exchange_line
+
+    message = _Message(bytes(1234))
+    assert exchange_line(5, message, _Message(bytes(56789)), 0.0421) == (
+        "fedgl relay: run 5: 'train.fedgcn__fit' 1,234 bytes in, 56,789 bytes out, 0.042 s")
+    refused = _Message(None, refused="client 0 refused a message: no")
+    assert exchange_line(5, message, refused, 0.5) == (
+        "fedgl relay: run 5: 'train.fedgcn__fit' 1,234 bytes in, 0 bytes out, 0.500 s; "
+        "refused: client 0 refused a message: no")
+    failed = _Message(None, error=True)
+    assert exchange_line(5, message, failed, 1.0, "fedgl's relay: OSError: gone") == (
+        "fedgl relay: run 5: 'train.fedgcn__fit' 1,234 bytes in, 0 bytes out, 1.000 s; "
+        "fedgl's relay: OSError: gone")
+
+
+def test_the_server_pulls_objects_quickly_only_inside_an_exchange() -> None:
+    from flwr.superlink.grid import http_grid
+
+    from fedgl.federation.flower.runtime import OBJECT_FIRST_BACKOFF, quick_object_pulls
+
+    original = http_grid.pull_objects
+    with quick_object_pulls():
+        assert http_grid.pull_objects.func is original
+        assert http_grid.pull_objects.keywords == {"initial_backoff": OBJECT_FIRST_BACKOFF}
+    assert http_grid.pull_objects is original
+
+
+def test_the_runners_object_pulls_are_quick(monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.supercore.inflatable import inflatable_utils
+
+    from fedgl.federation.flower.relay_runner import quick_object_pulls
+    from fedgl.federation.flower.supernode import OBJECT_FIRST_BACKOFF
+
+    original = inflatable_utils.pull_objects
+    monkeypatch.setattr(inflatable_utils, "pull_objects", original)
+    quick_object_pulls()
+    quick_object_pulls()             # twice: wrapped once
+    assert inflatable_utils.pull_objects.func is original
+    assert inflatable_utils.pull_objects.keywords == {"initial_backoff": OBJECT_FIRST_BACKOFF}
+
+
+def test_the_in_process_runtime_calls_flowers_handlers_with_the_nodes_state_and_task(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from flwr.supercore.servicer.runtime import runtime_handlers as core
+    from flwr.supernode.servicer.runtime import runtime_handlers as node
+
+    from fedgl.federation.flower.supernode import InProcessRuntime
+
+    calls: list[tuple[str, Any, Any, Any]] = []
+    for name in (*InProcessRuntime.METHODS.values(),):
+        monkeypatch.setattr(node, name, lambda r, s, t, name=name: calls.append((name, r, s, t)))
+    monkeypatch.setattr(core, "send_task_heartbeat",
+                        lambda r, s, t: calls.append(("send_task_heartbeat", r, s, t)))
+    runtime = InProcessRuntime("STATE", "TASK")
+    for method in (*InProcessRuntime.METHODS, "SendTaskHeartbeat"):
+        getattr(runtime, method)(f"request-{method}")
+    assert calls == [(h, f"request-{m}", "STATE", "TASK") for m, h in
+                     [*InProcessRuntime.METHODS.items(),
+                      ("SendTaskHeartbeat", "send_task_heartbeat")]]
+    with pytest.raises(AttributeError):
+        runtime.AcquireTask   # noqa: B018 - a task's client cannot claim another task
+
+
+def test_an_unknown_supernode_layout_is_refused_in_one_line(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    from fedgl.cli import main
+    from fedgl.data.shard_format import write_shard
+    from fedgl.privacy.identity import write_keys
+
+    write_keys(tmp_path / "keys", 1)
+    write_shard(tiny_shard(0), tmp_path / "shards")
+    monkeypatch.setenv("FEDGL_SUPERNODE", "fast")
+    assert main(["client", "--superlink", "127.0.0.1:9", "--insecure",
+                 "--data", str(tmp_path / "shards" / "client-0.json"),
+                 "--key", str(tmp_path / "keys" / "client-0.key"),
+                 "--roster", str(tmp_path / "keys" / "roster.json")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "fedgl: error: FEDGL_SUPERNODE='fast' is not a SuperNode layout; unset it (or use one "
+        "of relay, runner, flower)")
