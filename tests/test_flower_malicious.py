@@ -208,4 +208,9 @@ def test_a_malicious_serverapp_gets_one_line_refusals_and_no_values(tmp_path: Pa
     # the weaker set-up names the party's own mode; the party logged every refusal
     assert f"this client runs {MODES[2]!r}" in got["weaker_setup"]["2"]["refused"]
     for k in range(clients):
-        assert logs[k].count("refused: ") == len(ATTACKS), logs[k][-3000:]
+        lines = logs[k].splitlines()
+        assert sum(line.startswith("refused: ") for line in lines) == len(ATTACKS), \
+            logs[k][-3000:]
+        # and the relay's line for each message it answered names the refusal too
+        assert sum(line.startswith("fedgl relay: ") and "; refused: " in line
+                   for line in lines) == len(ATTACKS), logs[k][-3000:]
