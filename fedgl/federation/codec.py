@@ -276,12 +276,15 @@ def _from_tree(node: Any, buffers: list[memoryview], used: set[int], depth: int)
         dtype = _NUMPY_DTYPES.get(node.get("dtype"))
         if dtype is None:
             raise WireError(f"unknown array dtype {node.get('dtype')!r} in message")
+        body = _take(node["$P"], buffers, used)
         try:
-            indptr, indices, values, shape = unpack(node, _take(node["$P"], buffers, used),
-                                                    dtype, MAX_DIM)
+            indptr, indices, values, shape = unpack(node, body, dtype, MAX_DIM)
         except PackError as exc:
             raise WireError(str(exc)) from None
-        return SparseRows(indptr, indices, values, shape)
+        rows = SparseRows(indptr, indices, values, shape)
+        rows._packed = ({k: node[k] for k in ("shape", "nnz", "dtype", "table", "coded")},
+                        bytes(body))  # its size as it crossed; not packed again
+        return rows
     if "$D" in node:
         items = node["$D"]
         if not isinstance(items, list):
