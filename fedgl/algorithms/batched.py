@@ -39,6 +39,7 @@ from torch import Tensor
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
 from fedgl.models.base import dropout, scatter_sum
+from fedgl.models.gcn import GCN
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
 
@@ -69,6 +70,7 @@ class Blocks:
                                     for k, n in enumerate(self.row_sizes)]).to(dev)
         self.x = [b.x for b in inputs]
         self._x_all: Tensor | None = None
+        self._distinct: tuple[Tensor, Tensor] | None = None
         self.edges = {name: torch.cat([b.edges[name] + o
                                        for b, o in zip(inputs, offsets, strict=True)], 1)
                       for name in inputs[0].edges}
@@ -87,6 +89,18 @@ class Blocks:
         if self._x_all is None:
             self._x_all = torch.cat(self.x)
         return self._x_all
+
+    def distinct_x(self) -> tuple[Tensor, Tensor]:
+        """``(rows, index)`` with ``x_all == rows[index]`` bit for bit (rows compared by their
+        bits, so -0.0 and 0.0 stay apart), computed once: clients that hold the same received
+        row (a node in several clients' neighbourhoods) share one copy of it."""
+        if self._distinct is None:
+            x = self.x_all
+            bits = x.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[
+                x.element_size()])
+            rows, index = torch.unique(bits, dim=0, return_inverse=True)
+            self._distinct = (rows.view(x.dtype), index)
+        return self._distinct
 
     def split(self, h: Tensor) -> tuple[Tensor, ...]:
         """Union rows -> each client's rows."""
@@ -264,7 +278,8 @@ def predict_gnn_clients(clients: Sequence[Any], weights: State,
     """Batched ``predict`` of GCN/SAGE clients on their full inputs."""
     if not _same_input_kind(clients) or _too_large(clients, train=False):
         return None
-    kwargs = {"pre_aggregated": True} if clients[0]._cached_inputs().pre_aggregated else {}
+    pre = clients[0]._cached_inputs().pre_aggregated
+    kwargs = {"pre_aggregated": True} if pre else {}
 
     def block_input(c: Any) -> BlockInput:
         inp = c._cached_inputs()
@@ -272,8 +287,11 @@ def predict_gnn_clients(clients: Sequence[Any], weights: State,
                           inp.edge_weight)
 
     def run(model: torch.nn.Module, b: Blocks) -> Tensor:
+        # pre-aggregated rows (FedGCN's received sums) repeat across clients: the first layer's
+        # product once per distinct row (a GCN's; other models take the rows as they are)
+        extra = {"distinct": b.distinct_x()} if pre and isinstance(model, GCN) else {}
         return model(b.x_all, b.edges["edge_index"], b.edge_weight, out_rows=b.out_rows,
-                     **kwargs)
+                     **kwargs, **extra)
 
     key = tuple(id(c._cached_inputs()) for c in clients)
     return predict_union(clients, weights, key, block_input, run, cache)
