@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -91,20 +92,37 @@ class Blocks:
         return self._x_all
 
     def distinct_x(self) -> tuple[Tensor, Tensor]:
-        """``(rows, index)`` with ``x_all == rows[index]`` bit for bit (rows compared by their
-        bits, so -0.0 and 0.0 stay apart), computed once: clients that hold the same received
-        row (a node in several clients' neighbourhoods) share one copy of it."""
+        """``(rows, index)`` with ``x_all == rows[index]`` bit for bit, computed once: clients
+        that hold the same received row (a node in several clients' neighbourhoods) share one
+        copy of it. Rows are grouped by a 64-bit hash of their bits (in chunks: a sort of the
+        whole matrix would double the memory), and every row is then compared with its group's
+        first row bit for bit; should any hash collide, every row stays its own."""
         if self._distinct is None:
             x = self.x_all
-            bits = x.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[
-                x.element_size()])
-            rows, index = torch.unique(bits, dim=0, return_inverse=True)
-            self._distinct = (rows.view(x.dtype), index)
+            bits = _row_bits(x)
+            coef = np.random.default_rng(0).integers(1, 1 << 62, bits.shape[1],
+                                                     dtype=np.uint64) | np.uint64(1)
+            step = max(1, (1 << 18) // max(bits.shape[1], 1))
+            hashes = np.concatenate([
+                (bits[a:a + step].astype(np.uint64) * coef).sum(axis=1, dtype=np.uint64)
+                for a in range(0, len(bits), step)]) if len(bits) else np.zeros(0, np.uint64)
+            _, first, index = np.unique(hashes, return_index=True, return_inverse=True)
+            rep = first[index.reshape(-1)]
+            same = all(bool(np.array_equal(bits[a:a + step], bits[rep[a:a + step]]))
+                       for a in range(0, len(bits), step))
+            self._distinct = ((x[torch.from_numpy(first)], torch.from_numpy(index.reshape(-1)))
+                              if same else (x, torch.arange(x.size(0))))
         return self._distinct
 
     def split(self, h: Tensor) -> tuple[Tensor, ...]:
         """Union rows -> each client's rows."""
         return h.split(self.row_sizes)
+
+
+def _row_bits(x: Tensor) -> np.ndarray:
+    """The rows' bit patterns as unsigned integers (a view: no copy)."""
+    kind = {2: np.uint16, 4: np.uint32, 8: np.uint64}[x.element_size()]
+    return x.detach().contiguous().numpy().view(kind)
 
 
 def per_client_linear(parts: Sequence[Tensor], w: Tensor) -> Tensor:
@@ -288,8 +306,9 @@ def predict_gnn_clients(clients: Sequence[Any], weights: State,
 
     def run(model: torch.nn.Module, b: Blocks) -> Tensor:
         # pre-aggregated rows (FedGCN's received sums) repeat across clients: the first layer's
-        # product once per distinct row (a GCN's; other models take the rows as they are)
-        extra = {"distinct": b.distinct_x()} if pre and isinstance(model, GCN) else {}
+        # product once per distinct row (a GCN's on the CPU; otherwise the rows as they are)
+        share = pre and isinstance(model, GCN) and b.x_all.device.type == "cpu"
+        extra = {"distinct": b.distinct_x()} if share else {}
         return model(b.x_all, b.edges["edge_index"], b.edge_weight, out_rows=b.out_rows,
                      **kwargs, **extra)
 
