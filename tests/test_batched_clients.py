@@ -78,3 +78,20 @@ def test_shared_rows_give_each_clients_own_predictions_bit_for_bit(over):
     rows, index = blocks.distinct_x()
     assert torch.equal(rows[index], blocks.x_all)
     assert rows.size(0) < blocks.x_all.size(0)  # rows were shared
+
+
+def test_colliding_row_hashes_leave_every_row_its_own(monkeypatch):
+    """Should two different rows share a hash, no row is shared: the predictions stay exact."""
+    import numpy as np
+
+    from fedgl.algorithms import batched
+
+    monkeypatch.setattr(batched, "_row_hashes", lambda bits, step: np.zeros(len(bits), np.uint64))
+    server, clients = _clients(hops=2)
+    w = {k: v + 0.01 * torch.randn_like(v) for k, v in server.weights.items()}
+    cache: dict = {}
+    many = batched.predict_gnn_clients(clients, w, cache)
+    for c, lp in zip(clients, many, strict=True):
+        assert torch.equal(lp, c.predict(w))
+    rows, index = cache["evaluate"][1].distinct_x()
+    assert torch.equal(index, torch.arange(rows.size(0)))

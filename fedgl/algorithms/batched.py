@@ -100,13 +100,9 @@ class Blocks:
         if self._distinct is None:
             x = self.x_all
             bits = _row_bits(x)
-            coef = np.random.default_rng(0).integers(1, 1 << 62, bits.shape[1],
-                                                     dtype=np.uint64) | np.uint64(1)
             step = max(1, (1 << 18) // max(bits.shape[1], 1))
-            hashes = np.concatenate([
-                (bits[a:a + step].astype(np.uint64) * coef).sum(axis=1, dtype=np.uint64)
-                for a in range(0, len(bits), step)]) if len(bits) else np.zeros(0, np.uint64)
-            _, first, index = np.unique(hashes, return_index=True, return_inverse=True)
+            _, first, index = np.unique(_row_hashes(bits, step), return_index=True,
+                                        return_inverse=True)
             rep = first[index.reshape(-1)]
             same = all(bool(np.array_equal(bits[a:a + step], bits[rep[a:a + step]]))
                        for a in range(0, len(bits), step))
@@ -123,6 +119,18 @@ def _row_bits(x: Tensor) -> np.ndarray:
     """The rows' bit patterns as unsigned integers (a view: no copy)."""
     kind = {2: np.uint16, 4: np.uint32, 8: np.uint64}[x.element_size()]
     return x.detach().contiguous().numpy().view(kind)
+
+
+def _row_hashes(bits: np.ndarray, step: int) -> np.ndarray:
+    """A 64-bit hash of each row (``Σ_c bits[r, c] · a_c`` mod 2^64, fixed odd ``a_c``),
+    ``step`` rows at a time."""
+    if not len(bits):
+        return np.zeros(0, np.uint64)
+    coef = np.random.default_rng(0).integers(1, 1 << 62, bits.shape[1],
+                                             dtype=np.uint64) | np.uint64(1)
+    return np.concatenate([(bits[a:a + step].astype(np.uint64) * coef).sum(axis=1,
+                                                                            dtype=np.uint64)
+                           for a in range(0, len(bits), step)])
 
 
 def per_client_linear(parts: Sequence[Tensor], w: Tensor) -> Tensor:
