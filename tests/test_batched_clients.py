@@ -58,3 +58,40 @@ def test_evaluate_many_equals_each_clients_own_evaluate(over):
     many = FedGCNClient.evaluate_many(clients, w)
     assert many == [c.evaluate(w) for c in clients]
     assert sum(m["total"][2] for m in many) > 0
+
+
+@pytest.mark.parametrize("over", [dict(hops=1), dict(hops=2), dict(hops=2, sbm_features=300)],
+                         ids=["1-hop", "2-hop", "2-hop-300-features"])
+def test_shared_rows_give_each_clients_own_predictions_bit_for_bit(over):
+    """Received rows repeat across clients: the batched evaluation multiplies each distinct row
+    once, and every client's log-probabilities are still those of its own ``predict``."""
+    from fedgl.algorithms.batched import Blocks, predict_gnn_clients
+
+    server, clients = _clients(**over)
+    w = {k: v + 0.01 * torch.randn_like(v) for k, v in server.weights.items()}
+    cache: dict = {}
+    many = predict_gnn_clients(clients, w, cache)
+    for c, lp in zip(clients, many, strict=True):
+        assert torch.equal(lp, c.predict(w))
+    blocks = cache["evaluate"][1]
+    assert isinstance(blocks, Blocks)
+    rows, index = blocks.distinct_x()
+    assert torch.equal(rows[index], blocks.x_all)
+    assert rows.size(0) < blocks.x_all.size(0)  # rows were shared
+
+
+def test_colliding_row_hashes_leave_every_row_its_own(monkeypatch):
+    """Should two different rows share a hash, no row is shared: the predictions stay exact."""
+    import numpy as np
+
+    from fedgl.algorithms import batched
+
+    monkeypatch.setattr(batched, "_row_hashes", lambda bits, step: np.zeros(len(bits), np.uint64))
+    server, clients = _clients(hops=2)
+    w = {k: v + 0.01 * torch.randn_like(v) for k, v in server.weights.items()}
+    cache: dict = {}
+    many = batched.predict_gnn_clients(clients, w, cache)
+    for c, lp in zip(clients, many, strict=True):
+        assert torch.equal(lp, c.predict(w))
+    rows, index = cache["evaluate"][1].distinct_x()
+    assert torch.equal(index, torch.arange(rows.size(0)))

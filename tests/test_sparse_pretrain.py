@@ -3,6 +3,8 @@ appendix formulas on the chunked path, and identical training on real data."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,7 @@ from fedgl.algorithms.fedgcn import FedGCNClient, FedGCNServer
 from fedgl.api import load_graph
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
+from fedgl.federation.codec import roundtrip
 from fedgl.federation.messages import (
     SparseRows,
     compact_rows,
@@ -29,7 +32,18 @@ def test_sparse_rows_roundtrip_and_size():
     msg = SparseRows.from_dense(x)
     assert msg.indices.dtype == np.uint32 and msg.indptr.dtype == np.uint8
     assert torch.equal(msg.to_dense(), x)
-    assert payload_nbytes(msg) == 301 * 1 + 3 * 4 + 3 * 4 + 16
+    # the packed wire form, built by hand: row lengths (u32: 70,000 columns), column gaps as
+    # byte planes (u32), then the three values as they are (a table and codes would not be
+    # smaller); one deflate stream plus four 8-byte sizes and a 1-byte flag
+    lengths = np.zeros(300, "<u4")
+    lengths[3], lengths[299] = 2, 1
+    gaps = np.array([5, 69_999 - 5, 0], "<u4").view(np.uint8).reshape(3, 4).T.tobytes()
+    body = lengths.tobytes() + gaps + np.array([1.5, -2.0, 3.0], "<f4").tobytes()
+    node, packed = msg.packed()
+    assert zlib.decompress(packed) == body and node["coded"] is False
+    assert payload_nbytes(msg) == len(zlib.compress(body, 3)) + 4 * 8 + 1
+    got, wire = roundtrip("t", {"s": msg})
+    assert torch.equal(got["s"].to_dense(), x) and got["s"].indices.dtype == np.uint32
     assert payload_dense_nbytes({"s": msg, "n": 1}) == 300 * 70_000 * 4 + 8
     copied = copy_payload({"s": msg})["s"]
     copied.values[0] = 9

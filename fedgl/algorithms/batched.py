@@ -32,6 +32,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -39,6 +40,7 @@ from torch import Tensor
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
 from fedgl.models.base import dropout, scatter_sum
+from fedgl.models.gcn import GCN
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
 
@@ -69,6 +71,7 @@ class Blocks:
                                     for k, n in enumerate(self.row_sizes)]).to(dev)
         self.x = [b.x for b in inputs]
         self._x_all: Tensor | None = None
+        self._distinct: tuple[Tensor, Tensor] | None = None
         self.edges = {name: torch.cat([b.edges[name] + o
                                        for b, o in zip(inputs, offsets, strict=True)], 1)
                       for name in inputs[0].edges}
@@ -88,9 +91,46 @@ class Blocks:
             self._x_all = torch.cat(self.x)
         return self._x_all
 
+    def distinct_x(self) -> tuple[Tensor, Tensor]:
+        """``(rows, index)`` with ``x_all == rows[index]`` bit for bit, computed once: clients
+        that hold the same received row (a node in several clients' neighbourhoods) share one
+        copy of it. Rows are grouped by a 64-bit hash of their bits (in chunks: a sort of the
+        whole matrix would double the memory), and every row is then compared with its group's
+        first row bit for bit; should any hash collide, every row stays its own."""
+        if self._distinct is None:
+            x = self.x_all
+            bits = _row_bits(x)
+            step = max(1, (1 << 18) // max(bits.shape[1], 1))
+            _, first, index = np.unique(_row_hashes(bits, step), return_index=True,
+                                        return_inverse=True)
+            rep = first[index.reshape(-1)]
+            same = all(bool(np.array_equal(bits[a:a + step], bits[rep[a:a + step]]))
+                       for a in range(0, len(bits), step))
+            self._distinct = ((x[torch.from_numpy(first)], torch.from_numpy(index.reshape(-1)))
+                              if same else (x, torch.arange(x.size(0))))
+        return self._distinct
+
     def split(self, h: Tensor) -> tuple[Tensor, ...]:
         """Union rows -> each client's rows."""
         return h.split(self.row_sizes)
+
+
+def _row_bits(x: Tensor) -> np.ndarray:
+    """The rows' bit patterns as unsigned integers (a view: no copy)."""
+    kind = {2: np.uint16, 4: np.uint32, 8: np.uint64}[x.element_size()]
+    return x.detach().contiguous().numpy().view(kind)
+
+
+def _row_hashes(bits: np.ndarray, step: int) -> np.ndarray:
+    """A 64-bit hash of each row (``Σ_c bits[r, c] · a_c`` mod 2^64, fixed odd ``a_c``),
+    ``step`` rows at a time."""
+    if not len(bits):
+        return np.zeros(0, np.uint64)
+    coef = np.random.default_rng(0).integers(1, 1 << 62, bits.shape[1],
+                                             dtype=np.uint64) | np.uint64(1)
+    return np.concatenate([(bits[a:a + step].astype(np.uint64) * coef).sum(axis=1,
+                                                                            dtype=np.uint64)
+                           for a in range(0, len(bits), step)])
 
 
 def per_client_linear(parts: Sequence[Tensor], w: Tensor) -> Tensor:
@@ -264,7 +304,8 @@ def predict_gnn_clients(clients: Sequence[Any], weights: State,
     """Batched ``predict`` of GCN/SAGE clients on their full inputs."""
     if not _same_input_kind(clients) or _too_large(clients, train=False):
         return None
-    kwargs = {"pre_aggregated": True} if clients[0]._cached_inputs().pre_aggregated else {}
+    pre = clients[0]._cached_inputs().pre_aggregated
+    kwargs = {"pre_aggregated": True} if pre else {}
 
     def block_input(c: Any) -> BlockInput:
         inp = c._cached_inputs()
@@ -272,8 +313,12 @@ def predict_gnn_clients(clients: Sequence[Any], weights: State,
                           inp.edge_weight)
 
     def run(model: torch.nn.Module, b: Blocks) -> Tensor:
+        # pre-aggregated rows (FedGCN's received sums) repeat across clients: the first layer's
+        # product once per distinct row (a GCN's on the CPU; otherwise the rows as they are)
+        share = pre and isinstance(model, GCN) and b.x_all.device.type == "cpu"
+        extra = {"distinct": b.distinct_x()} if share else {}
         return model(b.x_all, b.edges["edge_index"], b.edge_weight, out_rows=b.out_rows,
-                     **kwargs)
+                     **kwargs, **extra)
 
     key = tuple(id(c._cached_inputs()) for c in clients)
     return predict_union(clients, weights, key, block_input, run, cache)

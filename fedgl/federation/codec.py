@@ -1,7 +1,8 @@
 """The wire encoding of a message: a JSON header and raw array buffers, never pickle.
 
 A message is a type name plus a payload: a tree of dicts (string or integer keys), lists and
-tuples whose leaves are arrays (torch tensors, numpy arrays), :class:`SparseRows`, bytes, numbers,
+tuples whose leaves are arrays (torch tensors, numpy arrays), :class:`SparseRows` (packed:
+:mod:`fedgl.federation.packed_rows`), bytes, numbers,
 strings, booleans or None, or a registered wire type (e.g. a CKKS ciphertext). :func:`encode`
 turns it into *frames*: one header (UTF-8 JSON: the type, the tree with every array replaced by
 ``{"$T"|"$N": buffer index, "dtype", "shape"}``) and one raw little-endian buffer per array.
@@ -28,6 +29,7 @@ import numpy as np
 import torch
 
 from fedgl.federation.messages import SparseRows
+from fedgl.federation.packed_rows import PackError, unpack
 
 MAGIC = b"FGW1"
 MAX_HEADER = 64 << 20  # bytes: a header beyond this is refused before it is parsed
@@ -188,9 +190,11 @@ def _to_tree(obj: Any, buffers: list[memoryview], depth: int) -> Any:
         buffers.append(memoryview(bytes(obj)) if not isinstance(obj, bytes) else memoryview(obj))
         return {"$B": len(buffers) - 1}
     if isinstance(obj, SparseRows):
-        return {"$S": [_to_tree(a, buffers, depth + 1) for a in (obj.indptr, obj.indices,
-                                                                 obj.values)],
-                "shape": [int(obj.shape[0]), int(obj.shape[1])]}
+        node, body = obj.packed()
+        if node["dtype"] not in _NUMPY_DTYPES:
+            raise WireError(f"array dtype {obj.values.dtype} cannot cross the wire")
+        buffers.append(memoryview(body))
+        return {"$P": len(buffers) - 1, **node}
     if isinstance(obj, dict):
         items = []
         for k, v in obj.items():
@@ -268,20 +272,19 @@ def _from_tree(node: Any, buffers: list[memoryview], used: set[int], depth: int)
         return arr[()] if node.get("scalar") else arr
     if "$B" in node:
         return bytes(_take(node["$B"], buffers, used))
-    if "$S" in node:
-        parts = node["$S"]
-        if not isinstance(parts, list) or len(parts) != 3:
-            raise WireError("malformed sparse rows in message")
-        indptr, indices, values = (_from_tree(p, buffers, used, depth + 1) for p in parts)
-        shape = _shape(node)
-        if not all(isinstance(a, np.ndarray) and a.ndim == 1 for a in (indptr, indices, values)) \
-                or len(shape) != 2 or len(indptr) != shape[0] + 1 or len(indices) != len(values) \
-                or indptr.dtype.kind != "u" or indices.dtype.kind != "u":
-            raise WireError("malformed sparse rows in message")
-        if len(indptr) and (int(indptr[-1]) != len(values) or bool(np.any(np.diff(
-                indptr.astype(np.int64)) < 0))) or (len(indices) and int(indices.max()) >= shape[1]):
-            raise WireError("sparse rows in message index out of bounds")
-        return SparseRows(indptr, indices, values, (shape[0], shape[1]))
+    if "$P" in node:
+        dtype = _NUMPY_DTYPES.get(node.get("dtype"))
+        if dtype is None:
+            raise WireError(f"unknown array dtype {node.get('dtype')!r} in message")
+        body = _take(node["$P"], buffers, used)
+        try:
+            indptr, indices, values, shape = unpack(node, body, dtype, MAX_DIM)
+        except PackError as exc:
+            raise WireError(str(exc)) from None
+        rows = SparseRows(indptr, indices, values, shape)
+        rows._packed = ({k: node[k] for k in ("shape", "nnz", "dtype", "table", "coded")},
+                        bytes(body))  # its size as it crossed; not packed again
+        return rows
     if "$D" in node:
         items = node["$D"]
         if not isinstance(items, list):

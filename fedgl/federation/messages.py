@@ -12,7 +12,7 @@ fixed schema known to both ends and are not counted.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -37,12 +37,15 @@ class SparseRows:
     indices: np.ndarray
     values: np.ndarray
     shape: tuple[int, int]
+    _packed: tuple[dict, bytes] | None = field(default=None, init=False, repr=False,
+                                               compare=False)
 
     @classmethod
     def from_scipy(cls, mat) -> SparseRows:
-        """From a scipy CSR matrix (explicit zeros dropped)."""
+        """From a scipy CSR matrix (explicit zeros dropped, columns ascending in each row)."""
         mat = mat.tocsr()
         mat.eliminate_zeros()
+        mat.sort_indices()  # canonical, as the receiver gets it
         rows, cols = mat.shape
         return cls(mat.indptr.astype(smallest_uint(mat.nnz)),
                    mat.indices.astype(smallest_uint(max(cols - 1, 0))),
@@ -68,8 +71,18 @@ class SparseRows:
     def to_dense(self) -> torch.Tensor:
         return torch.from_numpy(self.to_scipy().toarray())
 
+    def packed(self) -> tuple[dict, bytes]:
+        """The wire form (:func:`fedgl.federation.packed_rows.pack`), computed once: the
+        arrays are not to be changed after a message is built from them."""
+        if self._packed is None:
+            from fedgl.federation.packed_rows import pack
+
+            self._packed = pack(self.indptr, self.indices, self.values, self.shape)
+        return self._packed
+
     def serialized_nbytes(self) -> int:
-        return int(self.indptr.nbytes + self.indices.nbytes + self.values.nbytes) + 2 * 8
+        """The packed body, its four sizes (8 bytes each) and its flag (1 byte)."""
+        return len(self.packed()[1]) + 4 * 8 + 1
 
     def dense_nbytes(self) -> int:
         return self.shape[0] * self.shape[1] * self.values.dtype.itemsize

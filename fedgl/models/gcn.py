@@ -93,11 +93,19 @@ class GCN(nn.Module):
 
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *,
                 pre_aggregated: bool = False, generator: torch.Generator | None = None,
-                out_rows: Tensor | None = None) -> Tensor:
-        """Log-probabilities for every row, or only ``out_rows`` if given."""
+                out_rows: Tensor | None = None,
+                distinct: tuple[Tensor, Tensor] | None = None) -> Tensor:
+        """Log-probabilities for every row, or only ``out_rows`` if given.
+
+        ``distinct = (rows, index)`` with ``x == rows[index]`` (bit for bit, pre-aggregated
+        input): the first layer's product is computed once per distinct row,
+        ``(rows W_1^T)[index]``, the same floats as ``x W_1^T`` (each output row of the product
+        depends only on its input row)."""
         h = x
         for i, conv in enumerate(self.convs):
-            if i == 0 and pre_aggregated:
+            if i == 0 and pre_aggregated and distinct is not None:
+                h = conv.lin(distinct[0]).index_select(0, distinct[1]) + conv.bias
+            elif i == 0 and pre_aggregated:
                 h = conv.lin(h) + conv.bias
             else:
                 h = conv(h, edge_index, edge_weight)
