@@ -123,8 +123,8 @@ def test_psi_messages_hold_only_blinded_values(tmp_path: Path, monkeypatch) -> N
 
 @pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
 def test_glasu_trains_on_the_aligned_intersection(aligned) -> None:
+    from fedgl.algorithms.glasu.deployed import glasu_client, run_vertical
     from fedgl.api import as_config
-    from fedgl.deployment.drivers_vertical import glasu_client, run_vertical
     from fedgl.federation.runtime import LocalRuntime
 
     pytest.importorskip("flwr")
@@ -142,8 +142,7 @@ def test_glasu_trains_on_the_aligned_intersection(aligned) -> None:
              for s in shards}
     import time
 
-    result = run_vertical(runtime, cfg, facts, cfg.seed, {}, time.perf_counter())
-    rep = result.repeats[0]
+    rep = run_vertical(runtime, cfg, facts, cfg.seed, time.perf_counter())
     assert rep.partition["num_nodes"] == shards[0].num_nodes
     assert [h["round"] for h in rep.history] == [1, 2, 3, 4]
     assert 0.0 <= rep.final["test_acc"] <= 1.0 and rep.ledger["bytes"]["train"]["up"] > 0
