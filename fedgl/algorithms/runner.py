@@ -17,7 +17,6 @@ import torch
 
 from fedgl.algorithms.base import FedAvgServer, GNNClient
 from fedgl.algorithms.fedavg_driver import drive_fedavg
-from fedgl.algorithms.leakage_beside import LeakageReport
 from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.config import Config
@@ -33,7 +32,7 @@ from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
-from fedgl.privacy.leakage import privacy_extra
+from fedgl.privacy.leakage import leakage_report, privacy_extra
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
 
@@ -161,9 +160,6 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
     ``cfg.oracle_eval`` is on (default: the GCN/SAGE :class:`OracleEvaluator`)."""
     t0 = time.perf_counter()
     part = make_partition(graph, cfg, seed)
-    # The leakage analysis is the experimenter's, over the whole graph: beside the repeat on a
-    # small graph, else after the parties are gone, so that its memory does not add to theirs.
-    leakage = LeakageReport(graph, part, cfg)
     server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
     runtime = server.runtime
     try:
@@ -195,11 +191,12 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         runtime.close()
         server = None
         result.extra.update(privacy)
-        if privacy and leakage.wanted:
-            result.extra["leakage"] = leakage.result()
+        # The leakage analysis is the experimenter's, over the whole graph: run it after the
+        # parties are gone, so that its memory does not add to theirs.
+        if privacy and getattr(cfg, "leakage_report", True):
+            result.extra["leakage"] = leakage_report(graph, part, cfg)
         return result
     finally:
-        leakage.close()
         runtime.close()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import fedgl
-import fedgl.algorithms.leakage_beside as beside
+import fedgl.algorithms.runner as runner
 from fedgl.api import as_config
 from fedgl.data.datasets import load_graph
 from fedgl.data.shards import make_partition
@@ -30,6 +30,6 @@ def test_a_failing_report_fails_the_run(monkeypatch):
     def broken(*args):
         raise ValueError("report broke")
 
-    monkeypatch.setattr(beside, "leakage_report", broken)
+    monkeypatch.setattr(runner, "leakage_report", broken)
     with pytest.raises(ValueError, match="report broke"):
         fedgl.run(algorithm="fedgcn", **SMALL)
