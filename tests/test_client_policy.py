@@ -196,7 +196,9 @@ def test_a_party_refuses_a_set_up_that_switches_its_protections_off(tmp_path, of
 
 
 # ---------------------------------------------------------------------- message types
-FIT_EVAL = {"fedavg.fit", "fedavg.evaluate"}
+#: every role answers the set-up's facts (fedgl.federation.facts), whatever its policy
+FACTS = {"setup.facts"}
+FIT_EVAL = {"fedavg.fit", "fedavg.evaluate"} | FACTS
 PLAIN = {"fedgcn.partial_sums", "fedgcn.announce_rows", "fedgcn.block_sums",
          "fedgcn.receive_block", "fedgcn.receive_sums"}
 KEYS = {"fedgcn.privacy_hello", "secagg.keys"}

@@ -194,7 +194,12 @@ def test_a_malicious_serverapp_gets_one_line_refusals_and_no_values(tmp_path: Pa
     # row announcement (ids, counts, degrees: no feature value)
     for k in ids:
         assert got["honest_setup"][k] == {"refused": None, "body": True}
-        assert got["honest_setup_replies"][k] == {"ok": True, "dp_releases": []}
+        reply = got["honest_setup_replies"][k]
+        # ... with the role's public facts (sizes and widths, no value)
+        assert {**reply, "facts": None} == {"ok": True, "dp_releases": [], "facts": None}
+        assert sorted(reply["facts"]) == ["num_classes", "num_features", "num_nodes", "setting"]
+        assert reply["facts"] == {"setting": "horizontal", "num_nodes": 3, "num_features": 4,
+                                  "num_classes": 2}   # tests.flower_helpers.tiny_shard's
         assert got["privacy_hello"][k]["refused"] is None
         assert got["privacy_hello_fields"][k] == ["adv", "degrees", "ids", "num_requested"]
     # every attack: each party refuses in one line, and the reply carries no fedgl body

@@ -64,7 +64,8 @@ def test_hello_is_a_declared_message_signed_for_this_node_and_run(tmp_path: Path
     party = make_party(tmp_path)
     head, (msg_type, reply) = send(party, "party.hello", {"challenge": b"\x01" * 32})
     assert "refused" not in head and msg_type == "party.hello.reply"
-    assert reply["client_id"] == 1 and reply["num_features"] == 4 and reply["num_classes"] == 2
+    # the hello proves the identity only; the shard's facts come with the set-up's reply
+    assert set(reply) == {"client_id", "signature"} and reply["client_id"] == 1
     signed = hello_message(b"\x01" * 32, NODE_ID, RUN_ID, party.roster)
     assert party.roster.verify(1, signed, reply["signature"])
     # bound to the run: the same signature does not prove the node for another run
@@ -101,7 +102,10 @@ def test_setup_once_per_run_after_that_runs_hello(tmp_path: Path) -> None:
     head, _ = send(party, "party.hello", {"challenge": b"\x02" * 32})
     assert "run 7 already said hello" in head["refused"]
     head, (msg_type, reply) = send(party, "party.setup", setup_payload())
-    assert msg_type == "party.setup.reply" and reply == {"ok": True, "dp_releases": []}
+    # the role's own answer to 'setup.facts', from the shard (3 own nodes, 4 features, 2 classes)
+    assert msg_type == "party.setup.reply" and reply == {
+        "ok": True, "dp_releases": [],
+        "facts": {"setting": "horizontal", "num_nodes": 3, "num_features": 4, "num_classes": 2}}
     assert party.protocol_state == "set-up" and party.endpoint is not None
     role = party.endpoint
     head, _ = send(party, "party.setup", setup_payload(rounds=9))
@@ -213,8 +217,8 @@ def test_the_server_counts_releases_it_saw_and_those_the_clients_logged() -> Non
     through the client's set-up reply; the result counts the union, per client."""
     from types import SimpleNamespace
 
+    from fedgl.algorithms.continuation import Continuation
     from fedgl.deployment.drivers_horizontal import privacy_extra
-    from fedgl.deployment.driving import Continuation
 
     cfg = Config.from_dict({"algorithm": "fedgcn", "clients": 3, "dp_epsilon": 0.5})
     server = SimpleNamespace(privacy_stats={"dp_releases": {"0": ["r0"], "1": ["r1"]}})
@@ -229,7 +233,7 @@ def test_the_server_counts_releases_it_saw_and_those_the_clients_logged() -> Non
 def test_a_resume_keeps_both_attempts_set_up_messages() -> None:
     from types import SimpleNamespace
 
-    from fedgl.deployment.driving import keep_setup
+    from fedgl.algorithms.continuation import keep_setup
     from fedgl.federation.ledger import Ledger
 
     restored = Ledger()   # the checkpoint's: the first attempt's set-up and training

@@ -19,6 +19,7 @@ from fedgl.data.client_data import ClientData
 from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
+from fedgl.federation.facts import FactsParty
 from fedgl.federation.protocol import Int, OneOf, Weights, Wire, handles
 from fedgl.federation.runtime import Runtime
 from fedgl.models import build_model, gcn_edge_weights
@@ -50,7 +51,7 @@ def client_seed(seed: int, client_id: int) -> int:
     return (seed * 1_000_003 + client_id * 7_919 + 17) % (2**63 - 1)
 
 
-class GNNClient(ABC):
+class GNNClient(FactsParty, ABC):
     """A client that trains a copy of the global model on data it owns.
 
     Subclasses implement :meth:`model_inputs`. Training uses SGD with the configured learning rate

@@ -28,6 +28,7 @@ from fedgl.errors import ConfigError, DivergenceError
 from fedgl.evaluation import OracleEvaluator
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
+from fedgl.federation.facts import Facts, learn_facts
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, Runtime
@@ -96,9 +97,36 @@ def build_federation(graph: GraphData, part: Partition, cfg: Config, seed: int,
             for k, client in clients.items():
                 client.install_identity(*identities[k])
         runtime = LocalRuntime(clients, Ledger(), batch=cfg.batch_clients)
-    return wire_server(runtime, server_cls, initial_weights(graph, cfg, seed), cfg, seed,
-                       secure_mode=mode, secagg_threshold=secagg_threshold,
-                       secure_models=secure_models)
+    return start_server(runtime, server_cls, cfg, seed, secure_mode=mode,
+                        secagg_threshold=secagg_threshold, secure_models=secure_models)[0]
+
+
+#: a server class's initial model for the clients' widths: ``(num_features, num_classes, cfg,
+#: seed) -> state dict`` (a class attribute ``initial_weights`` of that signature, else the
+#: configured GCN/SAGE's, :func:`initial_weights_for`)
+InitialWeights = Callable[[int, int, Config, int], dict[str, torch.Tensor]]
+
+
+def start_server(runtime: Runtime, server_cls: type[FedAvgServer], cfg: Config, seed: int, *,
+                 secure_mode: str, secagg_threshold: int, secure_models: bool
+                 ) -> tuple[FedAvgServer, Facts]:
+    """The server-side set-up of a FedAvg-style algorithm on any runtime (local, Ray, a Flower
+    deployment): the clients' public facts through ``setup.facts``
+    (:func:`fedgl.federation.facts.learn_facts`: one feature width and class count, or the run
+    stops in one line), the seeded initial model for those widths (``server_cls.initial_weights``
+    where the class brings its own model), and the server wired to the runtime
+    (:func:`wire_server`). Closes the runtime if the set-up fails."""
+    try:
+        facts = learn_facts(runtime, "horizontal")
+    except BaseException:
+        runtime.close()
+        raise
+    init: InitialWeights = getattr(server_cls, "initial_weights", initial_weights_for)
+    server = wire_server(runtime, server_cls,
+                         init(facts.num_features, facts.num_classes, cfg, seed), cfg, seed,
+                         secure_mode=secure_mode, secagg_threshold=secagg_threshold,
+                         secure_models=secure_models)
+    return server, facts
 
 
 def wire_server(runtime: Runtime, server_cls: type[FedAvgServer], init: dict[str, torch.Tensor],

@@ -93,7 +93,8 @@ class AlgorithmSpec:
     #: the deployed server's driver: ``"fedavg"`` (pre-training exchange, then FedAvg rounds, with
     #: the server class ``server``), ``"minibatch"`` (mini-batch FedSGD with the schedule
     #: function ``server``: ``(cfg, settings) -> (Schedule, PNS fan-out)``), or a
-    #: ``"module:function"`` called as ``driver(runtime, cfg, facts, seed, t0) -> RepeatResult``
+    #: ``"module:function"`` called as ``driver(runtime, cfg, seed, t0) -> RepeatResult`` (it
+    #: learns the clients' facts itself: :func:`fedgl.federation.facts.learn_facts`)
     driver: str = ""
     server: str = ""
     #: why the algorithm stays simulation-only (one line ``fedgl server`` prints)

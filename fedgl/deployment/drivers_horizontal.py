@@ -1,20 +1,20 @@
 """The deployed server drivers of the horizontal setting that an algorithm's spec names by kind
 (``AlgorithmSpec.driver``); which algorithm runs, and with which server, the spec says.
 
-A deployed server knows only the shards' public facts (each client's node count, the feature and
-class widths); everything else comes through protocol messages.
+A deployed server learns what it needs of the clients as a local run's server does: through
+``setup.facts`` (:func:`fedgl.federation.facts.learn_facts`, each client's node count, the
+feature and class widths), in the same server-side set-up function.
 
-- ``"fedavg"`` (:func:`run_fedavg`): the spec's server class (``AlgorithmSpec.server``), built
-  as ``server(runtime, strategy, init_weights, config)`` with the configured GCN/SAGE's initial
-  weights, or the class's own ``deployed_initial_weights(num_features, num_classes, cfg, seed)``;
-  its ``pretrain()`` exchange, then FedAvg rounds; ``result_extra()``, if it has one, adds to
-  the result.
-- ``"minibatch"`` (:func:`run_minibatch`): the mini-batch FedSGD server with the schedule the
-  spec's server function builds from the configuration alone (``(cfg, settings) -> (Schedule,
-  PNS fan-out)``); the graph's node count is the sum of the shards' sizes.
+- ``"fedavg"`` (:func:`run_fedavg`): the spec's server class (``AlgorithmSpec.server``) set up
+  by :func:`fedgl.algorithms.runner.start_server` (its ``initial_weights`` for the reported
+  widths, or the configured GCN/SAGE's), then :func:`~fedgl.algorithms.fedavg_driver.drive_fedavg`.
+- ``"minibatch"`` (:func:`run_minibatch`): the mini-batch FedSGD server set up by
+  :func:`fedgl.algorithms.minibatch.runner.start_server` with the schedule the spec's server
+  function builds from the configuration alone (``(cfg, settings) -> (Schedule, PNS fan-out)``),
+  then :func:`~fedgl.algorithms.minibatch.driver.drive_minibatch`.
 
-Each is resumed and checkpointed as the local runners do (:mod:`fedgl.deployment.driving`). A
-spec may name its own driver instead (``"module:function"``; GLASU's is
+Each is resumed and checkpointed as the local runners do (:mod:`fedgl.algorithms.continuation`).
+A spec may name its own driver instead (``"module:function"``; GLASU's is
 :func:`fedgl.algorithms.glasu.deployed.run_vertical`), and says why it stays simulation-only
 (``AlgorithmSpec.simulation_only``).
 """
@@ -23,16 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedgl.algorithms.fedavg_driver import drive_fedavg
-from fedgl.algorithms.runner import (
-    _resume,
-    initial_weights_for,
-    wire_server,
-)
-from fedgl.algorithms.watch import Watch
-from fedgl.config import Config
-from fedgl.config.registry import load_path
-from fedgl.deployment.driving import (
+from fedgl.algorithms.continuation import (
     Continuation,
     bytes_now,
     continuation,
@@ -40,26 +31,21 @@ from fedgl.deployment.driving import (
     log_round,
     resume_keeping_setup,
 )
+from fedgl.algorithms.fedavg_driver import drive_fedavg
+from fedgl.algorithms.runner import _resume, start_server
+from fedgl.algorithms.watch import Watch
+from fedgl.config import Config
+from fedgl.config.registry import load_path
 
 
-def shard_stats(facts: dict[int, dict[str, Any]]) -> dict[str, Any]:
-    """The result's split statistics, from the shards' public facts."""
-    return {"clients": len(facts),
-            "nodes_per_client": [facts[k]["num_nodes"] for k in sorted(facts)]}
-
-
-def run_fedavg(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
-               seed: int, num_features: int, num_classes: int, t0: float, server_path: str
-               ) -> Any:
-    """A FedAvg-style algorithm (the spec's server class ``server_path``): pre-training
-    exchange, then FedAvg rounds, resumed and checkpointed as
-    :func:`fedgl.algorithms.runner.run_federated` does. A server class may bring its model's
-    initial weights (``deployed_initial_weights``); the default is the configured GCN/SAGE's."""
-    server_cls = load_path(server_path)
-    init = getattr(server_cls, "deployed_initial_weights", initial_weights_for)
-    server = wire_server(runtime, server_cls, init(num_features, num_classes, cfg, seed), cfg, seed,
-                         secure_mode=cfg.secure_sum, secagg_threshold=cfg.secagg_threshold,
-                         secure_models=cfg.secure_models)
+def run_fedavg(runtime: Any, cfg: Config, seed: int, t0: float, server_path: str) -> Any:
+    """A FedAvg-style algorithm (the spec's server class ``server_path``): the set-up of
+    :func:`~fedgl.algorithms.runner.start_server`, the pre-training exchange, then FedAvg
+    rounds, resumed and checkpointed as :func:`fedgl.algorithms.runner.run_federated` does."""
+    server, facts = start_server(runtime, load_path(server_path), cfg, seed,
+                                 secure_mode=cfg.secure_sum,
+                                 secagg_threshold=cfg.secagg_threshold,
+                                 secure_models=cfg.secure_models)
     cont = continuation(runtime)
     per_round: list[dict] = []
     seen: dict[str, int] = {}
@@ -79,7 +65,7 @@ def run_fedavg(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
 
     watch = Watch(started=started, pretrained=pretrained, round_done=round_done,
                   startup_round=None)
-    rep = drive_fedavg(server, cfg, repeat=0, seed=seed, part_stats=shard_stats(facts), t0=t0,
+    rep = drive_fedavg(server, cfg, repeat=0, seed=seed, part_stats=facts.stats(), t0=t0,
                        resume=lambda srv, progress: resume_keeping_setup(runtime, _resume, srv,
                                                                          progress),
                        resume_from=cont.progress, checkpointer=cont.checkpointer, watch=watch)
@@ -108,37 +94,23 @@ def privacy_extra(server: Any, cfg: Config, cont: Continuation) -> dict[str, Any
     return {"privacy": out}
 
 
-def run_minibatch(runtime: Any, cfg: Config, facts: dict[int, dict[str, Any]],
-                  seed: int, num_features: int, num_classes: int, t0: float, schedule_path: str
-                  ) -> Any:
+def run_minibatch(runtime: Any, cfg: Config, seed: int, t0: float, schedule_path: str) -> Any:
     """The mini-batch FedSGD server (mini-batch steps, server-mediated cross-client steps, the
-    schedule that the spec's function ``schedule_path`` builds)."""
-    from types import SimpleNamespace
-
+    schedule that the spec's function ``schedule_path`` builds), set up as a local run sets it
+    up (:func:`fedgl.algorithms.minibatch.runner.start_server`)."""
     from fedgl.algorithms.minibatch.driver import drive_minibatch
     from fedgl.algorithms.minibatch.runner import _resume as resume_minibatch
-    from fedgl.algorithms.minibatch.runner import initial_weights
-    from fedgl.algorithms.minibatch.server import FedSGDServer
+    from fedgl.algorithms.minibatch.runner import start_server as start_fedsgd
     from fedgl.algorithms.minibatch.settings import MiniBatchSettings
-    from fedgl.federation.network import NetworkModel
 
-    s = MiniBatchSettings.from_config(cfg)
-    widths = SimpleNamespace(num_features=num_features, num_classes=num_classes)
-    ledger = runtime.ledger
-    ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
-                                               getattr(cfg, "latency", ""))
-    # the shards partition every node, so their sizes add up to the graph's
-    num_nodes = sum(int(f["num_nodes"]) for f in facts.values())
-    schedule, pns_fanout = load_path(schedule_path)(cfg, s)
-    server = FedSGDServer(runtime, s, initial_weights(widths, s, seed), schedule,
-                          seed=seed, optimizer=cfg.server_optimizer, num_nodes=num_nodes,
-                          eval_mode=cfg.eval_mode, pns_fanout=pns_fanout,
-                          eval_batch=int(getattr(cfg, "eval_batch", 0)))
+    schedule, pns_fanout = load_path(schedule_path)(cfg, MiniBatchSettings.from_config(cfg))
+    server, facts = start_fedsgd(runtime, cfg, seed, schedule, optimizer=cfg.server_optimizer,
+                                 eval_mode=cfg.eval_mode, pns_fanout=pns_fanout)
     cont = continuation(runtime)
     watch = Watch(round_done=lambda t, row: log_round(runtime, t, int(cfg.rounds), row),
                   startup_round=None)
     rep, events = drive_minibatch(
-        server, cfg, repeat=0, seed=seed, part_stats=shard_stats(facts), t0=t0,
+        server, cfg, repeat=0, seed=seed, part_stats=facts.stats(), t0=t0,
         resume=lambda srv, progress: resume_keeping_setup(runtime, resume_minibatch, srv,
                                                           progress),
         resume_from=cont.progress, checkpointer=cont.checkpointer, watch=watch)

@@ -19,7 +19,9 @@ set-up messages (phase ``setup``) beside its algorithm role's:
   fewer min contributors, an algorithm it does not run; the secure-sum mode and robust
   threshold must be its own); then it builds its client role, whose message types follow from
   the run's (at least as strong) settings. Its reply lists the DP releases the party has logged
-  for the run so far (a resumed run counts them).
+  for the run so far (a resumed run counts them) and carries the role's answer to
+  ``setup.facts`` (:mod:`fedgl.federation.facts`: its node count, feature and class widths,
+  from its own shard), so that the server learns them without a third round trip.
 
 Any other message goes to the role's protocol :class:`~fedgl.federation.protocol.Endpoint`;
 before a run is set up it is refused. Every refusal is one line, recorded in
@@ -50,6 +52,7 @@ from fedgl.data.provenance import mismatch
 from fedgl.data.shard_format import read_manifest, read_shard
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
+from fedgl.federation.facts import FACTS
 from fedgl.federation.flower.local_link import (
     HELLO,
     SETUP,
@@ -173,11 +176,7 @@ class Party:
             raise ValueError(f"run {run_id} already said hello")
         self.endpoint, self.run_id, self.protocol_state = None, run_id, "new"
         message = hello_message(challenge, node_id, run_id, self.roster)
-        return {"client_id": self.client_id, "signature": self.identity.sign(message),
-                "setting": str(self.manifest["setting"]),
-                "num_nodes": int(self.manifest["num_nodes"]),
-                "num_features": int(self.shard.num_features),
-                "num_classes": int(self.shard.num_classes)}
+        return {"client_id": self.client_id, "signature": self.identity.sign(message)}
 
     @handles(SETUP, phases=(SETUP_PHASE,), states=("greeted",), enters="set-up",
              schema={"config": MapOf(Str(max_len=64), Any_(), max_len=1024),
@@ -223,7 +222,9 @@ class Party:
         except FedglError as exc:
             self.own.refuse(f"'{SETUP}' {exc}")
         self.endpoint = Endpoint(role, f"client {self.client_id}")
-        return {"ok": True, "dp_releases": logged}
+        # the set-up's second step in the same round trip: the role's own public facts
+        facts = self.endpoint.dispatch(FACTS, {}, SETUP_PHASE)
+        return {"ok": True, "dp_releases": logged, "facts": facts}
 
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool
                      ) -> tuple[Config, list[str]]:

@@ -10,7 +10,10 @@ path, the results folder. The ServerApp then
    digest). A node that proves no roster identity, or claims an id another node proved, is
    refused and gets no further message;
 3. sends every client the run's configuration (``party.setup``); each party checks it against
-   its own safety settings and builds its role from its own shard;
+   its own safety settings, builds its role from its own shard, and answers, in the same round
+   trip, its role's public facts (``setup.facts``, :mod:`fedgl.federation.facts`), which the
+   server-side set-up of the algorithm's driver then uses as a local run's uses its own
+   ``setup.facts`` exchange;
 4. runs the algorithm's server unchanged over :class:`~fedgl.federation.flower.runtime.FlowerRuntime`
    and writes ``result.json`` and ``history.csv`` as a local run does (the ledger's bytes, the
    set-up messages in phase ``setup``, and what Flower carried beside them, in
@@ -34,14 +37,15 @@ from typing import Any
 from flwr.app import ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from fedgl.algorithms.continuation import Continuation
 from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
 from fedgl.config.registry import load_path
-from fedgl.deployment.driving import Continuation
 from fedgl.deployment.party import hello_message, read_roster
 from fedgl.deployment.server_log import WAIT_LINE_EVERY, ServerLog
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
+from fedgl.federation.facts import FACTS
 from fedgl.federation.flower.client_app import (
     HELLO,
     SETUP,
@@ -52,7 +56,16 @@ from fedgl.federation.flower.client_app import (
 )
 from fedgl.federation.flower.runtime import FlowerRuntime, exchange, flower_nbytes, refusal
 from fedgl.federation.messages import payload_nbytes
-from fedgl.federation.protocol import Bytes, Int, ProtocolViolation, Str, check_fields
+from fedgl.federation.protocol import (
+    Any_,
+    Bool,
+    Bytes,
+    Int,
+    ProtocolViolation,
+    Seq,
+    Str,
+    check_fields,
+)
 from fedgl.output import OutputFolder
 from fedgl.privacy.identity import Roster
 from fedgl.results import RunResult, environment
@@ -82,18 +95,19 @@ def wait_for_nodes(grid: Grid, wanted: int, timeout: float,
 
 
 #: what a party's ``party.hello`` reply must be (checked before anything in it is used)
-HELLO_REPLY = {"client_id": Int(0, 1 << 31), "signature": Bytes(max_len=256),
-               "setting": Str(max_len=32), "num_nodes": Int(1, 1 << 40),
-               "num_features": Int(1, 1 << 31), "num_classes": Int(1, 1 << 31)}
+HELLO_REPLY = {"client_id": Int(0, 1 << 31), "signature": Bytes(max_len=256)}
+#: what a party's ``party.setup`` reply must be: the DP releases it logged for the run, and its
+#: role's ``setup.facts`` reply (checked by :func:`fedgl.federation.facts.agree`)
+SETUP_REPLY = {"ok": Bool(), "dp_releases": Seq(Str(max_len=4096), max_len=1 << 20),
+               "facts": Any_()}
 #: where the deployment keeps the run's tag (the name the parties file their records under)
 RUN_FILE = "deployment-run.json"
 
 
 def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
-              ) -> tuple[dict[int, int], dict[int, dict[str, Any]], list[str], list[tuple]]:
-    """Map Flower nodes to roster client ids by signed challenges: ``({client: node},
-    {client: its public shard facts}, [one line per refused node], [the hello traffic of the
-    mapped clients, for the ledger])``."""
+              ) -> tuple[dict[int, int], list[str], list[tuple]]:
+    """Map Flower nodes to roster client ids by signed challenges: ``({client: node}, [one line
+    per refused node], [the hello traffic of the mapped clients, for the ledger])``."""
     run_id = int(grid.run.run_id)
     challenges = {n: os.urandom(32) for n in node_ids}
     sent = {n: encode(HELLO, {"challenge": challenges[n]}) for n in node_ids}
@@ -103,7 +117,6 @@ def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
                 for n in node_ids]
     down_flower = {int(m.metadata.dst_node_id): flower_nbytes(m) or 0 for m in messages}
     nodes: dict[int, int] = {}
-    facts: dict[int, dict[str, Any]] = {}
     refused: list[str] = []
     traffic: list[tuple] = []
     for reply in exchange(grid, messages, timeout):
@@ -133,11 +146,10 @@ def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
             refused.append(f"node {n}: client {k} is already node {nodes[k]} (refused)")
             continue
         nodes[k] = n
-        facts[k] = {f: meta[f] for f in ("setting", "num_nodes", "num_features", "num_classes")}
         traffic.append((k, payload_nbytes({"challenge": challenges[n]}), sent[n].nbytes,
                         payload_nbytes(meta), len(raw), down_flower[n],
                         flower_nbytes(reply) or 0))
-    return nodes, facts, refused, traffic
+    return nodes, refused, traffic
 
 
 def record_hello(runtime: FlowerRuntime, traffic: list[tuple]) -> None:
@@ -152,7 +164,9 @@ def record_hello(runtime: FlowerRuntime, traffic: list[tuple]) -> None:
 def setup_clients(runtime: FlowerRuntime, cfg: Config, seed: int, run_tag: str,
                   resumed: bool) -> dict[str, list[str]]:
     """Send every client the run's configuration (``party.setup``); any refusal or silence
-    stops the run (one line). Returns the DP releases each client has logged for the run."""
+    stops the run (one line). Returns the DP releases each client has logged for the run; the
+    replies' ``setup.facts`` answers go to ``runtime.answered`` (the driver's set-up takes them
+    from there instead of asking again)."""
     policy, runtime.on_client_failure = runtime.on_client_failure, "abort"
     try:
         replies = runtime.call(SETUP, {"config": cfg.to_dict(), "seed": int(seed),
@@ -163,34 +177,33 @@ def setup_clients(runtime: FlowerRuntime, cfg: Config, seed: int, run_tag: str,
     finally:
         runtime.on_client_failure = policy
     logged: dict[str, list[str]] = {}
+    facts: dict[int, Any] = {}
     for k, reply in replies.items():
-        names = reply.get("dp_releases") if isinstance(reply, dict) else None
-        if not isinstance(names, list) or not all(isinstance(x, str) for x in names):
-            raise RunAborted(f"client {k} answered the run set-up with a malformed reply")
-        if names:
-            logged[str(k)] = names
+        bad = "not a record" if not isinstance(reply, dict) else \
+            check_fields(reply, SETUP_REPLY, (), {})
+        if bad:
+            raise RunAborted(f"client {k} answered the run set-up with a malformed reply ({bad})")
+        if reply["dp_releases"]:
+            logged[str(k)] = list(reply["dp_releases"])
+        facts[k] = reply["facts"]
+    runtime.answered = {FACTS: facts}
     return logged
 
 
-def run_deployed(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
-                 seed: int, extra: dict[str, Any]) -> RunResult:
+def run_deployed(runtime: FlowerRuntime, cfg: Config, seed: int,
+                 extra: dict[str, Any]) -> RunResult:
     """One repeat of ``cfg.algorithm``'s server over the deployed clients: the driver its spec
     names (a generic kind of :mod:`fedgl.deployment.drivers_horizontal`, with the spec's
-    server, or the algorithm's own ``driver(runtime, cfg, facts, seed, t0)``)."""
+    server, or the algorithm's own ``driver(runtime, cfg, seed, t0)``); each learns the
+    clients' facts in its own server-side set-up."""
     t0 = time.perf_counter()
     _, driver, server = cfg.spec.deployment()
     from fedgl.deployment.drivers_horizontal import GENERIC
 
     if driver in GENERIC:
-        widths = {(f["num_features"], f["num_classes"]) for f in facts.values()}
-        if len(widths) != 1:
-            raise ConfigError(f"the clients' shards disagree on (features, classes): "
-                              f"{sorted(widths)}; write every shard from one dataset with "
-                              "`fedgl shard`")
-        (num_features, num_classes), = widths
-        rep = GENERIC[driver](runtime, cfg, facts, seed, num_features, num_classes, t0, server)
+        rep = GENERIC[driver](runtime, cfg, seed, t0, server)
     else:
-        rep = load_path(driver)(runtime, cfg, facts, seed, t0)
+        rep = load_path(driver)(runtime, cfg, seed, t0)
     rep.extra["runtime"] = "flower"
     rep.extra.setdefault("failures", list(runtime.events))
     rep.extra["flower"] = {**extra, "bytes": {p: dict(v) for p, v in runtime.flower_bytes.items()},
@@ -219,7 +232,7 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
         log(f"{cfg.algorithm}: waiting for {len(roster.ids)} organisations' SuperNodes")
         node_ids = wait_for_nodes(grid, len(roster.ids), float(job.get("join_timeout", 300)),
                                   log)
-        nodes, facts, refused, traffic = handshake(grid, roster, node_ids, timeout)
+        nodes, refused, traffic = handshake(grid, roster, node_ids, timeout)
         for line in refused:
             log(f"refused {line}")
         missing = sorted(set(roster.ids) - set(nodes))
@@ -236,7 +249,7 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
         record_hello(runtime, traffic)
         cont.logged = setup_clients(runtime, cfg, cfg.seed, run_tag, resume)
         runtime.continuation = cont
-        result = run_deployed(runtime, cfg, facts, cfg.seed,
+        result = run_deployed(runtime, cfg, cfg.seed,
                               {"nodes": {str(k): n for k, n in nodes.items()},
                                "refused_nodes": refused, "run_tag": run_tag})
         folder.commit(result.save)

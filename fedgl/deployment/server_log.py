@@ -55,6 +55,10 @@ class ServerLog:
         self(f"round {t}/{total}: {', '.join(parts) or 'trained'}; {megabytes(sent)} sent in "
              f"all; {self.elapsed():.0f} s")
 
+    def phase_line(self, name: str, messages: int, sent: int) -> None:
+        """One finished phase: the messages the server sent in it, the bytes, the time so far."""
+        self(f"{name}: {messages} messages, {megabytes(sent)}, {self.elapsed():.0f} s")
+
     def close(self) -> None:
         if self._file is not None:
             self._file.close()

@@ -41,6 +41,12 @@ def gat_initial_weights(cfg: Config, in_channels: int, num_classes: int, seed: i
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def _gat_initial_weights(num_features: int, num_classes: int, cfg: Config, seed: int) -> State:
+    """:func:`gat_initial_weights` in the signature the FedAvg set-up calls
+    (:func:`fedgl.algorithms.runner.start_server`)."""
+    return gat_initial_weights(cfg, num_features, num_classes, seed)
+
+
 def scale_features(x: Tensor, mode: str) -> Tensor:
     """Row-wise scaling (each row on its own, so a client can apply it to its own nodes):
     ``l2`` unit rows; ``center-l2`` subtract the row mean, then unit rows (the authors' code);
@@ -103,15 +109,16 @@ class GATOracle:
 def run_gat_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int, progress,
                       client_cls, server_cls, approximate: bool, resume_from=None,
                       checkpointer=None, on_round=None) -> RepeatResult:
-    """One repeat through the generic FedAvg driver, with the GAT's initial weights (bound into
-    ``server_cls``) and the GAT oracle."""
-    init = gat_initial_weights(cfg, graph.num_features, graph.num_classes, seed)
+    """One repeat through the generic FedAvg driver, with the GAT's initial weights (for the
+    widths the clients report at set-up) and the GAT oracle."""
     oracle = GATOracle(graph, cfg, seed, approximate) if cfg.oracle_eval else None
     made: list = []
 
-    def make_server(*args, **kwargs):
-        made.append(server_cls(*args, gat_weights=init, seed=seed, **kwargs))
+    def make_server(runtime, strategy, init_weights, config):
+        made.append(server_cls(runtime, strategy, init_weights, config, seed=seed))
         return made[-1]
+
+    make_server.initial_weights = _gat_initial_weights  # type: ignore[attr-defined]
 
     rep = run_federated(graph, cfg, repeat=repeat, seed=seed, client_cls=client_cls,
                         server_cls=make_server, progress=progress, resume_from=resume_from,

@@ -1,7 +1,7 @@
 """FedGAT and DistGAT's servers as the generic deployed FedAvg driver builds them
 (``AlgorithmSpec.driver = "fedavg"``): the driver's constructor signature
 ``(runtime, strategy, init_weights, config)``, the GAT's seeded initial weights from the widths
-the clients reported (:meth:`_DeployedGAT.deployed_initial_weights`), and the run's seed for the
+the clients reported (:meth:`_DeployedGAT.initial_weights`), and the run's seed for the
 degree cap (a deployed run is one repeat, whose seed is ``config.seed``)."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ class _DeployedGAT:
                          seed=int(config.seed))
 
     @staticmethod
-    def deployed_initial_weights(num_features: int, num_classes: int, cfg: Config,
+    def initial_weights(num_features: int, num_classes: int, cfg: Config,
                                  seed: int) -> State:
         """The GAT's seeded initial model, from the widths the clients reported."""
         return gat_initial_weights(cfg, num_features, num_classes, seed)

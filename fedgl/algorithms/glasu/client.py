@@ -36,13 +36,14 @@ from fedgl.data.sampling import CSRGraph, expand_nodes
 from fedgl.data.vertical import VerticalClientData
 from fedgl.errors import DataError
 from fedgl.evaluation import SPLITS
+from fedgl.federation.facts import FactsParty
 from fedgl.federation.protocol import Arr, Int, Opt, Str, handles
 
 #: an aggregated hidden representation or its gradient: one row per sampled node
 HIDDEN = Arr(ndim=2)
 
 
-class GlasuClient:
+class GlasuClient(FactsParty):
     """Client ``data.client_id``; built from its own :class:`VerticalClientData` only.
 
     Features sparser than ``SPARSE_BELOW`` (bag-of-words) are also kept as a sparse copy for the

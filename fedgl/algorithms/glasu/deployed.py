@@ -97,31 +97,23 @@ def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
     return GlasuClient(shard, params, seed, state_dir=state_dir)
 
 
-def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str, Any]],
-                 seed: int, t0: float) -> RepeatResult:
-    """One deployed GLASU repeat (see the module docstring)."""
-    from fedgl.algorithms.glasu.runner import _json_params, drive_glasu, glasu_params
+def run_vertical(runtime: FlowerRuntime, cfg: Config, seed: int, t0: float) -> RepeatResult:
+    """One deployed GLASU repeat (see the module docstring), set up as a local run sets it up
+    (:func:`fedgl.algorithms.glasu.runner.start_server`)."""
+    from fedgl.algorithms.continuation import (
+        bytes_now,
+        continuation,
+        log_round,
+        resume_keeping_setup,
+    )
+    from fedgl.algorithms.glasu.runner import _json_params, drive_glasu, glasu_params, start_server
     from fedgl.algorithms.glasu.runner import _resume as resume_glasu
-    from fedgl.algorithms.glasu.server import GlasuServer
     from fedgl.algorithms.runner import finish_repeat
     from fedgl.algorithms.watch import Watch
-    from fedgl.deployment.driving import bytes_now, continuation, log_round, resume_keeping_setup
-    from fedgl.federation.network import NetworkModel
 
-    settings = sorted({str(f.get("setting")) for f in facts.values()})
-    if settings != ["vertical"]:
-        raise ConfigError(f"{cfg.algorithm} is vertical but the clients' shards are {settings}; "
-                          "write them with `fedgl shard --algorithm glasu`")
-    shape = {(f["num_nodes"], f["num_classes"]) for f in facts.values()}
-    if len(shape) != 1:
-        raise ConfigError(f"the clients' vertical shards disagree on (nodes, classes): "
-                          f"{sorted(shape)}; write every shard from one dataset with `fedgl shard`")
-    (num_nodes, num_classes), = shape
-    params = glasu_params(cfg, _options(cfg), int(num_classes))
-    server = GlasuServer(runtime, params, seed)
-    server.setup()
-    runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
-                                                       getattr(cfg, "latency", ""))
+    server, facts = start_server(runtime, cfg, seed,
+                                 lambda num_classes: glasu_params(cfg, _options(cfg), num_classes))
+    params = server.p
     setup_seconds = time.perf_counter() - t0
     cont = continuation(runtime)
     per_round: list[dict] = []
@@ -146,8 +138,8 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, facts: dict[int, dict[str,
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
                "total": time.perf_counter() - t0}
-    stats = {"setting": "vertical", "clients": len(facts), "num_nodes": int(num_nodes),
-             "columns": [int(facts[k]["num_features"]) for k in sorted(facts)]}
+    stats = {"setting": "vertical", "clients": len(facts.nodes), "num_nodes": facts.num_nodes,
+             "columns": [facts.features[k] for k in sorted(facts.features)]}
     rep = finish_repeat(0, seed, stats, history, ledger.summary(), seconds)
     rep.extra.update({"setting": "vertical", "mode": "glasu", "params": _json_params(params),
                       "runtime": "flower", "communication": "counted by the ledger",

@@ -45,6 +45,7 @@ from fedgl.data.graph import GraphData
 from fedgl.data.vertical import VerticalClientData, split_stats, vertical_shard, vertical_split
 from fedgl.errors import ConfigError, DataError
 from fedgl.federation.codec import decode, encode
+from fedgl.federation.facts import Facts, learn_facts
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.federation.protocol import Endpoint
@@ -142,15 +143,28 @@ def _federation(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,
                                                                               d.client_id))
                                 for d in parts},
                                batch=bool(getattr(cfg, "batch_clients", True)))
-    server = GlasuServer(runtime, params, seed)
+    return start_server(runtime, cfg, seed, lambda num_classes: dataclasses.replace(
+        params, num_classes=num_classes))[0]
+
+
+def start_server(runtime: Any, cfg: Any, seed: int, params_for: Callable[[int], GlasuParams]
+                 ) -> tuple[GlasuServer, Facts]:
+    """GLASU's server-side set-up on any runtime (local, Ray, a Flower deployment): the
+    parties' public facts through ``setup.facts`` (:func:`fedgl.federation.facts.learn_facts`:
+    vertical shards of one node set and one class count, or the run stops in one line), the
+    protocol parameters for that class count (``params_for``), the server's own set-up
+    exchange (:meth:`GlasuServer.setup`) and the configured network model. Closes the runtime
+    if the set-up fails."""
     try:
+        facts = learn_facts(runtime, "vertical")
+        server = GlasuServer(runtime, params_for(facts.num_classes), seed)
         server.setup()
     except BaseException:
         runtime.close()
         raise
     runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
                                                        getattr(cfg, "latency", ""))
-    return server
+    return server, facts
 
 
 def _ray_runtime(parts: list[VerticalClientData], params: GlasuParams, cfg: Any,

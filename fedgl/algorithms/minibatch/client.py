@@ -23,6 +23,7 @@ from fedgl.data.sampling import Block, CSRGraph, full_block, sample_blocks, unif
 from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import State
 from fedgl.federation.cross_client import CrossClientParty
+from fedgl.federation.facts import FactsParty
 from fedgl.federation.protocol import Any_, Arr, Bool, Int, MapOf, Str, Weights, handles
 from fedgl.models import build_model
 from fedgl.models.base import dropout
@@ -34,7 +35,7 @@ CONTROL = MapOf(Str(max_len=64), Any_())
 FLOAT_OR_INT = ("float32", "float64", "int64")
 
 
-class MiniBatchClient:
+class MiniBatchClient(FactsParty):
     """Constructed from its :class:`ClientData` alone (plus settings and a seed)."""
 
     def __init__(self, data: ClientData, config: Any, seed: int) -> None:

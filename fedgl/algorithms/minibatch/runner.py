@@ -34,6 +34,7 @@ from fedgl.data.sampling import full_block
 from fedgl.data.shards import ShardSpec, graph_fingerprint, make_partition, write_partition_file
 from fedgl.evaluation import SPLITS
 from fedgl.federation.aggregate import State
+from fedgl.federation.facts import Facts, learn_facts
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime
@@ -42,11 +43,36 @@ from fedgl.models.blocks import aggregation_kind, block_forward
 from fedgl.results import RepeatResult
 
 
-def initial_weights(graph: GraphData, s: MiniBatchSettings, seed: int) -> State:
+def initial_weights(num_features: int, num_classes: int, s: MiniBatchSettings,
+                    seed: int) -> State:
+    """The seeded initial global model for the clients' feature width and class count."""
     torch.manual_seed(seed)
-    model = build_model(s.model, graph.num_features, s.hidden, graph.num_classes, s.layers,
-                        s.dropout)
+    model = build_model(s.model, num_features, s.hidden, num_classes, s.layers, s.dropout)
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def start_server(runtime: Any, cfg: Any, seed: int, schedule: Schedule, *,
+                 optimizer: str = "adam", eval_mode: str = "cross",
+                 pns_fanout: int = -1) -> tuple[FedSGDServer, Facts]:
+    """The mini-batch FedSGD server's set-up on any runtime (local, Ray, a Flower deployment):
+    the clients' public facts through ``setup.facts`` (:func:`fedgl.federation.facts.learn_facts`),
+    the seeded initial model for their widths, the graph's node count as the sum of the
+    clients' (the clients partition every node), the configured network model. Closes the
+    runtime if the set-up fails."""
+    try:
+        facts = learn_facts(runtime, "horizontal")
+        s = MiniBatchSettings.from_config(cfg)
+        runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
+                                                           getattr(cfg, "latency", ""))
+        server = FedSGDServer(runtime, s,
+                              initial_weights(facts.num_features, facts.num_classes, s, seed),
+                              schedule, seed=seed, optimizer=optimizer,
+                              num_nodes=sum(facts.nodes.values()), eval_mode=eval_mode,
+                              pns_fanout=pns_fanout, eval_batch=int(getattr(cfg, "eval_batch", 0)))
+    except BaseException:
+        runtime.close()
+        raise
+    return server, facts
 
 
 def start_runtime(graph: GraphData, part: Partition, cfg: Any, seed: int) -> Any:
@@ -94,13 +120,9 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
     s = MiniBatchSettings.from_config(cfg)
     part = make_partition(graph, cfg, seed)
     runtime = start_runtime(graph, part, cfg, seed)
-    runtime.ledger.network = NetworkModel.from_strings(getattr(cfg, "bandwidth", ""),
-                                                       getattr(cfg, "latency", ""))
+    server, _ = start_server(runtime, cfg, seed, schedule, optimizer=optimizer,
+                             eval_mode=eval_mode, pns_fanout=pns_fanout)
     try:
-        server = FedSGDServer(runtime, s, initial_weights(graph, s, seed), schedule, seed=seed,
-                              optimizer=optimizer, num_nodes=graph.num_nodes,
-                              eval_mode=eval_mode, pns_fanout=pns_fanout,
-                              eval_batch=int(getattr(cfg, "eval_batch", 0)))
         oracle = OracleMiniBatch(graph, s) if getattr(cfg, "oracle_eval", False) else None
 
         def started(start: int) -> None:

@@ -1,11 +1,13 @@
-"""What every deployed server driver shares: the run's continuation (checkpointer, progress to
-resume from, the DP releases the clients logged), the resume that keeps this attempt's set-up
-messages, the phase times and the cumulative bytes per round (fedgl's ledger beside Flower's).
+"""What a driver's server shares when it runs over a transport whose parties outlive it (a
+Flower deployment): the run's continuation (checkpointer, progress to resume from, the DP
+releases the clients logged), the resume that keeps this attempt's set-up messages, the phase
+times and the cumulative bytes per round (fedgl's ledger beside the transport's), and the run's
+log lines.
 
-The drivers themselves are the generic ones of :mod:`fedgl.deployment.drivers_horizontal`
-(FedAvg-style and mini-batch FedSGD) and an algorithm's own (GLASU's,
-:mod:`fedgl.algorithms.glasu.deployed`); the ServerApp (:mod:`fedgl.deployment.server_app`) sets
-the continuation up and runs the driver the algorithm's spec names.
+The drivers are the algorithms' own (:mod:`fedgl.algorithms.fedavg_driver`,
+:mod:`fedgl.algorithms.minibatch.driver`, GLASU's :func:`~fedgl.algorithms.glasu.runner.drive_glasu`);
+the deployment's ServerApp (``fedgl.deployment.server_app``) sets the continuation up on its
+runtime and runs the driver the algorithm's spec names. Nothing here imports the deployment.
 """
 
 from __future__ import annotations
@@ -15,8 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fedgl.checkpoint import Checkpointer, RepeatProgress
-from fedgl.deployment.server_log import megabytes
-from fedgl.federation.flower.client_app import SETUP_PHASE
+from fedgl.federation.ledger import SETUP as SETUP_PHASE
 from fedgl.federation.ledger import Ledger
 
 
@@ -77,7 +78,7 @@ def bytes_now(runtime: Any) -> dict[str, int]:
 
 
 def log_round(runtime: Any, t: int, total: int, row: dict[str, Any]) -> None:
-    """The round's line in the deployed run's log (:mod:`fedgl.deployment.server_log`)."""
+    """The round's line in the run's log (the runtime's ``server_log``, if it has one)."""
     log = getattr(runtime, "server_log", None)
     if log is not None:
         log.round_line(t, total, row, runtime.ledger.wire_bytes())
@@ -87,6 +88,5 @@ def log_phase(runtime: Any, phase: str, name: str) -> None:
     """A finished phase's line: its exchanges, bytes and time so far."""
     log = getattr(runtime, "server_log", None)
     if log is not None:
-        ledger = runtime.ledger
-        log(f"{name}: {ledger.messages(phase, 'down')} messages, "
-            f"{megabytes(ledger.wire_bytes(phase))}, {log.elapsed():.0f} s")
+        log.phase_line(name, runtime.ledger.messages(phase, "down"),
+                       runtime.ledger.wire_bytes(phase))
