@@ -90,11 +90,16 @@ def assert_same_as_local(deployed: dict, keys: dict) -> None:
     columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
     assert [{c: h.get(c) for c in columns} for h in rep["history"]] == \
         [{c: h.get(c) for c in columns} for h in local.history]
-    # the local run's phases; a deployment adds its set-up messages (phase "setup")
-    for key in ("bytes", "wire_bytes", "messages"):
-        assert {p: rep["ledger"][key][p] for p in local.ledger[key]} == local.ledger[key], key
     nodes = rep["extra"]["flower"].get("nodes")   # absent where no Flower carried the run
-    if nodes is not None:   # each client: one hello, one set-up
+    # the local run's phases, its set-up ('setup.facts' to every client) included where the
+    # deployed driver asked in-process; over Flower the set-up is the deployment's own
+    for key in ("bytes", "wire_bytes", "messages"):
+        phases = [p for p in local.ledger[key] if nodes is None or p != "setup"]
+        assert {p: rep["ledger"][key][p] for p in phases} == \
+            {p: local.ledger[key][p] for p in phases}, key
+    n = rep["partition"]["clients"]   # the shards' count, from their facts
+    assert local.ledger["messages"]["setup"] == {"up": n, "down": n}
+    if nodes is not None:   # each client: one hello, one set-up (whose reply brings the facts)
         assert rep["ledger"]["messages"]["setup"] == {"up": 2 * len(nodes), "down": 2 * len(nodes)}
     # what Flower carried: fedgl's wire bytes plus Flower's framing, measured per round
     for row in rep["extra"]["flower"].get("per_round", []):
@@ -122,23 +127,21 @@ def deployed_in_process(root: Path, keys: dict) -> dict:
     from fedgl.api import as_config
     from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
     from fedgl.deployment.server_app import run_deployed
-    from fedgl.federation.codec import Encoded, decode, encode
+    from fedgl.federation.codec import encode
 
     cfg = as_config(**keys)
     parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
                      root / "keys" / "roster.json") for k in range(cfg.clients)]
-    facts = {}
     for party in parties:   # the set-up messages as the relay hands them over
         for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
                                   (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
                                            "run_tag": "inprocess", "resumed": False})):
-            head, reply = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
-                                        "run_id": 1}, encode(msg_type, payload).to_bytes())
+            head, _ = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
+                                    "run_id": 1}, encode(msg_type, payload).to_bytes())
             assert "refused" not in head, head
-            if msg_type == HELLO:
-                facts[party.client_id] = dict(decode(Encoded.from_bytes(reply))[1])
+    # the driver asks every role 'setup.facts' itself here (no set-up reply carried them)
     runtime = InProcessFlower({p.client_id: p.endpoint.role for p in parties})
-    result = json.loads(json.dumps(run_deployed(runtime, cfg, facts, cfg.seed, {}).to_dict(),
+    result = json.loads(json.dumps(run_deployed(runtime, cfg, cfg.seed, {}).to_dict(),
                                    default=str))
     # nothing travelled through Flower here: no Flower bytes to set beside the ledger's
     result["repeats"][0]["extra"]["flower"].pop("per_round", None)

@@ -137,12 +137,10 @@ def test_glasu_trains_on_the_aligned_intersection(aligned) -> None:
         calls = 0
 
     runtime = Local({s.client_id: glasu_client(s, cfg, cfg.seed) for s in shards})
-    facts = {s.client_id: {"setting": "vertical", "num_nodes": s.num_nodes,
-                           "num_features": s.num_features, "num_classes": s.num_classes}
-             for s in shards}
     import time
 
-    rep = run_vertical(runtime, cfg, facts, cfg.seed, time.perf_counter())
+    rep = run_vertical(runtime, cfg, cfg.seed, time.perf_counter())   # asks 'setup.facts'
+    assert rep.ledger["messages"]["setup"] == {"up": 3, "down": 3}
     assert rep.partition["num_nodes"] == shards[0].num_nodes
     assert [h["round"] for h in rep.history] == [1, 2, 3, 4]
     assert 0.0 <= rep.final["test_acc"] <= 1.0 and rep.ledger["bytes"]["train"]["up"] > 0

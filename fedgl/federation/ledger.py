@@ -8,8 +8,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 PHASES = ("pretrain", "train", "eval")
-#: a deployment's set-up messages (identity challenge, run configuration): in the summary only
-#: when some were recorded, so a local run's ledger is unchanged
+#: the set-up messages: the clients' public facts (``setup.facts``, every runtime), a
+#: deployment's identity challenge and run configuration, a vertical alignment's PSI; in the
+#: summary only when some were recorded
 SETUP = "setup"
 DIRECTIONS = ("up", "down")  # up: client -> server, down: server -> client
 
@@ -110,7 +111,7 @@ class Ledger:
 
     def summary(self) -> dict:
         """JSON-ready totals: bytes[phase][direction], messages, seconds[phase], per client
-        (phase ``setup`` too where a deployment recorded set-up messages)."""
+        (phase ``setup`` too where set-up messages were recorded)."""
         phases = PHASES + ((SETUP,) if self.messages(SETUP) else ())
         return {
             "bytes": {p: {d: self.bytes(p, d) for d in DIRECTIONS} for p in phases},
