@@ -34,6 +34,8 @@ def test_same_seed_same_result_in_both_runtimes(local_ray, reference):
     a, b = reference.repeats[0], res.repeats[0]
     assert a.partition == b.partition
     assert a.ledger["bytes"] == b.ledger["bytes"]  # identical pre-training and training messages
+    # the Ray server learned the widths as the local one did: one 'setup.facts' per client
+    assert a.ledger["messages"]["setup"] == b.ledger["messages"]["setup"] == {"up": 3, "down": 3}
     for ra, rb in zip(a.history, b.history, strict=True):
         for key, value in ra.items():
             assert rb[key] == pytest.approx(value, abs=1e-6)

@@ -142,3 +142,43 @@ def test_a_vertical_run_learns_its_facts_the_same_way() -> None:
     assert rep.ledger["messages"]["setup"] == {"up": 3, "down": 3}
     assert rep.ledger["bytes"]["setup"]["down"] == 0
     assert [h["round"] for h in rep.history] == [1, 2]
+
+
+def test_deployed_parties_whose_shards_disagree_are_refused_at_set_up(tmp_path) -> None:
+    """Parties built from their own shards and keys as ``fedgl client`` builds them; one shard
+    has another feature width. The server learns the facts from the ``party.setup`` replies and
+    stops before it builds a model, in one line."""
+    pytest.importorskip("flwr")
+    import dataclasses
+
+    from fedgl.data.shard_format import write_shard
+    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
+    from fedgl.deployment.server_app import run_deployed
+    from fedgl.federation.codec import Encoded, decode, encode
+    from fedgl.privacy.identity import write_keys
+    from tests.flower_helpers import InProcessFlower, tiny_shard
+
+    roster = write_keys(tmp_path / "keys", 3)
+    cfg = Config.from_dict({**CFG, "hops": 2})
+    parties, facts = [], {}
+    for k in range(3):
+        shard = tiny_shard(k)
+        if k == 2:
+            shard = dataclasses.replace(shard, x=torch.rand(3, 5))
+        manifest = write_shard(shard, tmp_path / f"shard-{k}")
+        party = Party(manifest, tmp_path / "keys" / f"client-{k}.key", roster)
+        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
+                                  (SETUP, {"config": cfg.to_dict(), "seed": 0,
+                                           "run_tag": "t1", "resumed": False})):
+            head, reply = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
+                                        "run_id": 1}, encode(msg_type, payload).to_bytes())
+            assert "refused" not in head, head
+        facts[k] = decode(Encoded.from_bytes(reply))[1]["facts"]
+        parties.append(party)
+    runtime = InProcessFlower({p.client_id: p.endpoint.role for p in parties})
+    runtime.answered = {FACTS: facts}
+    with pytest.raises(ConfigError) as err:
+        run_deployed(runtime, cfg, 0, {})
+    assert str(err.value).startswith("the clients disagree on the feature width (4 at clients "
+                                     "0, 1; 5 at client 2); write every shard from one dataset")
+    assert runtime.ledger.messages() == 0   # nothing was sent after the set-up
