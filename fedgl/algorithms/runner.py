@@ -2,7 +2,9 @@
 
 The driver is the experimenter, not a party: it partitions the graph, hands each client its
 :class:`ClientData`, starts the server, and (outside the federation) scores each round's global
-model on the full graph for the labelled oracle metric.
+model on the full graph for the labelled oracle metric. The server itself knows no more of the
+graph than a deployed one: its set-up (:func:`start_server`, the same function on Flower) learns
+the clients' widths through ``setup.facts`` (:mod:`fedgl.federation.facts`).
 """
 
 from __future__ import annotations
