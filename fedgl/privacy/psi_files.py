@@ -272,9 +272,9 @@ def intersect(set_files: list[str | Path], out: str | Path) -> dict[str, Any]:
 
 def place(ingest: str | Path, result_file: str | Path, out: str | Path) -> Path:
     """Step 4 at one party: its GLASU vertical shard over the intersection in ``out``."""
+    from fedgl.data.own.secret import as_keys
     from fedgl.data.provenance import own_settings, settings_sha256
     from fedgl.data.shard_format import shard_paths, write_shard
-    from fedgl.data.own.secret import as_keys
     from fedgl.privacy.vertical_align import aligned_shard
 
     folder = Path(ingest)
@@ -296,10 +296,9 @@ def place(ingest: str | Path, result_file: str | Path, out: str | Path) -> Path:
                         f"is client {k} of {state['parties']}")
     if payload.get("name") != meta["name"]:
         problems.append(f"it names data set {payload.get('name')!r}, this party {meta['name']!r}")
-    if len(offsets) != parties + 1 or offsets[0] != 0 or \
-            any(b <= a for a, b in zip(offsets, offsets[1:])) or \
-            offsets[min(k + 1, len(offsets) - 1)] - offsets[min(k, len(offsets) - 1)] != \
-            int(meta["num_features"]):
+    widths = np.diff(offsets).tolist() if offsets else []
+    if len(offsets) != parties + 1 or offsets[0] != 0 or min(widths, default=0) <= 0 or \
+            k >= len(widths) or widths[k] != int(meta["num_features"]):
         problems.append(f"its column offsets {offsets} do not give this party's "
                         f"{meta['num_features']} columns")
     if (k in holders) != bool(own_classes) or (own_classes and num_classes != own_classes) or \
