@@ -150,6 +150,8 @@ def test_a_party_refuses_what_an_honest_relay_never_sends(tmp_path: Path, capsys
              str(relay / "x")], "blinds no more")
     refused(["blind", "--ingest", str(dirs[2]), "--set", str(relay / "s9"), "--out",
              str(relay / "x")], "does not exist")
+    refused(["blind", "--ingest", str(dirs[2]), "--set", str(starts[0]), "--out",
+             str(relay / "x"), "--threads", "0"], "at least 1")
     assert not (relay / "x").exists()
     # the intersection needs every party's fully blinded set
     refused(["intersect", str(relay / "b01"), str(relay / "b21"), str(starts[1]), "--out",

@@ -105,10 +105,14 @@ def add_parsers(sub: Any) -> None:
                     help="the party's `fedgl ingest --vertical` folder")
     st.add_argument("--parties", required=True, type=int, metavar="K")
     st.add_argument("--out", required=True, metavar="FILE")
+    st.add_argument("--threads", type=int, default=1, metavar="N",
+                    help="threads that blind (default 1; the values are the same for any N)")
     bl = steps.add_parser("blind", help="party: blind another party's set once more")
     bl.add_argument("--ingest", required=True, metavar="DIR")
     bl.add_argument("--set", required=True, metavar="FILE", dest="set_file")
     bl.add_argument("--out", required=True, metavar="FILE")
+    bl.add_argument("--threads", type=int, default=1, metavar="N",
+                    help="threads that blind (default 1; the values are the same for any N)")
     it = steps.add_parser("intersect", help="relay: the results from the fully blinded sets")
     it.add_argument("sets", nargs="+", metavar="SET")
     it.add_argument("--out", required=True, metavar="DIR")
@@ -226,11 +230,11 @@ def _psi(args: argparse.Namespace) -> int:
 
     step = args.psi_step
     if step == "start":
-        path = psi_files.start(args.ingest, args.parties, args.out)
+        path = psi_files.start(args.ingest, args.parties, args.out, args.threads)
         print(f"blinded set written to {path}; hand it to the relay (the key stays in "
               f"{args.ingest})")
     elif step == "blind":
-        path = psi_files.blind(args.ingest, args.set_file, args.out)
+        path = psi_files.blind(args.ingest, args.set_file, args.out, args.threads)
         print(f"set blinded once more: {path}; hand it back to the relay")
     elif step == "intersect":
         figures = psi_files.intersect(args.sets, args.out)

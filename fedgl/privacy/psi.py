@@ -47,6 +47,8 @@ from fedgl.federation.protocol import Arr, Bytes, handles
 SETUP_PHASE = "setup"
 VALUE_BYTES = 32
 _CONTEXT = b"fedgl-psi/1"
+#: values per thread's task when a party blinds with several threads
+_CHUNK = 4096
 
 
 def _points(pseudonyms: np.ndarray) -> list[bytes]:
@@ -57,10 +59,15 @@ class PsiParty:
     """One party's role in the intersection (see the module docstring)."""
 
     def __init__(self, client_id: int, pseudonyms: np.ndarray, parties: int,
-                 key: bytes | None = None) -> None:
+                 key: bytes | None = None, threads: int = 1) -> None:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1 (got {threads})")
         self.client_id = client_id
+        #: threads that blind (X25519 in ``cryptography`` releases the GIL; the values are the
+        #: same for any number)
+        self.threads = threads
         self._key = X25519PrivateKey.generate() if key is None else \
             X25519PrivateKey.from_private_bytes(key)
         self._pseudonyms = np.ascontiguousarray(pseudonyms, dtype=np.uint8)
@@ -85,9 +92,9 @@ class PsiParty:
 
     @classmethod
     def restore(cls, client_id: int, pseudonyms: np.ndarray, parties: int,
-                state: dict[str, Any]) -> PsiParty:
+                state: dict[str, Any], threads: int = 1) -> PsiParty:
         """The party again, from :meth:`state` (after its start)."""
-        party = cls(client_id, pseudonyms, parties, key=bytes(state["key"]))
+        party = cls(client_id, pseudonyms, parties, key=bytes(state["key"]), threads=threads)
         party._order = np.asarray(state["order"], dtype=np.int64)
         party._budget = int(state["budget"])
         return party
@@ -96,7 +103,17 @@ class PsiParty:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
         ex = self._key.exchange
-        return b"".join(ex(X25519PublicKey.from_public_bytes(v)) for v in values)
+
+        def run(chunk: list[bytes]) -> bytes:
+            return b"".join(ex(X25519PublicKey.from_public_bytes(v)) for v in chunk)
+
+        if self.threads == 1 or len(values) < 2 * _CHUNK:
+            return run(values)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(self.threads) as pool:
+            return b"".join(pool.map(run, [values[i:i + _CHUNK]
+                                           for i in range(0, len(values), _CHUNK)]))
 
     @handles("psi.start", phases=(SETUP_PHASE,), states=("ready",), enters="started")
     def start(self) -> dict[str, Any]:

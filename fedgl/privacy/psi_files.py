@@ -144,7 +144,13 @@ def _facts(meta: dict[str, Any], parties: int, count: int) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------------- the four steps
-def start(ingest: str | Path, parties: int, out: str | Path) -> Path:
+def _threads(n: int) -> int:
+    if n < 1:
+        raise DataError(f"--threads {n}: give at least 1")
+    return n
+
+
+def start(ingest: str | Path, parties: int, out: str | Path, threads: int = 1) -> Path:
     """Step 1 at one party: its blinded set (``psi.set``) in ``out``; its state kept."""
     folder = Path(ingest)
     meta, arrays = _vertical(folder)
@@ -159,7 +165,7 @@ def start(ingest: str | Path, parties: int, out: str | Path) -> Path:
     out = Path(out)
     if out.exists():
         raise DataError(f"'{out}' exists; choose another --out")
-    party = PsiParty(k, arrays["own"], parties)
+    party = PsiParty(k, arrays["own"], parties, threads=_threads(threads))
     values = party.start()["values"]
     _save_state(folder, {**party.state(), "parties": parties, "done": False})
     count = len(values) // VALUE_BYTES
@@ -167,7 +173,8 @@ def start(ingest: str | Path, parties: int, out: str | Path) -> Path:
                                     "facts": _facts(meta, parties, count)})
 
 
-def blind(ingest: str | Path, set_file: str | Path, out: str | Path) -> Path:
+def blind(ingest: str | Path, set_file: str | Path, out: str | Path,
+          threads: int = 1) -> Path:
     """Step 2 at one party: another party's set, blinded once more by this party."""
     folder = Path(ingest)
     meta, arrays = _vertical(folder)
@@ -190,7 +197,8 @@ def blind(ingest: str | Path, set_file: str | Path, out: str | Path) -> Path:
                         f"{state['parties']} parties from its origin {origin}")
     if Path(out).exists():
         raise DataError(f"'{out}' exists; choose another --out")
-    party = PsiParty.restore(k, arrays["own"], state["parties"], state)
+    party = PsiParty.restore(k, arrays["own"], state["parties"], state,
+                             threads=_threads(threads))
     if state["budget"] <= 0:
         raise DataError(f"this party already blinded {state['parties'] - 1} sets, every other "
                         "party's once; it blinds no more in this PSI")
