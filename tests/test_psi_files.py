@@ -292,3 +292,35 @@ def test_loopback_glasu_over_psi_placed_shards_equals_run_shards(placed: tuple) 
     for s in truth["universe"]:
         p = bytes(pseudonyms(secret, [s])[0])
         assert not any(s.encode() in blob or p in blob for blob in seen), s
+
+
+def test_the_relay_refuses_sets_that_do_not_agree(placed: tuple, capsys) -> None:
+    """Sets from parties that used other secrets or data set names, labels at a party other
+    than 0 alone, a set shorter than its origin started, one party's set twice: one line each,
+    exit 2, no result written."""
+    from fedgl.federation.codec import Encoded, decode, encode
+
+    root, _, _ = placed
+    relay = root / "relay"
+    final = [relay / f"set-{j}-hop-2.psi" for j in range(3)]
+    payload = decode(Encoded.from_bytes(final[2].read_bytes()))[1]
+    capsys.readouterr()
+
+    def refused(change: dict, words: str, values: bytes | None = None,
+                others: tuple[int, ...] = (0, 1)) -> None:
+        bad = relay / "bad.psi"
+        facts = {**payload["facts"], **change}
+        bad.write_bytes(encode("psi.set", {**payload, "facts": facts,
+                                           "values": values or payload["values"]}).to_bytes())
+        assert main(["psi", "intersect", *[str(final[j]) for j in others], str(bad), "--out",
+                     str(root / "r2")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and words in err[0], err
+        assert not (root / "r2").exists()
+
+    refused({"secret_check": "0" * 32}, "federation secrets differ")
+    refused({"name": "other"}, "data set names differ")
+    refused({"num_classes": 2, "classes_sha256": "a" * 64}, "parties [0, 2] hold labels")
+    refused({}, "not the 70 values", values=payload["values"][:-32])
+    refused({"count": "70"}, "lacks an integer 'count'")
+    refused({}, "two sets come from client 2", others=(0, 2))

@@ -229,15 +229,20 @@ def intersect(set_files: list[str | Path], out: str | Path) -> dict[str, Any]:
         fact = payload.get("facts")
         if not isinstance(fact, dict) or fact.get("client_id") != origin:
             raise DataError(f"'{f}' carries no facts of its origin {origin}")
+        for key in ("parties", "num_features", "num_classes", "count"):
+            _int(fact, key, f)
+        if not all(isinstance(fact.get(key), str) for key in ("name", "secret_check",
+                                                                "classes_sha256")):
+            raise DataError(f"'{f}' carries malformed facts; start the PSI again")
         if origin in sets:
             raise DataError(f"two sets come from client {origin}; give each party's set once")
         values = payload.get("values")
-        if not isinstance(values, bytes) or len(values) != VALUE_BYTES * int(fact.get("count", -1)):
+        if not isinstance(values, bytes) or len(values) != VALUE_BYTES * fact["count"]:
             raise DataError(f"'{f}' holds {len(values) if isinstance(values, bytes) else 0} "
                             f"bytes, not the {fact.get('count')} values client {origin} started")
         sets[origin], facts[origin], received[Path(f).name] = values, fact, size
         by = _ints(payload, "blinded_by", f)
-        if sorted(by) != list(range(int(fact.get("parties", 0)))):
+        if sorted(by) != list(range(fact["parties"])):
             raise DataError(f"'{f}' (client {origin}'s set) is blinded by {by}, not by every "
                             f"one of the {fact.get('parties')} parties; pass it on around the ring")
     parties = len(sets)
