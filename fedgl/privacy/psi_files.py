@@ -296,6 +296,9 @@ def place(ingest: str | Path, result_file: str | Path, out: str | Path) -> Path:
     state = _load_state(folder)
     if state["done"]:
         raise DataError(f"'{folder}' already placed its shard from this PSI")
+    if len(state["order"]) != len(arrays["own"]):
+        raise DataError(f"'{folder}' holds {len(arrays['own'])} ids, its PSI started with "
+                        f"{len(state['order'])}: the ingest changed; start the PSI again")
     payload, _ = read_message(result_file, RESULT)
     parties = _int(payload, "parties", result_file)
     offsets = _ints(payload, "offsets", result_file)
