@@ -27,7 +27,8 @@ every intersection of the sets; it cannot test a guessed id, since it cannot com
 without the secret, and a party blinds at most ``K - 1`` sets, so the server cannot use the
 parties as an oracle beyond the protocol. The server could misreport the intersection (the
 parties would then align wrong rows): the protocol keeps ids private, it does not prove the
-server's arithmetic.
+server's arithmetic (the parties of :mod:`fedgl.privacy.psi_files` can compare the digest of
+their common pseudonyms among themselves, which reveals such a misreport).
 
 OpenMined's ``openmined-psi`` (``pip install 'fedgl[psi]'``) is a two-party protocol (the client
 learns the intersection); chained over K > 2 parties, a party would learn the intersection of the
