@@ -228,6 +228,13 @@ def test_deployed_glasu_over_the_placed_shards_equals_run_shards(placed: tuple,
     monkeypatch.setattr(rt, "decode", decode)
     local = run_shards(dirs, **GLASU).repeats[0]
     rep = deployed["repeats"][0]
+    # the trial over the placed shards themselves is the same run
+    trial = run_shards([root / "shards"], **GLASU)
+    assert trial.repeats[0].history == local.history
+    assert trial.repeats[0].ledger["bytes"] == local.ledger["bytes"]
+    assert trial.config["dataset"] == "own:telco" and trial.config["label_holders"] == "one"
+    assert trial.environment["data"]["common_sha256"] == json.loads(
+        (root / "shards" / "client-0.json").read_text())["source"]["common_sha256"]
 
     def timeless(rows: list[dict]) -> list[dict]:
         return [{k: v for k, v in r.items() if "seconds" not in k} for r in rows]
@@ -324,3 +331,16 @@ def test_the_relay_refuses_sets_that_do_not_agree(placed: tuple, capsys) -> None
     refused({}, "not the 70 values", values=payload["values"][:-32])
     refused({"count": "70"}, "lacks an integer 'count'")
     refused({}, "two sets come from client 2", others=(0, 2))
+
+
+def test_a_trial_refuses_shards_of_different_psi_results(placed: tuple, capsys) -> None:
+    root, _, _ = placed
+    manifest = root / "shards" / "client-2.json"
+    meta = json.loads(manifest.read_text())
+    meta["source"]["common_sha256"] = "0" * 64
+    manifest.write_text(json.dumps(meta))
+    assert main(["run", "--shards", str(root / "shards"), "--algorithm", "glasu", "--rounds", "1",
+                 "--no-progress", "--out", str(root / "res")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "different PSI results" in err[0], err
+    assert not (root / "res").exists()

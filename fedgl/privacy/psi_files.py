@@ -347,3 +347,51 @@ def place(ingest: str | Path, result_file: str | Path, out: str | Path) -> Path:
     state["done"] = True
     _save_state(folder, state)
     return path
+
+
+# ---------------------------------------------------------------------- a trial of the shards
+def placed_manifests(folders: list[str | Path]) -> list[Path] | None:
+    """The vertical shard manifests ``fedgl psi place`` wrote, when ``folders`` name them (a
+    folder of ``client-<k>.json`` or the files); None when they are anything else (ingests)."""
+    found: list[Path] = []
+    for f in map(Path, folders):
+        if f.is_file() and f.suffix == ".json":
+            found.append(f)
+        elif f.is_dir() and not (f / "vertical.json").exists() and \
+                not (f / "ingest.json").exists() and any(f.glob("client-*.json")):
+            found += sorted(f.glob("client-*.json"))
+        else:
+            return None
+    return found
+
+
+def read_placed(manifests: list[Path]) -> tuple[list[Any], dict[str, Any]]:
+    """The parties' placed shards (client order) and what they agree on: ``name``,
+    ``label_holders`` (``one``/``all``), ``common_sha256``, each shard's provenance. Shards of
+    different PSI results (their common pseudonyms differ) are refused in one line."""
+    from fedgl.data.shard_format import read_manifest, read_shard
+    from fedgl.data.vertical import VerticalClientData
+
+    metas = [read_manifest(m) for m in manifests]
+    shards = [read_shard(m) for m in manifests]
+    if not all(isinstance(s, VerticalClientData) for s in shards):
+        raise DataError("these shards are not all vertical; give the shards `fedgl psi place` "
+                        "wrote")
+    order = sorted(range(len(shards)), key=lambda i: shards[i].client_id)
+    shards, metas = [shards[i] for i in order], [metas[i] for i in order]
+    if [s.client_id for s in shards] != list(range(len(shards))):
+        raise DataError(f"the shards are clients {[s.client_id for s in shards]}; give one "
+                        f"shard of every party 0..{len(shards) - 1}")
+    sources = [m.get("source") or {} for m in metas]
+    for key, what in (("common_sha256", "were aligned by different PSI results (their common "
+                                        "entities differ); run the PSI again with every party"),
+                      ("dataset", "name different data sets"),
+                      ("clients", "disagree on the number of parties")):
+        if len({str(s.get(key)) for s in sources}) != 1 or sources[0].get(key) is None:
+            raise DataError(f"the shards {what}")
+    holders = [s.client_id for s in shards if s.has_labels]
+    return shards, {"name": str(sources[0]["dataset"]).removeprefix("own:"),
+                    "label_holders": "all" if len(holders) == len(shards) else "one",
+                    "common_sha256": sources[0]["common_sha256"],
+                    "provenance": [{"client_id": s.client_id, "provenance": src.get("provenance")}
+                                   for s, src in zip(shards, sources, strict=True)]}
