@@ -344,3 +344,33 @@ def test_a_trial_refuses_shards_of_different_psi_results(placed: tuple, capsys) 
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "different PSI results" in err[0], err
     assert not (root / "res").exists()
+
+
+def test_labels_at_every_party_place_label_holding_shards(tmp_path: Path) -> None:
+    """Every party ingests a label column (the same classes): the relay's result names all of
+    them label holders and each placed shard holds its own labels, as the in-process alignment
+    gives them."""
+    truth = write_parties(tmp_path)
+    assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
+    dirs = []
+    for k in range(3):
+        lines = (tmp_path / f"nodes{k}.csv").read_text().splitlines()
+        if k:   # add the label column at parties 1 and 2
+            lines = [lines[0] + ",label"] + [f"{r},{truth['label'][r.split(',')[0]]}"
+                                             for r in lines[1:]]
+            (tmp_path / f"nodes{k}.csv").write_text("\n".join(lines) + "\n")
+        split = ["--split-column", "split"] if k == 0 else []
+        assert main(["ingest", "--vertical", "--nodes", str(tmp_path / f"nodes{k}.csv"),
+                     "--edges", str(tmp_path / f"edges{k}.csv"), "--client-id", str(k),
+                     "--label-column", "label", *split, "--name", "telco", "--secret",
+                     str(tmp_path / "secret"), "--out", str(tmp_path / f"party{k}")]) == 0
+        dirs.append(tmp_path / f"party{k}")
+    psi_by_files(tmp_path, dirs)
+    local, _ = align_in_process([read_npz(d, "vertical.json", VERTICAL_FORMAT) for d in dirs])
+    for k, want in enumerate(local):
+        got = read_shard(tmp_path / "shards" / f"client-{k}.json")
+        assert got.has_labels and torch.equal(got.y, want.y)
+        assert torch.equal(got.train_mask, want.train_mask) and torch.equal(got.x, want.x)
+        src = json.loads((tmp_path / "shards" / f"client-{k}.json").read_text())["source"]
+        assert src["label_holders"] == "all"
+    assert torch.equal(local[0].y, local[1].y)   # the same entities in the same rows
