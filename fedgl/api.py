@@ -177,7 +177,9 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
 
     The data set (``own:NAME``), the number of clients and ``normalize_features`` come from the
     shards; a config that sets them otherwise is refused, naming the keys. ``result.json``
-    records the shards' provenance under ``environment.data``."""
+    records the shards' provenance under ``environment.data``. Vertical parties (GLASU) give
+    their ``fedgl ingest --vertical`` folders (aligned by PSI in this process) or the shards
+    ``fedgl psi place`` wrote (a folder of them, or their manifests), run as they are."""
     from fedgl.data.own.placement import owned_graph, setup_in_process
     from fedgl.data.provenance import mismatch
 
@@ -186,6 +188,11 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
     given = as_config(config, **overrides)
     if all((Path(f) / "vertical.json").is_file() for f in folders):
         return _run_vertical_shards(list(folders), given, overwrite)
+    from fedgl.privacy.psi_files import placed_manifests
+
+    placed = placed_manifests(list(folders))
+    if placed:
+        return _run_vertical_shards(placed, given, overwrite, placed=True)
     shards, sources, facts = setup_in_process(list(folders))
     if given.spec.setting != "horizontal":
         raise ConfigError(f"--shards runs horizontal algorithms; '{given.algorithm}' is "
@@ -203,14 +210,43 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
     return run(given.replace(**forced), graph=graph, overwrite=overwrite)
 
 
-def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bool) -> RunResult:
+def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bool,
+                         placed: bool = False) -> RunResult:
     """:func:`run_shards` over vertical ingests (``fedgl ingest --vertical``): the parties align
-    their common entities by PSI in this process, then GLASU runs over the aligned parts."""
-    from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
-    from fedgl.privacy.vertical_align import align_in_process, aligned_graph
+    their common entities by PSI in this process, then GLASU runs over the aligned parts; or
+    over the vertical shards ``fedgl psi place`` wrote (``placed``), as they are."""
+    from fedgl.privacy.vertical_align import aligned_graph
 
     if given.algorithm != "glasu":
         raise ConfigError(f"vertical ingests run with --algorithm glasu (got '{given.algorithm}')")
+    if placed:
+        from fedgl.privacy.psi_files import read_placed
+
+        shards, agreed = read_placed([Path(f) for f in folders])
+        name, label_holders = agreed["name"], agreed["label_holders"]
+        provenance: dict[str, Any] = {
+            "dataset": f"own:{name}", "partition": "vertical, aligned by PSI (fedgl psi)",
+            "common_sha256": agreed["common_sha256"], "shards": agreed["provenance"]}
+    else:
+        shards, name, label_holders, provenance = _aligned_in_process(folders)
+    forced = {"dataset": f"own:{name}", "clients": len(shards), "label_holders": label_holders}
+    defaults = Config().to_dict()
+    chosen = given.to_dict()
+    differ = [f"{k} {chosen[k]!r} (shards: {v!r})" for k, v in forced.items()
+              if k in chosen and chosen[k] != v and chosen[k] != defaults.get(k, chosen[k])]
+    if differ:
+        raise ConfigError(f"the run's settings differ from the shards': {', '.join(differ)}; "
+                          "run with the shards' settings")
+    graph = aligned_graph(shards, name, provenance)
+    return run(given.replace(**forced), graph=graph, overwrite=overwrite)
+
+
+def _aligned_in_process(folders: list[str | Path]) -> tuple[list[Any], str, str, dict[str, Any]]:
+    """The vertical ingests aligned by PSI in this process: the parts, the data set's name, the
+    label holders (``one``/``all``) and the provenance a result records."""
+    from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
+    from fedgl.privacy.vertical_align import align_in_process
+
     parties = [read_npz(Path(f), "vertical.json", VERTICAL_FORMAT) for f in folders]
     names = {m["name"] for m, _ in parties}
     if len(names) != 1:
@@ -224,17 +260,8 @@ def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bo
         raise ConfigError(f"parties {holders} hold labels; GLASU needs them at client 0 only or "
                           "at every party")
     name = names.pop()
-    forced = {"dataset": f"own:{name}", "clients": len(shards), "label_holders": label_holders}
-    defaults = Config().to_dict()
-    chosen = given.to_dict()
-    differ = [f"{k} {chosen[k]!r} (shards: {v!r})" for k, v in forced.items()
-              if k in chosen and chosen[k] != v and chosen[k] != defaults.get(k, chosen[k])]
-    if differ:
-        raise ConfigError(f"the run's settings differ from the shards': {', '.join(differ)}; "
-                          "run with the shards' settings")
     provenance = {"dataset": f"own:{name}", "partition": "vertical, aligned by PSI",
                   "psi": figures, "shards": [{"client_id": int(m["client_id"]),
                                               "provenance": m["provenance"]}
                                              for m, _ in parties]}
-    graph = aligned_graph(shards, name, provenance)
-    return run(given.replace(**forced), graph=graph, overwrite=overwrite)
+    return shards, name, label_holders, provenance

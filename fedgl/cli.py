@@ -45,7 +45,7 @@ from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.version import __version__
 
 #: the own-data commands (fedgl.deployment.own_commands)
-OWN_COMMANDS = ("secret", "ingest", "index", "place", "key", "roster")
+OWN_COMMANDS = ("secret", "ingest", "index", "place", "key", "roster", "psi")
 
 
 class _Parser(argparse.ArgumentParser):

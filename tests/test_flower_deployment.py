@@ -319,7 +319,7 @@ def test_client_refuses_a_weaker_run(deployment_files: Path) -> None:
                                "--insecure", "--out", str(root / "out-refuse"), "--dataset",
                                "cora", "--clients", "3", "--rounds", "1", "--no-progress"],
                               capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 1
+    assert proc.returncode == 2   # the configuration is what the party refused: bad input
     assert "refused the run" in proc.stderr and "runs 'robust'" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
     assert not (root / "out-refuse" / "result.json").exists()

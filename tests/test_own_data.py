@@ -311,7 +311,7 @@ def test_missing_flags_and_folders_are_one_line(tmp_path: Path, capsys) -> None:
 def test_a_deployed_run_under_other_settings_is_refused_at_setup(banks: tuple) -> None:
     """A Swift-FedGNN configuration naming Cora, METIS and normalised features over the banks'
     own shards: the parties refuse it at set-up, the server stops with one line (exit 1, as for
-    any refused run) and writes no result."""
+    set-up refusal: the configuration is bad input) and writes no result."""
     import subprocess
     import sys
 
@@ -334,7 +334,7 @@ def test_a_deployed_run_under_other_settings_is_refused_at_setup(banks: tuple) -
                                "--clients", "3", "--cross-clients", "2", "--partition", "metis",
                                "--normalize-features", "--rounds", "1", "--no-progress"],
                               capture_output=True, text=True, timeout=600, check=False)
-    assert proc.returncode == 1, proc.stderr[-2000:]
+    assert proc.returncode == 2, proc.stderr[-2000:]
     err = proc.stderr.strip().splitlines()
     assert len(err) == 1 and "refused the run" in err[0], err
     assert "dataset 'cora' (shard: 'own:banks')" in err[0]
@@ -353,3 +353,54 @@ def test_an_organisation_without_labels_names_the_classes(tmp_path: Path, capsys
     assert main([*flags, "--classes", "fraud", "ok", "--out", str(tmp_path / "o2")]) == 0
     meta = json.loads((tmp_path / "o2" / "ingest.json").read_text())
     assert meta["classes"] == ["fraud", "ok"] and meta["num_nodes"] == 2
+
+
+def test_a_settings_refusal_at_setup_stops_the_server_as_bad_input(banks: tuple) -> None:
+    """The deployed server's set-up (``party.setup`` to every party, as the Flower runtime
+    relays it: a party's refusal comes back as a protocol violation) ends in a ConfigError, one
+    line naming what differs (``fedgl server`` exit 2), not an aborted run (exit 1)."""
+    from fedgl.api import as_config
+    from fedgl.deployment.party import HELLO, SETUP, Party
+    from fedgl.errors import ConfigError, RunAborted
+    from fedgl.federation.protocol import ProtocolViolation
+    from fedgl.privacy.identity import write_keys
+    from tests.test_flower_operations import send
+
+    pytest.importorskip("flwr")
+    from fedgl.deployment.server_app import setup_clients
+
+    root, _, dirs = banks
+    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
+    for k, d in enumerate(dirs):
+        assert main(["place", "--ingest", str(d), "--positions",
+                     str(root / "setup" / f"positions-{k}.json"), "--out",
+                     str(root / "shards")]) == 0
+    write_keys(root / "keys", 3)
+    parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
+                     root / "keys" / "roster.json") for k in range(3)]
+
+    class Relay:   # FlowerRuntime.call's contract: a refusal raises ProtocolViolation
+        on_client_failure = "abort"
+
+        def call(self, msg_type, payload, phase):
+            replies = {}
+            for p in parties:
+                head, reply = send(p, msg_type, payload, phase=phase)
+                if "refused" in head:
+                    raise ProtocolViolation(f"client {p.client_id} refused a message: "
+                                            f"{head['refused']}")
+                replies[p.client_id] = reply[1]
+            return replies
+
+    for p in parties:
+        send(p, HELLO, {"challenge": b"\x07" * 32})
+    cfg = as_config(algorithm="fedgcn", dataset="cora", clients=3)
+    with pytest.raises(ConfigError, match="dataset 'cora' \\(shard: 'own:banks'\\)") as exc:
+        setup_clients(Relay(), cfg, 0, "a1b2", False)
+    assert not isinstance(exc.value, RunAborted) and "\n" not in str(exc.value)
+    assert SETUP == "party.setup"
+    # the same shards under their own settings set up
+    for p in parties:
+        send(p, HELLO, {"challenge": b"\x08" * 32})
+    ok = as_config(algorithm="fedgcn", dataset="own:banks", clients=3)
+    assert set(setup_clients(Relay(), ok, 0, "a1b2", False)) == set()

@@ -10,7 +10,10 @@
 - ``fedgl key --client-id K --out DIR``: the organisation's own identity key, made where it
   lives (``client-K.key``, private, and ``client-K.pub.json``, the public half to hand over);
 - ``fedgl roster PUB ... --out FILE`` and ``fedgl roster --check FILE PUB ...``: the organisations
-  assemble the roster from the public halves and each checks it holds its own key.
+  assemble the roster from the public halves and each checks it holds its own key;
+- ``fedgl psi start|blind|intersect|place``: vertical alignment by PSI, one command per step,
+  its messages files an untrusted relay passes around (:mod:`fedgl.privacy.psi_files`); each
+  party ends with its own GLASU vertical shard over the intersection.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 
 from fedgl.errors import ConfigError, DataError
 
-COMMANDS = ("secret", "ingest", "index", "place", "key", "roster")
+COMMANDS = ("secret", "ingest", "index", "place", "key", "roster", "psi")
 
 
 def add_parsers(sub: Any) -> None:
@@ -92,10 +95,36 @@ def add_parsers(sub: Any) -> None:
     ros.add_argument("--out", metavar="FILE")
     ros.add_argument("--check", metavar="ROSTER")
 
+    psi = sub.add_parser("psi", help="vertical alignment by PSI through a relay, one command per "
+                         "step (docs/own-data.md)", description="Each party: start, then blind "
+                         "the sets the relay hands it (K-1 of them), then place its GLASU shard "
+                         "from its result; the relay: intersect the fully blinded sets.")
+    steps = psi.add_subparsers(dest="psi_step", metavar="STEP", required=True)
+    st = steps.add_parser("start", help="party: blind its own ids once (a fresh key)")
+    st.add_argument("--ingest", required=True, metavar="DIR",
+                    help="the party's `fedgl ingest --vertical` folder")
+    st.add_argument("--parties", required=True, type=int, metavar="K")
+    st.add_argument("--out", required=True, metavar="FILE")
+    st.add_argument("--threads", type=int, default=1, metavar="N",
+                    help="threads that blind (default 1; the values are the same for any N)")
+    bl = steps.add_parser("blind", help="party: blind another party's set once more")
+    bl.add_argument("--ingest", required=True, metavar="DIR")
+    bl.add_argument("--set", required=True, metavar="FILE", dest="set_file")
+    bl.add_argument("--out", required=True, metavar="FILE")
+    bl.add_argument("--threads", type=int, default=1, metavar="N",
+                    help="threads that blind (default 1; the values are the same for any N)")
+    it = steps.add_parser("intersect", help="relay: the results from the fully blinded sets")
+    it.add_argument("sets", nargs="+", metavar="SET")
+    it.add_argument("--out", required=True, metavar="DIR")
+    pp = steps.add_parser("place", help="party: its GLASU vertical shard from its result")
+    pp.add_argument("--ingest", required=True, metavar="DIR")
+    pp.add_argument("--result", required=True, metavar="FILE")
+    pp.add_argument("--out", required=True, metavar="DIR")
+
 
 def main(args: argparse.Namespace) -> int:
     return {"secret": _secret, "ingest": _ingest, "index": _index, "place": _place,
-            "key": _key, "roster": _roster}[args.command](args)
+            "key": _key, "roster": _roster, "psi": _psi}[args.command](args)
 
 
 def _secret(args: argparse.Namespace) -> int:
@@ -132,8 +161,9 @@ def _ingest(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out '{out}' exists and is not a folder")
     if settings.pop("vertical", False):
         path = ingest_vertical(IngestSpec(**settings), secret, out_path)
-        print(f"vertical ingest written to {path} (pseudonyms only); align the parties with "
-              "`fedgl run --shards DIR... --algorithm glasu` (a trial, docs/own-data.md)")
+        print(f"vertical ingest written to {path} (pseudonyms only); try the parties with "
+              "`fedgl run --shards DIR... --algorithm glasu`, deploy with `fedgl psi start` "
+              "(docs/own-data.md)")
         return 0
     request = ingest(IngestSpec(**settings), secret, out_path)
     print(f"ingest written to {out_path}; hand {request.name} and {request.with_suffix('.npz').name}"
@@ -192,4 +222,26 @@ def _roster(args: argparse.Namespace) -> int:
     digest = check_roster(Path(args.check), [Path(p) for p in args.public])
     print(f"roster {args.check} holds exactly these {len(args.public)} public keys (digest "
           f"{digest[:16]})")
+    return 0
+
+
+def _psi(args: argparse.Namespace) -> int:
+    from fedgl.privacy import psi_files
+
+    step = args.psi_step
+    if step == "start":
+        path = psi_files.start(args.ingest, args.parties, args.out, args.threads)
+        print(f"blinded set written to {path}; hand it to the relay (the key stays in "
+              f"{args.ingest})")
+    elif step == "blind":
+        path = psi_files.blind(args.ingest, args.set_file, args.out, args.threads)
+        print(f"set blinded once more: {path}; hand it back to the relay")
+    elif step == "intersect":
+        figures = psi_files.intersect(args.sets, args.out)
+        print(f"{figures['common']} common entities of sets {figures['sizes']}: results written "
+              f"to {args.out}; give result-<k>.psi to party k")
+    else:
+        path = psi_files.place(args.ingest, args.result, args.out)
+        print(f"vertical shard written to {path}; run it with `fedgl client --data {path}` "
+              "and a GLASU config naming the shard's dataset and clients")
     return 0

@@ -164,16 +164,18 @@ def record_hello(runtime: FlowerRuntime, traffic: list[tuple]) -> None:
 def setup_clients(runtime: FlowerRuntime, cfg: Config, seed: int, run_tag: str,
                   resumed: bool) -> dict[str, list[str]]:
     """Send every client the run's configuration (``party.setup``); any refusal or silence
-    stops the run (one line). Returns the DP releases each client has logged for the run; the
-    replies' ``setup.facts`` answers go to ``runtime.answered`` (the driver's set-up takes them
-    from there instead of asking again)."""
+    stops the run (one line). A refusal is the party's verdict on the configuration (settings
+    its shard was not made with, a weaker policy than its own): a :class:`ConfigError`, exit
+    2 as for any bad input; silence is :class:`RunAborted`. Returns the DP releases each client
+    has logged for the run; the replies' ``setup.facts`` answers go to ``runtime.answered`` (the
+    driver's set-up takes them from there instead of asking again)."""
     policy, runtime.on_client_failure = runtime.on_client_failure, "abort"
     try:
         replies = runtime.call(SETUP, {"config": cfg.to_dict(), "seed": int(seed),
                                        "run_tag": run_tag, "resumed": bool(resumed)},
                                phase=SETUP_PHASE)
     except ProtocolViolation as exc:
-        raise RunAborted(f"a client refused the run: {exc}") from None
+        raise ConfigError(f"a client refused the run: {exc}") from None
     finally:
         runtime.on_client_failure = policy
     logged: dict[str, list[str]] = {}

@@ -14,8 +14,11 @@ server as a typed, ledger-counted message (phase ``setup``):
   for the same id at every party (scalar multiplication commutes; X25519 clamps every scalar
   to a multiple of the cofactor, so both orders give the same x-coordinate);
 - the server intersects ``F_0 ∩ ... ∩ F_{K-1}`` and sends party ``j`` (``psi.result``) the
-  positions of its ids in the intersection and their rank there (byte order of ``F``), the
-  common row order of the aligned data.
+  positions of its ids in the intersection. The common row order of the aligned data is the
+  byte order of the common ids' pseudonyms: every party knows the pseudonyms of its common ids,
+  so all agree on it without another message, and it does not depend on the parties' random
+  scalars (the same tables give the same aligned rows at every run and on every route:
+  in process, or through files a relay passes around, :mod:`fedgl.privacy.psi_files`).
 
 What each learns (honest-but-curious parties): a party learns which of its own ids are common
 to all (and the set sizes); it sees other parties' ids only blinded by keys it does not hold,
@@ -24,7 +27,8 @@ every intersection of the sets; it cannot test a guessed id, since it cannot com
 without the secret, and a party blinds at most ``K - 1`` sets, so the server cannot use the
 parties as an oracle beyond the protocol. The server could misreport the intersection (the
 parties would then align wrong rows): the protocol keeps ids private, it does not prove the
-server's arithmetic.
+server's arithmetic (the parties of :mod:`fedgl.privacy.psi_files` can compare the digest of
+their common pseudonyms among themselves, which reveals such a misreport).
 
 OpenMined's ``openmined-psi`` (``pip install 'fedgl[psi]'``) is a two-party protocol (the client
 learns the intersection); chained over K > 2 parties, a party would learn the intersection of the
@@ -44,6 +48,8 @@ from fedgl.federation.protocol import Arr, Bytes, handles
 SETUP_PHASE = "setup"
 VALUE_BYTES = 32
 _CONTEXT = b"fedgl-psi/1"
+#: values per thread's task when a party blinds with several threads
+_CHUNK = 4096
 
 
 def _points(pseudonyms: np.ndarray) -> list[bytes]:
@@ -53,23 +59,62 @@ def _points(pseudonyms: np.ndarray) -> list[bytes]:
 class PsiParty:
     """One party's role in the intersection (see the module docstring)."""
 
-    def __init__(self, client_id: int, pseudonyms: np.ndarray, parties: int) -> None:
+    def __init__(self, client_id: int, pseudonyms: np.ndarray, parties: int,
+                 key: bytes | None = None, threads: int = 1) -> None:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PrivateKey
 
+        if threads < 1:
+            raise ValueError(f"threads must be at least 1 (got {threads})")
         self.client_id = client_id
-        self._key = X25519PrivateKey.generate()
+        #: threads that blind (X25519 in ``cryptography`` releases the GIL; the values are the
+        #: same for any number)
+        self.threads = threads
+        self._key = X25519PrivateKey.generate() if key is None else \
+            X25519PrivateKey.from_private_bytes(key)
         self._pseudonyms = np.ascontiguousarray(pseudonyms, dtype=np.uint8)
         self._budget = parties - 1
         self._order: np.ndarray | None = None
         #: after the result: positions (into the pseudonyms given) of the common ids, in the
-        #: common order
+        #: common order (their pseudonyms' byte order)
         self.common: np.ndarray | None = None
+
+    def key_bytes(self) -> bytes:
+        """The party's secret scalar (raw 32 bytes), for a party that keeps its state between
+        steps on its own disk (:mod:`fedgl.privacy.psi_files`); it never leaves the party."""
+        from cryptography.hazmat.primitives import serialization as ser
+
+        return self._key.private_bytes(ser.Encoding.Raw, ser.PrivateFormat.Raw,
+                                       ser.NoEncryption())
+
+    def state(self) -> dict[str, Any]:
+        """What a party keeps between steps on its own disk (:mod:`fedgl.privacy.psi_files`):
+        its scalar, the start's order, the blinds it may still make."""
+        return {"key": self.key_bytes(), "order": self._order, "budget": self._budget}
+
+    @classmethod
+    def restore(cls, client_id: int, pseudonyms: np.ndarray, parties: int,
+                state: dict[str, Any], threads: int = 1) -> PsiParty:
+        """The party again, from :meth:`state` (after its start)."""
+        party = cls(client_id, pseudonyms, parties, key=bytes(state["key"]), threads=threads)
+        party._order = np.asarray(state["order"], dtype=np.int64)
+        party._budget = int(state["budget"])
+        return party
 
     def _blind(self, values: list[bytes]) -> bytes:
         from cryptography.hazmat.primitives.asymmetric.x25519 import X25519PublicKey
 
         ex = self._key.exchange
-        return b"".join(ex(X25519PublicKey.from_public_bytes(v)) for v in values)
+
+        def run(chunk: list[bytes]) -> bytes:
+            return b"".join(ex(X25519PublicKey.from_public_bytes(v)) for v in chunk)
+
+        if self.threads == 1 or len(values) < 2 * _CHUNK:
+            return run(values)
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(self.threads) as pool:
+            return b"".join(pool.map(run, [values[i:i + _CHUNK]
+                                           for i in range(0, len(values), _CHUNK)]))
 
     @handles("psi.start", phases=(SETUP_PHASE,), states=("ready",), enters="started")
     def start(self) -> dict[str, Any]:
@@ -90,23 +135,29 @@ class PsiParty:
                                        for i in range(0, len(values), VALUE_BYTES)])}
 
     @handles("psi.result", phases=(SETUP_PHASE,), states=("started",), enters="done",
-             schema={"positions": Arr(("int64",), ndim=1), "ranks": Arr(("int64",), ndim=1)})
-    def result(self, positions: Any, ranks: Any) -> dict[str, Any]:
+             schema={"positions": Arr(("int64",), ndim=1)})
+    def result(self, positions: Any) -> dict[str, Any]:
         assert self._order is not None
-        pos, rank = np.asarray(positions), np.asarray(ranks)
-        n = len(self._order)
-        if pos.shape != rank.shape or (pos.size and (pos.min() < 0 or pos.max() >= n)) or \
-                len(np.unique(pos)) != len(pos) or sorted(rank.tolist()) != list(range(len(rank))):
-            raise ValueError("the positions and ranks are not a placement of this party's ids")
-        common = np.empty(len(pos), dtype=np.int64)
-        common[rank] = self._order[pos]
-        self.common = common
+        self.common = common_rows(self._pseudonyms, self._order, np.asarray(positions))
         return {"ok": True}
+
+
+def common_rows(pseudonyms: np.ndarray, order: np.ndarray, positions: np.ndarray) -> np.ndarray:
+    """The common ids (positions into ``pseudonyms``) in their pseudonyms' byte order, from the
+    server's ``positions`` (into the start's values, whose order ``order`` maps back)."""
+    n = len(order)
+    pos = np.asarray(positions)
+    if pos.ndim != 1 or (pos.size and (pos.min() < 0 or pos.max() >= n)) or \
+            len(np.unique(pos)) != len(pos):
+        raise ValueError("the positions are not a placement of this party's ids")
+    mine = order[pos]
+    keys = np.ascontiguousarray(pseudonyms[mine]).view(f"S{pseudonyms.shape[1]}").reshape(-1)
+    return mine[np.argsort(keys, kind="stable")].astype(np.int64)
 
 
 def intersect_blinded(full: dict[int, bytes]) -> dict[int, dict[str, np.ndarray]]:
     """The server's step: for each party, the positions of its fully blinded values that every
-    party holds, and their rank in the intersection (byte order)."""
+    party holds."""
     sets = {j: np.frombuffer(v, dtype=np.uint8).reshape(-1, VALUE_BYTES).view(f"S{VALUE_BYTES}")
             .reshape(-1) for j, v in full.items()}
     common = None
@@ -116,8 +167,7 @@ def intersect_blinded(full: dict[int, bytes]) -> dict[int, dict[str, np.ndarray]
     out = {}
     for j, v in sets.items():
         pos = np.flatnonzero(np.isin(v, common))
-        out[j] = {"positions": pos.astype(np.int64),
-                  "ranks": np.searchsorted(common, v[pos]).astype(np.int64)}
+        out[j] = {"positions": pos.astype(np.int64)}
     return out
 
 
