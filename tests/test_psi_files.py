@@ -268,6 +268,26 @@ def test_a_deployed_run_under_other_settings_is_refused_by_the_party(placed: tup
     assert SETUP_PHASE == "setup"
 
 
+def test_a_placed_partys_set_up_names_the_entities_it_was_aligned_on(placed: tuple) -> None:
+    """The set-up reply's facts carry the shard's ``common_sha256``, which the server's
+    set-up compares across parties (tests/test_setup_facts.py)."""
+    from fedgl.deployment.party import SETUP, Party
+    from fedgl.privacy.identity import write_keys
+    from tests.test_flower_operations import send
+
+    root, _, _ = placed
+    write_keys(root / "keys", 3)
+    party = Party(root / "shards" / "client-1.json", root / "keys" / "client-1.key",
+                  root / "keys" / "roster.json")
+    send(party, "party.hello", {"challenge": b"\x07" * 32})
+    cfg = {**GLASU, "dataset": "own:telco", "clients": 3, "label_holders": "one"}
+    head, (_, reply) = send(party, SETUP, {"config": cfg, "seed": 0, "run_tag": "a2",
+                                           "resumed": False})
+    assert "refused" not in head, head
+    digest = json.loads((root / "shards" / "client-1.json").read_text())["source"]
+    assert reply["facts"]["alignment"] == digest["common_sha256"]
+
+
 @pytest.mark.slow
 def test_loopback_glasu_over_psi_placed_shards_equals_run_shards(placed: tuple) -> None:
     """Three organisations, each a SuperNode with only its own placed shard and key, over a
@@ -290,8 +310,13 @@ def test_loopback_glasu_over_psi_placed_shards_equals_run_shards(placed: tuple) 
 
     assert rep["extra"]["runtime"] == "flower"
     assert timeless(rep["history"]) == timeless(json.loads(json.dumps(local.history)))
+    # every phase but the set-up: the local run asks 'setup.facts'; a deployment's hello and
+    # set-up round trips carry the facts (the alignment digest of the placed shards among them)
     for key in ("bytes", "wire_bytes", "messages"):
-        assert {p: rep["ledger"][key][p] for p in local.ledger[key]} == local.ledger[key], key
+        phases = [p for p in local.ledger[key] if p != "setup"]
+        assert {p: rep["ledger"][key][p] for p in phases} == \
+            {p: local.ledger[key][p] for p in phases}, key
+    assert rep["ledger"]["messages"]["setup"] == {"up": 6, "down": 6}
     assert deployed["config"]["dataset"] == "own:telco"
     seen = [p.read_bytes() for p in (root / "out-psi").rglob("*") if p.is_file()]
     seen += [p.read_bytes() for p in (root / "relay").rglob("*") if p.is_file()]

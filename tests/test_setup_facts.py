@@ -98,6 +98,22 @@ def test_a_malformed_answer_is_refused_by_name(reply, why) -> None:
         agree({0: good, 2: reply}, "horizontal")
 
 
+def test_vertical_parties_placed_from_different_psi_results_are_refused() -> None:
+    """A shard placed by ``fedgl psi place`` says which entities it was aligned on; parties
+    whose digests differ (or one placed and one not) would train on misaligned rows."""
+    def reply(alignment: str | None) -> dict[str, Any]:
+        r = {"setting": "vertical", "num_nodes": 8, "num_features": 2, "num_classes": 3}
+        return r if alignment is None else {**r, "alignment": alignment}
+
+    same = agree({0: reply("a" * 64), 1: reply("a" * 64)}, "vertical")
+    assert same.num_nodes == 8
+    for other in ("b" * 64, None):
+        with pytest.raises(ConfigError, match="aligned on different entities.*fedgl psi"):
+            agree({0: reply("a" * 64), 1: reply(other)}, "vertical")
+    with pytest.raises(ProtocolViolation, match="field 'alignment'"):
+        agree({0: reply("a" * 65)}, "vertical")
+
+
 def test_answers_already_carried_are_used_once_and_not_asked_again() -> None:
     """A runtime whose set-up round trip carried the answers (a Flower ``party.setup``) hands
     them over; the server sends no ``setup.facts`` of its own."""

@@ -224,6 +224,9 @@ class Party:
         self.endpoint = Endpoint(role, f"client {self.client_id}")
         # the set-up's second step in the same round trip: the role's own public facts
         facts = self.endpoint.dispatch(FACTS, {}, SETUP_PHASE)
+        aligned = (self.manifest.get("source") or {}).get("common_sha256")
+        if isinstance(facts, dict) and isinstance(aligned, str):
+            facts = {**facts, "alignment": aligned}   # a PSI-placed shard: its entities' digest
         return {"ok": True, "dp_releases": logged, "facts": facts}
 
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool

@@ -5,12 +5,14 @@ or how many nodes each client holds. It asks: ``setup.facts`` (phase ``setup``, 
 to every client, and each client role answers from its own data only::
 
     setup.facts.reply = {setting: "horizontal" | "vertical", num_nodes: int,
-                         num_features: int, num_classes: int}
+                         num_features: int, num_classes: int[, alignment: str]}
 
 ``num_nodes`` is the number of nodes the client holds (horizontal: its own nodes; vertical: the
 shared node set), ``num_features`` the width of its feature rows (vertical: its columns),
-``num_classes`` the class count of the dataset the shard was written from. The ledger counts the
-message and its reply in phase ``setup`` like any other.
+``num_classes`` the class count of the dataset the shard was written from; ``alignment``
+(a vertical shard placed by ``fedgl psi place`` only) the SHA-256 of the common pseudonyms it
+was aligned on, so parties placed from different PSI results are refused before training.
+The ledger counts the message and its reply in phase ``setup`` like any other.
 
 The same exchange runs on the local runtime (in-process parties), on Ray and on Flower; a
 runtime whose set-up round trip already carried the answers (a Flower party answers
@@ -37,7 +39,11 @@ from fedgl.federation.protocol import Int, ProtocolViolation, Str, check_fields,
 FACTS = "setup.facts"
 #: what a client's ``setup.facts`` reply must be (checked before anything in it is used)
 FACTS_REPLY = {"setting": Str(max_len=32), "num_nodes": Int(0, 1 << 40),
-               "num_features": Int(1, 1 << 31), "num_classes": Int(1, 1 << 31)}
+               "num_features": Int(1, 1 << 31), "num_classes": Int(1, 1 << 31),
+               "alignment": Str(max_len=64)}
+#: fields a reply may leave out: ``alignment``, the SHA-256 of the common pseudonyms a vertical
+#: party's shard was aligned on by ``fedgl psi place`` (absent for any other shard)
+FACTS_OPTIONAL = ("alignment",)
 SETTINGS = ("horizontal", "vertical")
 
 
@@ -109,7 +115,7 @@ def agree(replies: dict[int, Any], setting: str) -> Facts:
     for k in sorted(replies):
         reply = replies[k]
         bad = "not a record" if not isinstance(reply, dict) else \
-            check_fields(reply, FACTS_REPLY, (), {})
+            check_fields(reply, FACTS_REPLY, FACTS_OPTIONAL, {})
         if bad:
             raise ProtocolViolation(f"client {k}: malformed '{FACTS}' reply ({bad})")
     ks = sorted(replies)
@@ -128,6 +134,13 @@ def agree(replies: dict[int, Any], setting: str) -> Facts:
         what = "feature width" if key == "num_features" else "node count"
         raise ConfigError(f"the clients disagree on the {what} ({_say(widths)}); write every "
                           "shard from one dataset with `fedgl shard`")
+    if setting == "vertical":
+        aligned = _distinct({k: {"alignment": replies[k].get("alignment", "")} for k in ks},
+                            "alignment")
+        if len(aligned) != 1:
+            raise ConfigError(f"the parties' shards were aligned on different entities "
+                              f"(common-id digests {_say(aligned)}); run `fedgl psi` again with "
+                              "every party and place each shard from its result")
     return Facts(setting, int(replies[ks[0]]["num_classes"]),
                  {k: int(replies[k]["num_nodes"]) for k in ks},
                  {k: int(replies[k]["num_features"]) for k in ks})
