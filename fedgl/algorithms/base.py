@@ -5,6 +5,7 @@ evaluation, and the server's round loop. Algorithms subclass these and supply on
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -226,7 +227,7 @@ class GNNClient(ABC):
 
         A subclass may add terms (FedProx's proximal term, see docs/extending.md); the model
         being trained is ``self.model``. Clients whose class overrides this train one by one
-        (the batched fast path of :meth:`fit_many` computes only the NLL)."""
+        (the batched fast path of :meth:`train_many` computes only the NLL)."""
         return F.nll_loss(log_probs, y)
 
     def _train_forward(self) -> Callable[[], Tensor]:
@@ -235,14 +236,26 @@ class GNNClient(ABC):
         return lambda: self._forward(inp)
 
     # ----------------------------------------------------------------- protocol methods
-    @handles("fedavg.fit", phases=("train",), optional=("round",), schema={
-        "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0)})
-    def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
+    @handles("fedavg.fit", phases=("train",), optional=("round", "evaluate"),
+             rides={"evaluate": "fedavg.evaluate"}, schema={
+                 "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0),
+                 "evaluate": Int(1, 1)})
+    def fit(self, weights: State, local_steps: int, round: int = 1, evaluate: int = 0) -> dict:
         """Load the global model, take ``local_steps`` optimiser steps on own training nodes,
         and return the new weights, the number of training nodes and the mean training loss.
 
         Dropout masks are drawn from a generator seeded by (seed, client, round), so a round's
-        result does not depend on earlier calls: runs resume exactly and every runtime agrees."""
+        result does not depend on earlier calls: runs resume exactly and every runtime agrees.
+
+        ``evaluate=1``: first score ``weights`` exactly as ``fedavg.evaluate`` would (the
+        previous round's evaluation riding on this fit; the endpoint accepts it only where this
+        client would accept ``fedavg.evaluate`` itself); the reply then carries that call's
+        ``correct`` and ``total`` beside the update."""
+        scores = self.evaluate(weights) if evaluate else {}
+        return {**self._train(weights, local_steps, round), **scores}
+
+    def _train(self, weights: State, local_steps: int, round: int) -> dict:
+        """:meth:`fit`'s training (the reply without scores)."""
         self.load_weights(weights)
         self.generator.manual_seed(client_seed(self.seed, self.data.client_id) + round)
         train = self._masks["train"].nonzero().flatten()
@@ -269,10 +282,31 @@ class GNNClient(ABC):
 
     @classmethod
     def fit_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
-                 round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
-        """Every client's :meth:`fit` as one batched computation (in-process clients starting
-        from the same model; :mod:`fedgl.algorithms.batched`), or None where that would not
-        reproduce ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
+                 round: int = 1, evaluate: int = 0, *, cache: dict | None = None
+                 ) -> list[dict] | None:
+        """Every client's :meth:`fit` at once (in-process clients starting from the same
+        model), or None where neither its evaluation nor its training can be batched. The
+        evaluation is :meth:`evaluate_many` (or each client's :meth:`evaluate`), exactly what a
+        standalone ``fedavg.evaluate`` computes; the training is :meth:`train_many` (or each
+        client's :meth:`fit`)."""
+        scores = cls.evaluate_many(clients, weights, cache=cache) if evaluate else None
+        fits = cls.train_many(clients, weights, local_steps, round, cache=cache)
+        if not evaluate:
+            return fits
+        if fits is None and scores is None:
+            return None
+        if scores is None:
+            scores = [c.evaluate(weights) for c in clients]
+        if fits is None:
+            fits = [c.fit(weights, local_steps, round) for c in clients]
+        return [{**f, **s} for f, s in zip(fits, scores, strict=True)]
+
+    @classmethod
+    def train_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
+                   round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
+        """Every client's training (:meth:`fit` without ``evaluate``) as one batched
+        computation (:mod:`fedgl.algorithms.batched`), or None where that would not reproduce
+        ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
         from fedgl.algorithms.batched import fit_gcn_clients, uniform_group
 
         if (not uniform_group(clients) or clients[0].config.model != "gcn"
@@ -389,6 +423,12 @@ class FedAvgServer:
         self.client_sampler: ClientSampler | None = None  # None: every client, every round
         self.refused: dict[int, str] = {}  # clients left out for what they sent (drop policy)
         self.refusal_log: list[str] = []  # one line per refused client message
+        #: rounds whose row must be recorded before the next exchange (their evaluation does
+        #: not ride on the next fit; set by whoever drives the rounds); None: none
+        self.record_before_next: Callable[[int], bool] | None = None
+        #: while a round's row waits for scores riding on the next fit: how many of the
+        #: runtime's failure events came before that fit (they belong to the round); else None
+        self.events_recorded: int | None = None
 
     def active_clients(self) -> list[int] | None:
         """The clients taking part: None (every client) unless some were refused."""
@@ -420,29 +460,90 @@ class FedAvgServer:
     def rounds(self, start: int = 1) -> Iterator[tuple[int, State, dict]]:
         """Yield ``(round, global_weights, metrics)`` after every round from ``start`` on;
         metrics include the mean training loss and, on evaluation rounds, the federated
-        accuracies. Resuming sets ``weights`` and passes the next round as ``start``."""
+        accuracies. Resuming sets ``weights`` and passes the next round as ``start``.
+
+        An evaluation rides on the next round's fit: round t's model w_t is what round t+1's
+        ``fedavg.fit`` carries, so that message asks the clients to score it first
+        (``evaluate=1``) and their replies bring the counts beside the update; round t's row is
+        yielded once they arrive (after round t+1's exchange, before its aggregation). A
+        standalone ``fedavg.evaluate`` remains for the last round, with client sampling (the
+        next fit goes to other clients), for a round whose row must be recorded before the next
+        exchange (:attr:`record_before_next`: a checkpoint, a hook that looks at the server), a
+        non-finite model or loss, and when a client's scores did not come back (it dropped):
+        the rows are those of evaluating every round on its own, exchange for exchange."""
         cfg = self.config
         ledger = self.runtime.ledger
+        # a round whose row waits for the scores riding on the next fit: (round, model,
+        # metrics, the clients it is scored by (None: all), their ids)
+        pending: tuple[int, State, dict, list[int] | None, list[int]] | None = None
         for t in range(start, cfg.rounds + 1):
             with ledger.timer("train"):
                 chosen = (self.active_clients() if self.client_sampler is None
                           else [k for k in self.client_sampler.sample(t, self.runtime.client_ids)
                                 if k not in self.refused])
-                results = self.runtime.call(
-                    "fedavg.fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
-                    phase="train", clients=chosen)
+            if pending is not None and chosen != pending[3]:   # not the clients it would score
+                yield self._evaluated(pending, self.evaluate(pending[1], clients=pending[3]))
+                pending = None
+            args = {"weights": self.weights, "local_steps": cfg.local_steps, "round": t}
+            if pending is not None:
+                args["evaluate"] = 1
+                self.events_recorded = len(self.runtime.events)
+            with ledger.timer("train"):
+                results = self.runtime.call("fedavg.fit", args, phase="train", clients=chosen)
+            if pending is not None:
+                scores = take_scores(results)
+                if set(scores) != set(pending[4]):   # a client dropped: score w_t on its own
+                    scores = self._score(pending[1], pending[3])
+                yield self._evaluated(pending, pooled_accuracy(scores))
+                pending = None
+            self.events_recorded = None
+            with ledger.timer("train"):
                 metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
+                if self._may_ride(t, metrics):
+                    clients = self.active_clients()
+                    pending = (t, self.weights, metrics, clients,
+                               list(self.runtime.client_ids if clients is None else clients))
+                    continue
                 metrics.update(self.evaluate())
             yield t, self.weights, metrics
 
-    def evaluate(self) -> dict:
-        """Federated accuracy: every client scores the global model on its own nodes; the server
-        pools the counts (the paper's metric: per-client accuracy weighted by node counts)."""
-        n = len(self.runtime.client_ids)
+    def _may_ride(self, t: int, metrics: dict) -> bool:
+        """Whether round ``t``'s evaluation may ride on round t+1's fit (see :meth:`rounds`)."""
+        if (t >= self.config.rounds or self.client_sampler is not None
+                or (self.record_before_next is not None and self.record_before_next(t))):
+            return False
+        loss = metrics.get("train_loss")
+        if isinstance(loss, float) and math.isinf(loss):
+            return False
+        return not isinstance(self.weights, dict) or all(
+            bool(torch.isfinite(v).all()) for v in self.weights.values()
+            if isinstance(v, Tensor) and v.is_floating_point())
+
+    @staticmethod
+    def _evaluated(pending: tuple, accuracies: dict) -> tuple[int, State, dict]:
+        t, weights, metrics = pending[:3]
+        metrics.update(accuracies)
+        return t, weights, metrics
+
+    def evaluate(self, weights: State | None = None, *, clients: list[int] | None = None
+                 ) -> dict:
+        """Federated accuracy: every client scores the global model (or ``weights``) on its own
+        nodes; the server pools the counts (the paper's metric: per-client accuracy weighted by
+        node counts). ``clients``: those taking part (default: :meth:`active_clients`)."""
+        return pooled_accuracy(self._score(self.weights if weights is None else weights,
+                                           self.active_clients() if clients is None else clients))
+
+    def _score(self, weights: State, clients: list[int] | None) -> dict[int, dict]:
+        n = len(self.runtime.client_ids if clients is None else clients)
         with self.runtime.ledger.timer("eval"), progress.phase(f"evaluating {n} clients",
                                                                show=n >= MANY_CLIENTS):
-            res = self.runtime.call("fedavg.evaluate", {"weights": self.weights},
-                                    phase="eval", clients=self.active_clients())
-        return pooled_accuracy(res)
+            return self.runtime.call("fedavg.evaluate", {"weights": weights},
+                                     phase="eval", clients=clients)
 
+
+def take_scores(results: dict[int, dict]) -> dict[int, dict]:
+    """The ``correct``/``total`` counts that came back beside fit updates (removed from the
+    replies); clients whose reply carries none are left out."""
+    return {k: {"correct": r.pop("correct"), "total": r.pop("total")}
+            for k, r in results.items() if "correct" in r and "total" in r}

@@ -8,7 +8,11 @@ Given a server wired to its clients (:func:`fedgl.algorithms.runner.wire_server`
 2. ``server.rounds(start)``: one history row per round (metrics, and with a simulated network
    the cumulative training bytes and seconds), the round's failure events, a non-finite model or
    loss (:func:`~fedgl.algorithms.runner.divergence`: an error, or with ``allow_divergence`` the
-   last row, recorded and never checkpointed), a checkpoint when one is due;
+   last row, recorded and never checkpointed), a checkpoint when one is due.
+   A round's evaluation may ride on the next round's fit
+   (:meth:`~fedgl.algorithms.base.FedAvgServer.rounds`); rounds checkpointed or shown to an
+   ``on_round`` hook are evaluated before the next exchange, and a round's failure events are
+   those before the exchange that brought its scores;
 3. the repeat's result (:func:`~fedgl.algorithms.runner.finish_repeat`): final metrics, ledger,
    phase times, failures and what the server records beside the history (``result_extra``).
 
@@ -52,6 +56,10 @@ def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats
             watch.pretrained()
     else:
         start, history, events = resume(server, resume_from)
+    if hasattr(server, "record_before_next"):   # these rows do not wait for a riding evaluation
+        every = checkpointer.every if checkpointer is not None else 0
+        server.record_before_next = (lambda t: watch.on_round is not None
+                                     or bool(every and t % every == 0))
     if watch.started is not None:
         watch.started(start)
     oracle_seconds = 0.0
@@ -68,8 +76,10 @@ def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats
             oracle_seconds += time.perf_counter() - o0
         history.append(row)
         diverged = divergence(t, weights, row["train_loss"], cfg)
-        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
+        cut = getattr(server, "events_recorded", None)   # the next round's events came later
+        end = len(runtime.events) if cut is None else cut
+        events += [{**e, "round": t} for e in runtime.events[seen_events:end]]
+        seen_events = end
         if watch.round_done is not None:
             watch.round_done(t, row)
         if diverged is not None:   # recorded (--allow-divergence); never checkpointed

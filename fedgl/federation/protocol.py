@@ -22,6 +22,12 @@ Policy: a handler may declare the kind of step it is (``needs``: a tag such as
 untagged handlers and those whose tag is enabled. A disabled step is not a message type of that
 role: refused like an undeclared one, on every runtime (they all use :class:`Endpoint`).
 
+Riders: a handler may let an optional field of its message request the step of another of the
+role's message types (``rides={"evaluate": "fedavg.evaluate"}``: the next round's fit carries the
+evaluation of the model it brings, one exchange instead of two). The :class:`Endpoint` accepts
+such a message only if the role would accept the carried type itself, alone, in that phase and
+state (its policy included): a step a role does not take cannot ride on one it does.
+
 States: a role may keep ``self.protocol_state`` (a string, default ``"ready"``); a handler may
 require one of ``states`` and move the role to ``enters`` after it succeeds. Multi-step protocols
 (secure sums, streams) use this so a step cannot be replayed or taken out of order.
@@ -289,19 +295,23 @@ class Handler:
     states: tuple[str, ...] | None = None
     enters: str | None = None
     needs: str | None = None
+    rides: Mapping[str, str] = field(default_factory=dict)
 
 
 def handles(msg_type: str, *, schema: Mapping[str, Spec] | None = None,
             optional: tuple[str, ...] = (), phases: tuple[str, ...] = ("pretrain", "train", "eval"),
             states: tuple[str, ...] | None = None, enters: str | None = None,
-            needs: str | None = None) -> Callable:
+            needs: str | None = None, rides: Mapping[str, str] | None = None) -> Callable:
     """Method decorator: declare the method as the handler of ``msg_type`` (``needs``: the tag
-    a role's policy must enable for it to be served; None: always served)."""
+    a role's policy must enable for it to be served; None: always served; ``rides``: optional
+    fields that, when set, request the step of another message type, see the module
+    docstring)."""
 
     def mark(fn: Callable) -> Callable:
         fn.__fedgl_handler__ = dict(type=msg_type, schema=dict(schema or {}),
                                     optional=tuple(optional), phases=tuple(phases),
-                                    states=states, enters=enters, needs=needs)
+                                    states=states, enters=enters, needs=needs,
+                                    rides=dict(rides or {}))
         return fn
 
     return mark
@@ -374,6 +384,22 @@ class Endpoint:
     def accept(self, msg_type: str, payload: Any, phase: str) -> Handler:
         """The handler for a decoded message, or :class:`ProtocolViolation` (recorded)."""
         handler = self.table.get(msg_type)
+        why = self._refusal(msg_type, handler, payload, phase)
+        if why is None and handler is not None:
+            for name, carried in handler.rides.items():
+                if payload.get(name):   # the step it requests, as if it had come alone
+                    why = self._refusal(carried, self.table.get(carried), None, phase)
+                    if why is not None:
+                        why = f"'{msg_type}' requests field {name!r}: {why}"
+                        break
+        if why is not None:
+            return self.refuse(why)
+        return handler
+
+    def _refusal(self, msg_type: str, handler: Handler | None, payload: Any, phase: str
+                 ) -> str | None:
+        """Why the role refuses ``msg_type`` in ``phase`` and its state (and, unless
+        ``payload`` is None, with that payload), or None."""
         why = None
         if handler is None:
             why = f"'{msg_type}' is not a message type of {type(self.role).__name__}"
@@ -386,15 +412,15 @@ class Endpoint:
                 getattr(self.role, "protocol_state", "ready") not in handler.states:
             why = (f"'{msg_type}' is out of order (state "
                    f"{getattr(self.role, 'protocol_state', 'ready')})")
+        elif payload is None:
+            pass
         elif not isinstance(payload, dict) or not all(isinstance(k, str) for k in payload):
             why = f"'{msg_type}' payload is not a record of named fields"
         else:
             why = check_fields(payload, handler.schema, handler.optional, self.limits())
             if why:
                 why = f"'{msg_type}' {why}"
-        if why is not None:
-            return self.refuse(why)
-        return handler
+        return why
 
     def refuse(self, why: str):
         line = f"{self.name} refused a message: {why}"
