@@ -20,6 +20,7 @@ from fedgl.data.client_data import ClientData
 from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
+from fedgl.federation.ledger import Ledger
 from fedgl.federation.protocol import Int, OneOf, Weights, Wire, handles
 from fedgl.federation.runtime import Runtime
 from fedgl.models import build_model, gcn_edge_weights
@@ -423,12 +424,14 @@ class FedAvgServer:
         self.client_sampler: ClientSampler | None = None  # None: every client, every round
         self.refused: dict[int, str] = {}  # clients left out for what they sent (drop policy)
         self.refusal_log: list[str] = []  # one line per refused client message
-        #: rounds whose row must be recorded before the next exchange (their evaluation does
-        #: not ride on the next fit; set by whoever drives the rounds); None: none
-        self.record_before_next: Callable[[int], bool] | None = None
-        #: while a round's row waits for scores riding on the next fit: how many of the
-        #: runtime's failure events came before that fit (they belong to the round); else None
-        self.events_recorded: int | None = None
+        #: while a round's row waits for the scores riding on the next fit: how many of the
+        #: runtime's failure events, and a copy of the ledger, from before that fit (the row's
+        #: network columns and its checkpoint are as of the end of its round); else None
+        self.row_mark: tuple[int, Ledger] | None = None
+        #: resumed from a checkpoint taken while its round's scores rode on the next fit: that
+        #: fit carries the request again (the bytes of an uninterrupted run); the scores are
+        #: already in the history
+        self.resume_ride = False
 
     def active_clients(self) -> list[int] | None:
         """The clients taking part: None (every client) unless some were refused."""
@@ -467,15 +470,18 @@ class FedAvgServer:
         (``evaluate=1``) and their replies bring the counts beside the update; round t's row is
         yielded once they arrive (after round t+1's exchange, before its aggregation). A
         standalone ``fedavg.evaluate`` remains for the last round, with client sampling (the
-        next fit goes to other clients), for a round whose row must be recorded before the next
-        exchange (:attr:`record_before_next`: a checkpoint, a hook that looks at the server), a
-        non-finite model or loss, and when a client's scores did not come back (it dropped):
-        the rows are those of evaluating every round on its own, exchange for exchange."""
+        next fit goes to other clients), a non-finite model or loss, and when a client's scores
+        did not come back (it dropped). While the row waits, :attr:`row_mark` keeps the
+        ledger and the events as they were at the end of its round (its checkpoint's state;
+        resuming from it sets :attr:`resume_ride`). The rows are those of evaluating
+        every round on its own; the ledger counts fewer messages (no ``fedavg.evaluate`` and no
+        second download of w_t) and a few bytes more in each fit (the flag, the counts)."""
         cfg = self.config
         ledger = self.runtime.ledger
         # a round whose row waits for the scores riding on the next fit: (round, model,
         # metrics, the clients it is scored by (None: all), their ids)
         pending: tuple[int, State, dict, list[int] | None, list[int]] | None = None
+        rerun, self.resume_ride = self.resume_ride, False
         for t in range(start, cfg.rounds + 1):
             with ledger.timer("train"):
                 chosen = (self.active_clients() if self.client_sampler is None
@@ -485,18 +491,23 @@ class FedAvgServer:
                 yield self._evaluated(pending, self.evaluate(pending[1], clients=pending[3]))
                 pending = None
             args = {"weights": self.weights, "local_steps": cfg.local_steps, "round": t}
-            if pending is not None:
+            if pending is not None or rerun:
                 args["evaluate"] = 1
-                self.events_recorded = len(self.runtime.events)
+            if pending is not None:
+                ledger = self.runtime.ledger
+                copy = Ledger.from_state_dict(ledger.state_dict())
+                copy.network = ledger.network
+                self.row_mark = (len(self.runtime.events), copy)
             with ledger.timer("train"):
                 results = self.runtime.call("fedavg.fit", args, phase="train", clients=chosen)
+            scores = take_scores(results) if "evaluate" in args else {}
+            rerun = False
             if pending is not None:
-                scores = take_scores(results)
                 if set(scores) != set(pending[4]):   # a client dropped: score w_t on its own
                     scores = self._score(pending[1], pending[3])
                 yield self._evaluated(pending, pooled_accuracy(scores))
                 pending = None
-            self.events_recorded = None
+            self.row_mark = None
             with ledger.timer("train"):
                 metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
@@ -510,8 +521,7 @@ class FedAvgServer:
 
     def _may_ride(self, t: int, metrics: dict) -> bool:
         """Whether round ``t``'s evaluation may ride on round t+1's fit (see :meth:`rounds`)."""
-        if (t >= self.config.rounds or self.client_sampler is not None
-                or (self.record_before_next is not None and self.record_before_next(t))):
+        if t >= self.config.rounds or self.client_sampler is not None:
             return False
         loss = metrics.get("train_loss")
         if isinstance(loss, float) and math.isinf(loss):
