@@ -24,11 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message
 
 from fedgl.errors import RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
-from fedgl.federation.flower.client_app import body_record, flower_type, record_body
+from fedgl.federation.flower.client_app import META, fedgl_content, flower_type, record_body
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
 from fedgl.federation.protocol import ProtocolViolation
@@ -139,7 +139,7 @@ def refusal(reply: Message, client: int) -> str | None:
     """The one-line reason a reply is not a fedgl answer (a Flower error or a refusal)."""
     if reply.has_error():
         return f"client {client}: Flower error {reply.error.code}: {reply.error.reason[:300]}"
-    meta = reply.content.config_records.get("fedgl-meta")
+    meta = reply.content.config_records.get(META)
     if meta is not None and "refused" in meta:
         return str(meta["refused"])
     return None
@@ -191,8 +191,7 @@ class FlowerRuntime:
             enc = shared if shared is not None else encode(method, per_client[k])
             down[k] = payload_nbytes(per_client[k])
             self.ledger.record(phase, "down", k, down[k], wire=enc.nbytes)
-            content = RecordDict({"fedgl-meta": ConfigRecord({"phase": phase}),
-                                  "fedgl": body_record(enc.to_bytes())})
+            content = fedgl_content({"phase": phase}, enc.to_bytes())
             msg = Message(content, dst_node_id=self.nodes[k], message_type=flower_type(method, phase))
             self.flower_bytes[phase]["down"] += flower_nbytes(msg) or 0
             messages.append(msg)
