@@ -105,9 +105,16 @@ def _party(context: Context) -> str:
     return path
 
 
+def reply_content(asked: RecordDict | None, header: dict[str, Any], body: bytes = b""
+                  ) -> RecordDict:
+    """A reply's records, in the layout of the message it answers (``asked``: its records)."""
+    return fedgl_content(header, body, inline=asked is None or body_inline(asked)
+                         or not has_body(asked))
+
+
 def _reply(message: Message, header: dict[str, Any], body: bytes = b"") -> Message:
-    inline = not message.has_content() or body_inline(message.content)
-    return Message(fedgl_content(header, body, inline=inline), reply_to=message)
+    asked = message.content if message.has_content() else None
+    return Message(reply_content(asked, header, body), reply_to=message)
 
 
 class RelayClientApp(ClientApp):
