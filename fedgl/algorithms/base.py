@@ -493,10 +493,9 @@ class FedAvgServer:
             args = {"weights": self.weights, "local_steps": cfg.local_steps, "round": t}
             if pending is not None or rerun:
                 args["evaluate"] = 1
-            if pending is not None:
-                ledger = self.runtime.ledger
-                copy = Ledger.from_state_dict(ledger.state_dict())
-                copy.network = ledger.network
+            if pending is not None:   # the row's ledger and events: as of the end of its round
+                copy = Ledger.from_state_dict(self.runtime.ledger.state_dict())
+                copy.network = self.runtime.ledger.network
                 self.row_mark = (len(self.runtime.events), copy)
             with ledger.timer("train"):
                 results = self.runtime.call("fedavg.fit", args, phase="train", clients=chosen)
