@@ -12,10 +12,11 @@ timed on the server, waiting for the replies either with Flower's ``Grid.send_an
 fedgl bytes either in an array record beside the header's record (``flower`` and ``tree``: the
 layout before, six Flower objects a message) or inline in the one record
 (:func:`~fedgl.federation.flower.client_app.fedgl_content`, ``fedgl``: three objects; the relay
-answers in the layout it was asked in), one way after the other (each way's exchanges in one block, so that the clients' CPU during
-each block can be read: psutil samples every 0.05 s). For each reply, the time until the relay
-created it (Flower's ``created_at``) splits the exchange into the way out (SuperNode's poll,
-the runner's claim, the relay) and the way back
+answers in the layout it was asked in), one way after the other (each way's exchanges in one
+block, so that the clients' CPU during each block can be read; a way named twice in ``--ways``
+runs twice, in turn with the others, against drifting load: psutil samples every 0.05 s).
+For each reply, the time until the relay created it (Flower's ``created_at``) splits the
+exchange into the way out (SuperNode's poll, the runner's claim, the relay) and the way back
 (the SuperNode pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
 ``FLWR_LOG_LEVEL=DEBUG`` (its log lines then carry times), from which every message's steps on
 the client machine are read: the SuperNode receiving it, the relay runner claiming the task
@@ -211,6 +212,26 @@ def cpu_between(samples: list[tuple[float, list[float]]], t0: float, t1: float) 
     return [b - a for a, b in zip(first[1], last[1], strict=True)]
 
 
+def block_cpu(samples: list[tuple[float, list[float]]], rows: list[dict], way: str
+              ) -> list[float]:
+    """Each client's CPU seconds over the blocks of exchanges of ``way`` (a way named twice
+    in ``--ways`` runs in two blocks; the blocks of other ways between them do not count)."""
+    total: list[float] | None = None
+    block: list[dict] = []
+    for r in [*rows, {"way": None}]:
+        if (r["way"] == way and "t0" in r
+                and (not block or r["exchange"] == block[-1]["exchange"] + 1)):
+            block.append(r)
+            continue
+        if block:
+            used = cpu_between(samples, block[0]["t0"], block[-1]["t1"])
+            total = used if total is None else [a + b for a, b in zip(total, used, strict=True)]
+            block = []
+        if r["way"] == way and "t0" in r:
+            block.append(r)
+    return total or []
+
+
 def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
     """Seconds for one relay request (``types``) to a party over its Unix socket."""
     from fedgl.deployment.party import Party
@@ -299,8 +320,7 @@ def probe(root: Path, app: Path, layout: str, args: argparse.Namespace,
             "exchange_seconds_median": round(statistics.median(r["seconds"] for r in mine), 3),
             "exchange_seconds": _stats([r["seconds"] for r in mine]),
             "client_cpu_seconds_per_message": [
-                round(c / len(mine), 4) for c in cpu_between(
-                    samples, min(r["t0"] for r in mine), max(r["t1"] for r in mine))],
+                round(c / len(mine), 4) for c in block_cpu(samples, rows, way)],
             "replies_missing": sum(args.clients - r["replies"] for r in mine),
             "out_seconds": _stats([x for r in mine for x in r["out"]]),
             "back_seconds": _stats([x for r in mine for x in r["back"]]),
