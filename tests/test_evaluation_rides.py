@@ -182,6 +182,24 @@ def test_a_client_policy_that_gates_evaluation_gates_the_rider(cls, why):
         assert "correct" in _fit(endpoint, {"weights": w, "local_steps": 1, "evaluate": 1})
 
 
+class OwnFit(FedAvgClient):
+    """A plugin's client that overrides ``fit`` with the signature it always had."""
+
+    def fit(self, weights, local_steps, round=1):
+        self.fits = getattr(self, "fits", 0) + 1
+        return super().fit(weights, local_steps, round)
+
+
+def test_a_client_that_overrides_fit_serves_the_rider_unchanged():
+    client, w = _client()
+    client.__class__ = OwnFit
+    endpoint = Endpoint(client, "client 0")
+    reply = _fit(endpoint, {"weights": w, "local_steps": 1, "evaluate": 1})
+    alone = decode(endpoint.handle(encode("fedavg.evaluate", {"weights": w}), "train"))[1]
+    assert list(reply) == ["weights", "num_train", "loss", "correct", "total"]
+    assert reply["correct"] == alone["correct"] and client.fits == 1
+
+
 class Toy:
     @handles("toy.fit", phases=("train",), optional=("score",), rides={"score": "toy.score"},
              schema={"score": Int(1, 1)})

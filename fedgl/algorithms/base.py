@@ -228,7 +228,7 @@ class GNNClient(ABC):
 
         A subclass may add terms (FedProx's proximal term, see docs/extending.md); the model
         being trained is ``self.model``. Clients whose class overrides this train one by one
-        (the batched fast path of :meth:`train_many` computes only the NLL)."""
+        (the batched fast path of :meth:`fit_many` computes only the NLL)."""
         return F.nll_loss(log_probs, y)
 
     def _train_forward(self) -> Callable[[], Tensor]:
@@ -241,22 +241,18 @@ class GNNClient(ABC):
              rides={"evaluate": "fedavg.evaluate"}, schema={
                  "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0),
                  "evaluate": Int(1, 1)})
-    def fit(self, weights: State, local_steps: int, round: int = 1, evaluate: int = 0) -> dict:
+    def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """Load the global model, take ``local_steps`` optimiser steps on own training nodes,
         and return the new weights, the number of training nodes and the mean training loss.
 
         Dropout masks are drawn from a generator seeded by (seed, client, round), so a round's
         result does not depend on earlier calls: runs resume exactly and every runtime agrees.
 
-        ``evaluate=1``: first score ``weights`` exactly as ``fedavg.evaluate`` would (the
-        previous round's evaluation riding on this fit; the endpoint accepts it only where this
-        client would accept ``fedavg.evaluate`` itself); the reply then carries that call's
-        ``correct`` and ``total`` beside the update."""
-        scores = self.evaluate(weights) if evaluate else {}
-        return {**self._train(weights, local_steps, round), **scores}
-
-    def _train(self, weights: State, local_steps: int, round: int) -> dict:
-        """:meth:`fit`'s training (the reply without scores)."""
+        ``evaluate=1`` in the message (the previous round's evaluation riding on this fit) is
+        served by the endpoint before this method runs: it calls this client's
+        ``fedavg.evaluate`` handler on the same ``weights``, where this client would accept that
+        message itself, and the reply carries its ``correct`` and ``total`` beside the update
+        (:mod:`fedgl.federation.protocol`, riders)."""
         self.load_weights(weights)
         self.generator.manual_seed(client_seed(self.seed, self.data.client_id) + round)
         train = self._masks["train"].nonzero().flatten()
@@ -283,31 +279,10 @@ class GNNClient(ABC):
 
     @classmethod
     def fit_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
-                 round: int = 1, evaluate: int = 0, *, cache: dict | None = None
-                 ) -> list[dict] | None:
-        """Every client's :meth:`fit` at once (in-process clients starting from the same
-        model), or None where neither its evaluation nor its training can be batched. The
-        evaluation is :meth:`evaluate_many` (or each client's :meth:`evaluate`), exactly what a
-        standalone ``fedavg.evaluate`` computes; the training is :meth:`train_many` (or each
-        client's :meth:`fit`)."""
-        scores = cls.evaluate_many(clients, weights, cache=cache) if evaluate else None
-        fits = cls.train_many(clients, weights, local_steps, round, cache=cache)
-        if not evaluate:
-            return fits
-        if fits is None and scores is None:
-            return None
-        if scores is None:
-            scores = [c.evaluate(weights) for c in clients]
-        if fits is None:
-            fits = [c.fit(weights, local_steps, round) for c in clients]
-        return [{**f, **s} for f, s in zip(fits, scores, strict=True)]
-
-    @classmethod
-    def train_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
-                   round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
-        """Every client's training (:meth:`fit` without ``evaluate``) as one batched
-        computation (:mod:`fedgl.algorithms.batched`), or None where that would not reproduce
-        ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
+                 round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
+        """Every client's :meth:`fit` as one batched computation (in-process clients starting
+        from the same model; :mod:`fedgl.algorithms.batched`), or None where that would not
+        reproduce ``fit``: models other than GCN, encrypted models, mixed devices or inputs."""
         from fedgl.algorithms.batched import fit_gcn_clients, uniform_group
 
         if (not uniform_group(clients) or clients[0].config.model != "gcn"

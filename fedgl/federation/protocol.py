@@ -386,20 +386,20 @@ class Endpoint:
         handler = self.table.get(msg_type)
         why = self._refusal(msg_type, handler, payload, phase)
         if why is None and handler is not None:
-            for name, carried in handler.rides.items():
-                if payload.get(name):   # the step it requests, as if it had come alone
-                    why = self._refusal(carried, self.table.get(carried), None, phase)
-                    if why is not None:
-                        why = f"'{msg_type}' requests field {name!r}: {why}"
-                        break
+            for name, carried in riders(handler, payload):   # as if it had come alone
+                why = self._refusal(carried, self.table.get(carried),
+                                    rider_payload(self.table.get(carried), payload), phase)
+                if why is not None:
+                    why = f"'{msg_type}' requests field {name!r}: {why}"
+                    break
         if why is not None:
             return self.refuse(why)
         return handler
 
     def _refusal(self, msg_type: str, handler: Handler | None, payload: Any, phase: str
                  ) -> str | None:
-        """Why the role refuses ``msg_type`` in ``phase`` and its state (and, unless
-        ``payload`` is None, with that payload), or None."""
+        """Why the role refuses ``msg_type`` with ``payload`` in ``phase`` and its state, or
+        None."""
         why = None
         if handler is None:
             why = f"'{msg_type}' is not a message type of {type(self.role).__name__}"
@@ -412,8 +412,6 @@ class Endpoint:
                 getattr(self.role, "protocol_state", "ready") not in handler.states:
             why = (f"'{msg_type}' is out of order (state "
                    f"{getattr(self.role, 'protocol_state', 'ready')})")
-        elif payload is None:
-            pass
         elif not isinstance(payload, dict) or not all(isinstance(k, str) for k in payload):
             why = f"'{msg_type}' payload is not a record of named fields"
         else:
@@ -428,8 +426,17 @@ class Endpoint:
         raise ProtocolViolation(line)
 
     def dispatch(self, msg_type: str, payload: Any, phase: str) -> Any:
-        """Run the handler of a decoded, checked message; its reply (a record or None)."""
+        """Run the handler of a decoded, checked message; its reply (a record or None). The
+        steps its riders request run first, each as its own handler, and their replies'
+        fields join the reply (:func:`with_riders`)."""
         handler = self.accept(msg_type, payload, phase)
+        first = [self._run(carried, self.table[carried],
+                           rider_payload(self.table[carried], payload))
+                 for _, carried in riders(handler, payload)]
+        own = {k: v for k, v in payload.items() if k not in handler.rides}
+        return with_riders(self._run(msg_type, handler, own), first)
+
+    def _run(self, msg_type: str, handler: Handler, payload: dict) -> Any:
         try:
             out = getattr(self.role, handler.method)(**payload)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError,
@@ -449,6 +456,29 @@ class Endpoint:
             self.refuse(f"malformed message ({exc})")
         out = self.dispatch(msg_type, payload, phase)
         return encode(msg_type + ".reply", out)
+
+
+def riders(handler: Handler, payload: Mapping) -> list[tuple[str, str]]:
+    """The ``(field, carried type)`` of the riders ``payload`` sets (see the module
+    docstring)."""
+    return [(name, carried) for name, carried in handler.rides.items() if payload.get(name)]
+
+
+def rider_payload(carried: Handler | None, payload: Mapping) -> dict:
+    """The carried step's payload: the fields of its own schema that the message holds."""
+    if carried is None:
+        return {}
+    return {k: payload[k] for k in carried.schema if k in payload}
+
+
+def with_riders(out: Any, first: list[Any]) -> Any:
+    """A reply with its riders' replies: their fields after the handler's own."""
+    if not first:
+        return out
+    merged = dict(out or {})
+    for extra in first:
+        merged.update(extra or {})
+    return merged
 
 
 def bind_many(cls: type, msg_type: str) -> Callable | None:

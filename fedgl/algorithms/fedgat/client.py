@@ -148,11 +148,11 @@ class GATClient(GNNClient):
         return lambda: self.forward_view(view)
 
     @classmethod
-    def train_many(cls, clients: list[GATClient], weights: State, local_steps: int,
-                   round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
-        """Every client's training (:meth:`fit` without ``evaluate``) as one batched
-        computation (in-process clients that start from the same model), or None where that
-        would not reproduce ``fit`` (:mod:`.batched`)."""
+    def fit_many(cls, clients: list[GATClient], weights: State, local_steps: int,
+                 round: int = 1, *, cache: dict | None = None) -> list[dict] | None:
+        """Every client's :meth:`fit` as one batched computation (in-process clients that start
+        from the same model), or None where that would not reproduce ``fit``
+        (:mod:`.batched`)."""
         from fedgl.algorithms.fedgat.batched import can_fit_together, fit_together
 
         if not can_fit_together(clients):

@@ -334,14 +334,14 @@ class FedGCNClient(GNNClient, SecureModelParty):
              rides={"evaluate": "fedavg.evaluate"}, schema={
                  "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0),
                  "evaluate": Int(1, 1)})
-    def fit(self, weights: State, local_steps: int, round: int = 1, evaluate: int = 0) -> dict:
+    def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """FedAvg's local training (:meth:`GNNClient.fit`), accepted only once the
         pre-training sums it trains on have arrived (state ``ready``). With secure models the
         update is named by the global model received (one aggregate per update)."""
         self._fit_round = round  # an encrypted update is signed for its round
         if self.secure_models:
             self.bind_model_input(weights)
-        return super().fit(weights, local_steps, round, evaluate)
+        return super().fit(weights, local_steps, round)
 
     @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
              schema={"weights": MODEL})
