@@ -26,7 +26,9 @@ Riders: a handler may let an optional field of its message request the step of a
 role's message types (``rides={"evaluate": "fedavg.evaluate"}``: the next round's fit carries the
 evaluation of the model it brings, one exchange instead of two). The :class:`Endpoint` accepts
 such a message only if the role would accept the carried type itself, alone, in that phase and
-state (its policy included): a step a role does not take cannot ride on one it does.
+state, with the fields of the message its schema names (its policy included): a step a role does
+not take cannot ride on one it does. It runs the carried handler first, then the message's own
+without the rider field, and the reply holds both replies' fields.
 
 States: a role may keep ``self.protocol_state`` (a string, default ``"ready"``); a handler may
 require one of ``states`` and move the role to ``enters`` after it succeeds. Multi-step protocols
