@@ -162,6 +162,8 @@ class FlowerRuntime:
         #: Flower-serialised bytes by phase and direction (fedgl bytes + Flower's framing)
         self.flower_bytes: dict[str, dict[str, int]] = defaultdict(lambda: {"up": 0, "down": 0})
         self.calls = 0
+        #: :attr:`flower_bytes` as they were when the latest call began
+        self.flower_bytes_before_call: dict[str, dict[str, int]] = {}
         #: the deployment's checkpointing of this run (``fedgl.deployment.server_app``)
         self.continuation: Any = None
         #: where the run's progress lines go (``fedgl.deployment.server_log``): a callable
@@ -179,6 +181,8 @@ class FlowerRuntime:
     def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
              *, phase: str, clients: list[int] | None = None) -> dict[int, Any]:
         """Send fedgl message ``method`` to ``clients`` through Flower; their decoded replies."""
+        self.flower_bytes_before_call = defaultdict(
+            lambda: {"up": 0, "down": 0}, {p: dict(v) for p, v in self.flower_bytes.items()})
         targets = [k for k in (self.client_ids if clients is None else clients)
                    if k not in self._dropped]
         per_client = _per_client_args(args, targets)
