@@ -5,6 +5,13 @@ times, the peak RSS of every process and the machine's load average. Prints one 
 
     FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --clients 3 --rounds 5
     FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --rounds 5 --supernode flower  # before
+    FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --algorithm swift-fedgnn --rounds 6
+    FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --algorithm glasu --rounds 4
+
+``--algorithm``: FedGCN (``--hops``, ``--secure-sum``), Swift-FedGNN (its mini-batch steps and
+every ``period``-th cross-client step; shards with its recipe, METIS and normalised features)
+or GLASU (vertical shards: each client's feature columns and edge set), each with the settings
+of its deployed equality test.
 
 Needs ``fedgl[flower]``. Everything runs on 127.0.0.1: one SuperLink and one ``fedgl client``
 process per client (party + SuperNode). Peak RSS: the local run's process, the deployed
@@ -48,6 +55,14 @@ def cpu_seconds(pid: int) -> float:
     return total
 
 
+#: each algorithm's settings beside dataset, clients and rounds (its deployed equality test's)
+SETTINGS: dict[str, dict] = {
+    "fedgcn": {},
+    "swift-fedgnn": {"eval_every": 3, "period": 3, "cross_clients": 2, "oracle_eval": False},
+    "glasu": {"layers": 2, "hidden": 16, "agg_layers": "2", "stale_steps": 2, "eval_every": 2},
+}
+
+
 def main() -> None:
     from fedgl.api import run
     from fedgl.cli import main as fedgl_main
@@ -55,6 +70,7 @@ def main() -> None:
     from fedgl.privacy.identity import write_keys
 
     ap = argparse.ArgumentParser()
+    ap.add_argument("--algorithm", choices=tuple(SETTINGS), default="fedgcn")
     ap.add_argument("--clients", type=int, default=3)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--hops", type=int, default=2)
@@ -67,9 +83,13 @@ def main() -> None:
                     help="copy the SuperLink's and clients' logs here (with FLWR_LOG_LEVEL=DEBUG "
                          "set, Flower's lines carry times)")
     args = ap.parse_args()
-    keys = {"algorithm": "fedgcn", "dataset": "cora", "clients": args.clients, "hops": args.hops,
-            "rounds": args.rounds, "secure_sum": args.secure_sum, "progress": False,
-            "oracle_eval": False, "batch_clients": False}
+    keys = {"algorithm": args.algorithm, "dataset": "cora", "clients": args.clients,
+            "rounds": args.rounds, **SETTINGS[args.algorithm], "progress": False,
+            "batch_clients": False}
+    if args.algorithm == "fedgcn":
+        keys.update(hops=args.hops, secure_sum=args.secure_sum, oracle_eval=False)
+    elif args.secure_sum != "none":
+        raise SystemExit("--secure-sum is FedGCN's; drop it or use --algorithm fedgcn")
 
     load_start = os.getloadavg()
     t0 = time.perf_counter()
@@ -80,13 +100,15 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-flower-") as tmp:
         root = Path(tmp)
         write_keys(root / "keys", args.clients)
+        (root / "run.yaml").write_text(json.dumps(keys))   # its shards' recipe (Swift's)
         with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
-            assert fedgl_main(["shard", "--dataset", "cora", "--clients", str(args.clients),
-                               "--out", str(root / "shards")]) == 0
-        client_args = ["--secure-sum", args.secure_sum]
+            assert fedgl_main(["shard", str(root / "run.yaml"), "--out",
+                               str(root / "shards")]) == 0
+        client_args = ["--secure-sum", args.secure_sum] if args.algorithm == "fedgcn" else []
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()
                  if not isinstance(v, bool)]
-        flags += ["--no-progress", "--no-oracle-eval", "--no-batch-clients"]
+        flags += [f"--{'' if v else 'no-'}{k.replace('_', '-')}" for k, v in keys.items()
+                  if isinstance(v, bool)]
         os.environ["FEDGL_SUPERNODE"] = args.supernode   # read by each `fedgl client`
         with Loopback(root / "fed", root / "shards", root / "keys", args.clients,
                       client_args) as fed:
@@ -113,7 +135,7 @@ def main() -> None:
     flower = rep["extra"]["flower"]
     answered = sum(m["down"] for m in rep["ledger"]["messages"].values()) / args.clients
     run_total = rep["seconds"]["total"]
-    columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
+    columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc", "val_loss")
     out = {
         "setting": keys,
         "same_history": [{c: h.get(c) for c in columns} for h in rep["history"]] ==
@@ -125,17 +147,16 @@ def main() -> None:
         "wall_seconds": {"local_run": round(local_wall, 2),
                          "flower_server_command": round(deployed_wall, 2),
                          "flower_run_total": round(run_total, 2),
-                         "flower_pretrain": round(rep["seconds"]["pretrain"], 2),
-                         "flower_train": round(rep["seconds"]["train"], 2),
-                         "flower_eval": round(rep["seconds"]["eval"], 2)},
+                         **{f"flower_{p}": round(rep["seconds"][p], 2)
+                            for p in ("pretrain", "train", "eval") if p in rep["seconds"]}},
         # deployed / local: inside the ServerApp, and the whole `fedgl server` command
         "ratio_to_local": {"flower_run_total": round(run_total / local_wall, 1),
                            "flower_server_command": round(deployed_wall / local_wall, 1)},
         "pretrain_bytes": {"ledger_values": sum(rep["ledger"]["bytes"]["pretrain"].values()),
                            "ledger_wire": sum(rep["ledger"]["wire_bytes"]["pretrain"].values()),
-                           "flower": sum(flower["bytes"]["pretrain"].values())},
-        "per_round": flower["per_round"],
-        "flower_calls": flower["calls"],
+                           "flower": sum(flower.get("bytes", {}).get("pretrain", {}).values())},
+        "per_round": flower.get("per_round"),
+        "flower_calls": flower.get("calls"),
         "peak_rss_mb": {"local_process": round(local_rss, 1),
                         "flower_serverapp": round(rep["peak_rss_mb"], 1),
                         "flower_clients": {k: (round(v, 1) if v else None)

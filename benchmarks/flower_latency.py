@@ -8,11 +8,15 @@ A loopback deployment (:class:`fedgl.deployment.loopback.Loopback`: one SuperLin
 line; either way the message goes SuperLink -> SuperNode -> fedgl's relay runner, one long-lived
 process, :mod:`fedgl.federation.flower.relay_runner` -> the party and back). Each exchange is
 timed on the server, waiting for the replies either with Flower's ``Grid.send_and_receive``
-(``flower``) or with fedgl's :func:`~fedgl.federation.flower.runtime.exchange` (``fedgl``),
-one way after the other (each way's exchanges in one block, so that the clients' CPU during
-each block can be read: psutil samples every 0.05 s). For each reply, the time until the relay
-created it (Flower's ``created_at``) splits the exchange into the way out (SuperNode's poll,
-the runner's claim, the relay) and the way back
+(``flower``) or with fedgl's :func:`~fedgl.federation.flower.runtime.exchange`, the message's
+fedgl bytes either in an array record beside the header's record (``flower`` and ``tree``: the
+layout before, six Flower objects a message) or inline in the one record
+(:func:`~fedgl.federation.flower.client_app.fedgl_content`, ``fedgl``: three objects; the relay
+answers in the layout it was asked in), one way after the other (each way's exchanges in one
+block, so that the clients' CPU during each block can be read; a way named twice in ``--ways``
+runs twice, in turn with the others, against drifting load: psutil samples every 0.05 s).
+For each reply, the time until the relay created it (Flower's ``created_at``) splits the
+exchange into the way out (SuperNode's poll, the runner's claim, the relay) and the way back
 (the SuperNode pushing the reply, the server's wait before it checks). The SuperNodes run with Flower's
 ``FLWR_LOG_LEVEL=DEBUG`` (its log lines then carry times), from which every message's steps on
 the client machine are read: the SuperNode receiving it, the relay runner claiming the task
@@ -45,20 +49,19 @@ import os
 import time
 from pathlib import Path
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from fedgl.federation.codec import encode
-from fedgl.federation.flower.client_app import body_record, flower_type
+from fedgl.federation.flower.client_app import fedgl_content, flower_type
 from fedgl.federation.flower.local_link import HELLO, SETUP_PHASE
 
 app = ServerApp()
 
 
-def _hello(node: int) -> Message:
+def _hello(node: int, inline: bool) -> Message:
     body = encode(HELLO, {"challenge": os.urandom(32)}).to_bytes()
-    return Message(RecordDict({"fedgl-meta": ConfigRecord({"phase": SETUP_PHASE}),
-                               "fedgl": body_record(body)}),
+    return Message(fedgl_content({"phase": SETUP_PHASE}, body, inline=inline),
                    dst_node_id=node, message_type=flower_type(HELLO, SETUP_PHASE))
 
 
@@ -73,7 +76,9 @@ def main(grid: Grid, context: Context) -> None:
     rows = []
     for way in job["ways"]:
         for i in range(job["exchanges"]):
-            messages = [_hello(n) for n in nodes]
+            # "fedgl": the message's fedgl bytes inline in its one record; "tree" and
+            # "flower": as an array record beside the header's record (the layout before)
+            messages = [_hello(n, inline=way == "fedgl") for n in nodes]
             t0 = time.time()
             if way == "flower":
                 replies = list(grid.send_and_receive(messages, timeout=120))
@@ -207,6 +212,26 @@ def cpu_between(samples: list[tuple[float, list[float]]], t0: float, t1: float) 
     return [b - a for a, b in zip(first[1], last[1], strict=True)]
 
 
+def block_cpu(samples: list[tuple[float, list[float]]], rows: list[dict], way: str
+              ) -> list[float]:
+    """Each client's CPU seconds over the blocks of exchanges of ``way`` (a way named twice
+    in ``--ways`` runs in two blocks; the blocks of other ways between them do not count)."""
+    total: list[float] | None = None
+    block: list[dict] = []
+    for r in [*rows, {"way": None}]:
+        if (r["way"] == way and "t0" in r
+                and (not block or r["exchange"] == block[-1]["exchange"] + 1)):
+            block.append(r)
+            continue
+        if block:
+            used = cpu_between(samples, block[0]["t0"], block[-1]["t1"])
+            total = used if total is None else [a + b for a, b in zip(total, used, strict=True)]
+            block = []
+        if r["way"] == way and "t0" in r:
+            block.append(r)
+    return total or []
+
+
 def relay_round_trip(shards: Path, keys: Path, repeats: int) -> list[float]:
     """Seconds for one relay request (``types``) to a party over its Unix socket."""
     from fedgl.deployment.party import Party
@@ -295,8 +320,7 @@ def probe(root: Path, app: Path, layout: str, args: argparse.Namespace,
             "exchange_seconds_median": round(statistics.median(r["seconds"] for r in mine), 3),
             "exchange_seconds": _stats([r["seconds"] for r in mine]),
             "client_cpu_seconds_per_message": [
-                round(c / len(mine), 4) for c in cpu_between(
-                    samples, min(r["t0"] for r in mine), max(r["t1"] for r in mine))],
+                round(c / len(mine), 4) for c in block_cpu(samples, rows, way)],
             "replies_missing": sum(args.clients - r["replies"] for r in mine),
             "out_seconds": _stats([x for r in mine for x in r["out"]]),
             "back_seconds": _stats([x for r in mine for x in r["back"]]),
@@ -317,8 +341,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--clients", type=int, default=3)
     ap.add_argument("--exchanges", type=int, default=8)
-    ap.add_argument("--ways", default="flower,fedgl",
-                    help="comma-separated: flower (Grid.send_and_receive), fedgl (exchange)")
+    ap.add_argument("--ways", default="flower,tree,fedgl",
+                    help="comma-separated, one block each in turn: flower (Grid."
+                         "send_and_receive, the fedgl bytes in an array record beside the "
+                         "header's record), tree (fedgl's exchange, that record tree: the "
+                         "layout before), fedgl (exchange, the fedgl bytes inline in the one "
+                         "record: now)")
     ap.add_argument("--supernodes", default="flower,runner,relay",
                     help="comma-separated SuperNode layouts of the clients, one deployment each "
                          "in turn: relay (fedgl client's: the paced SuperNode answering with "
@@ -331,8 +359,8 @@ def main() -> None:
                     help="copy the SuperLink's and clients' logs here (a folder per layout)")
     args = ap.parse_args()
     ways = [w for w in args.ways.split(",") if w]
-    if not ways or set(ways) - {"flower", "fedgl"}:
-        raise SystemExit("--ways takes flower, fedgl or both, e.g. --ways flower,fedgl")
+    if not ways or set(ways) - {"flower", "tree", "fedgl"}:
+        raise SystemExit("--ways takes flower, tree and fedgl, e.g. --ways tree,fedgl")
     layouts = [w for w in args.supernodes.split(",") if w]
     if not layouts or set(layouts) - {"flower", "runner", "relay"}:
         raise SystemExit("--supernodes takes flower, runner and relay, e.g. --supernodes "

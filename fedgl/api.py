@@ -57,7 +57,9 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
     config decides the result (a ``config`` or keyword that would change it is refused, naming
     the keys), the invocation decides where it runs (``runtime``, ``ray_address``,
     ``data_root``, ... come from ``config``/keywords or the defaults, never from the
-    checkpoint). ``on_round(repeat, round, server)`` is called after every federated round.
+    checkpoint). ``on_round(repeat, round, server)`` is called after every federated round, once
+    its row is recorded (a FedAvg-style round whose evaluation rides on the next round's fit:
+    after that exchange).
     Every error caused by the input is a :class:`FedglError`.
 
     >>> result = run(algorithm="fedgcn", dataset="sbm", hops=2, rounds=20, progress=False)

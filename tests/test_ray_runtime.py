@@ -50,9 +50,11 @@ def test_killed_client_is_restarted_and_the_run_completes(local_ray, reference):
     res = fedgl.run(runtime="ray", on_round=_kill_at(2, 1), **BASE)
     rep = res.repeats[0]
     events = rep.extra["failures"]
-    assert [(e["client"], e["action"], e["round"]) for e in events] == [(1, "restarted", 3)]
-    # the restarted client reloads its shard, re-runs pre-training, and redoes round 3 with the
-    # same seeds: the result is the uninterrupted one
+    # the hook of round 2 runs once round 2's row is recorded: after round 3's fit, which
+    # carried round 2's evaluation; so the kill meets round 4's fit
+    assert [(e["client"], e["action"], e["round"]) for e in events] == [(1, "restarted", 4)]
+    # the restarted client reloads its shard, re-runs pre-training, and redoes round 4 (and the
+    # evaluation it carries) with the same seeds: the result is the uninterrupted one
     assert rep.final["test_acc"] == pytest.approx(reference.repeats[0].final["test_acc"], abs=1e-6)
     assert rep.ledger["bytes"]["pretrain"]["up"] == 2 * reference.repeats[0].ledger["bytes"][
         "pretrain"]["up"]

@@ -5,6 +5,7 @@ evaluation, and the server's round loop. Algorithms subclass these and supply on
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +21,7 @@ from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
 from fedgl.federation.facts import FactsParty
+from fedgl.federation.ledger import Ledger
 from fedgl.federation.protocol import Int, OneOf, Weights, Wire, handles
 from fedgl.federation.runtime import Runtime
 from fedgl.models import build_model, gcn_edge_weights
@@ -236,14 +238,22 @@ class GNNClient(FactsParty, ABC):
         return lambda: self._forward(inp)
 
     # ----------------------------------------------------------------- protocol methods
-    @handles("fedavg.fit", phases=("train",), optional=("round",), schema={
-        "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0)})
+    @handles("fedavg.fit", phases=("train",), optional=("round", "evaluate"),
+             rides={"evaluate": "fedavg.evaluate"}, schema={
+                 "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0),
+                 "evaluate": Int(1, 1)})
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """Load the global model, take ``local_steps`` optimiser steps on own training nodes,
         and return the new weights, the number of training nodes and the mean training loss.
 
         Dropout masks are drawn from a generator seeded by (seed, client, round), so a round's
-        result does not depend on earlier calls: runs resume exactly and every runtime agrees."""
+        result does not depend on earlier calls: runs resume exactly and every runtime agrees.
+
+        ``evaluate=1`` in the message (the previous round's evaluation riding on this fit) is
+        served by the endpoint before this method runs: it calls this client's
+        ``fedavg.evaluate`` handler on the same ``weights``, where this client would accept that
+        message itself, and the reply carries its ``correct`` and ``total`` beside the update
+        (:mod:`fedgl.federation.protocol`, riders)."""
         self.load_weights(weights)
         self.generator.manual_seed(client_seed(self.seed, self.data.client_id) + round)
         train = self._masks["train"].nonzero().flatten()
@@ -390,6 +400,14 @@ class FedAvgServer:
         self.client_sampler: ClientSampler | None = None  # None: every client, every round
         self.refused: dict[int, str] = {}  # clients left out for what they sent (drop policy)
         self.refusal_log: list[str] = []  # one line per refused client message
+        #: while a round's row waits for the scores riding on the next fit: how many of the
+        #: runtime's failure events, and a copy of the ledger, from before that fit (the row's
+        #: network columns and its checkpoint are as of the end of its round); else None
+        self.row_mark: tuple[int, Ledger] | None = None
+        #: resumed from a checkpoint taken while its round's scores rode on the next fit: that
+        #: fit carries the request again (the bytes of an uninterrupted run); the scores are
+        #: already in the history
+        self.resume_ride = False
 
     def active_clients(self) -> list[int] | None:
         """The clients taking part: None (every client) unless some were refused."""
@@ -421,29 +439,96 @@ class FedAvgServer:
     def rounds(self, start: int = 1) -> Iterator[tuple[int, State, dict]]:
         """Yield ``(round, global_weights, metrics)`` after every round from ``start`` on;
         metrics include the mean training loss and, on evaluation rounds, the federated
-        accuracies. Resuming sets ``weights`` and passes the next round as ``start``."""
+        accuracies. Resuming sets ``weights`` and passes the next round as ``start``.
+
+        An evaluation rides on the next round's fit: round t's model w_t is what round t+1's
+        ``fedavg.fit`` carries, so that message asks the clients to score it first
+        (``evaluate=1``) and their replies bring the counts beside the update; round t's row is
+        yielded once they arrive (after round t+1's exchange, before its aggregation). A
+        standalone ``fedavg.evaluate`` remains for the last round, with client sampling (the
+        next fit goes to other clients), a non-finite model or loss, and when a client's scores
+        did not come back (it dropped). While the row waits, :attr:`row_mark` keeps the
+        ledger and the events as they were at the end of its round (its checkpoint's state;
+        resuming from it sets :attr:`resume_ride`). The rows are those of evaluating
+        every round on its own; the ledger counts fewer messages (no ``fedavg.evaluate`` and no
+        second download of w_t) and a few bytes more in each fit (the flag, the counts)."""
         cfg = self.config
         ledger = self.runtime.ledger
+        # a round whose row waits for the scores riding on the next fit: (round, model,
+        # metrics, the clients it is scored by (None: all), their ids)
+        pending: tuple[int, State, dict, list[int] | None, list[int]] | None = None
+        rerun, self.resume_ride = self.resume_ride, False
         for t in range(start, cfg.rounds + 1):
             with ledger.timer("train"):
                 chosen = (self.active_clients() if self.client_sampler is None
                           else [k for k in self.client_sampler.sample(t, self.runtime.client_ids)
                                 if k not in self.refused])
-                results = self.runtime.call(
-                    "fedavg.fit", {"weights": self.weights, "local_steps": cfg.local_steps, "round": t},
-                    phase="train", clients=chosen)
+            if pending is not None and chosen != pending[3]:   # not the clients it would score
+                yield self._evaluated(pending, self.evaluate(pending[1], clients=pending[3]))
+                pending = None
+            args = {"weights": self.weights, "local_steps": cfg.local_steps, "round": t}
+            if pending is not None or rerun:
+                args["evaluate"] = 1
+            if pending is not None:   # the row's ledger and events: as of the end of its round
+                copy = Ledger.from_state_dict(self.runtime.ledger.state_dict())
+                copy.network = self.runtime.ledger.network
+                self.row_mark = (len(self.runtime.events), copy)
+            with ledger.timer("train"):
+                results = self.runtime.call("fedavg.fit", args, phase="train", clients=chosen)
+            scores = take_scores(results) if "evaluate" in args else {}
+            rerun = False
+            if pending is not None:
+                if set(scores) != set(pending[4]):   # a client dropped: score w_t on its own
+                    scores = self._score(pending[1], pending[3])
+                yield self._evaluated(pending, pooled_accuracy(scores))
+                pending = None
+            self.row_mark = None
+            with ledger.timer("train"):
                 metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
+                if self._may_ride(t, metrics):
+                    clients = self.active_clients()
+                    pending = (t, self.weights, metrics, clients,
+                               list(self.runtime.client_ids if clients is None else clients))
+                    continue
                 metrics.update(self.evaluate())
             yield t, self.weights, metrics
 
-    def evaluate(self) -> dict:
-        """Federated accuracy: every client scores the global model on its own nodes; the server
-        pools the counts (the paper's metric: per-client accuracy weighted by node counts)."""
-        n = len(self.runtime.client_ids)
+    def _may_ride(self, t: int, metrics: dict) -> bool:
+        """Whether round ``t``'s evaluation may ride on round t+1's fit (see :meth:`rounds`)."""
+        if t >= self.config.rounds or self.client_sampler is not None:
+            return False
+        loss = metrics.get("train_loss")
+        if isinstance(loss, float) and math.isinf(loss):
+            return False
+        return not isinstance(self.weights, dict) or all(
+            bool(torch.isfinite(v).all()) for v in self.weights.values()
+            if isinstance(v, Tensor) and v.is_floating_point())
+
+    @staticmethod
+    def _evaluated(pending: tuple, accuracies: dict) -> tuple[int, State, dict]:
+        t, weights, metrics = pending[:3]
+        metrics.update(accuracies)
+        return t, weights, metrics
+
+    def evaluate(self, weights: State | None = None, *, clients: list[int] | None = None
+                 ) -> dict:
+        """Federated accuracy: every client scores the global model (or ``weights``) on its own
+        nodes; the server pools the counts (the paper's metric: per-client accuracy weighted by
+        node counts). ``clients``: those taking part (default: :meth:`active_clients`)."""
+        return pooled_accuracy(self._score(self.weights if weights is None else weights,
+                                           self.active_clients() if clients is None else clients))
+
+    def _score(self, weights: State, clients: list[int] | None) -> dict[int, dict]:
+        n = len(self.runtime.client_ids if clients is None else clients)
         with self.runtime.ledger.timer("eval"), progress.phase(f"evaluating {n} clients",
                                                                show=n >= MANY_CLIENTS):
-            res = self.runtime.call("fedavg.evaluate", {"weights": self.weights},
-                                    phase="eval", clients=self.active_clients())
-        return pooled_accuracy(res)
+            return self.runtime.call("fedavg.evaluate", {"weights": weights},
+                                     phase="eval", clients=clients)
 
+
+def take_scores(results: dict[int, dict]) -> dict[int, dict]:
+    """The ``correct``/``total`` counts that came back beside fit updates (removed from the
+    replies); clients whose reply carries none are left out."""
+    return {k: {"correct": r.pop("correct"), "total": r.pop("total")}
+            for k, r in results.items() if "correct" in r and "total" in r}

@@ -68,10 +68,15 @@ def keep_setup(runtime: Any, before: dict[str, Any]) -> None:
     runtime.ledger.network = restored.network
 
 
-def bytes_now(runtime: Any) -> dict[str, int]:
-    """Cumulative training-phase bytes: the ledger's fedgl wire bytes and Flower's."""
+def bytes_now(runtime: Any, server: Any = None) -> dict[str, int]:
+    """Cumulative training-phase bytes: the ledger's fedgl wire bytes and Flower's. With
+    ``server`` whose round's row waits for scores riding on the next fit (``row_mark``): as of
+    the end of that round (before the call that carried them)."""
     ledger = runtime.ledger
     fl = runtime.flower_bytes
+    mark = getattr(server, "row_mark", None)
+    if mark is not None:
+        ledger, fl = mark[1], getattr(runtime, "flower_bytes_before_call", fl)
     return {"ledger_wire_bytes": sum(ledger.wire_bytes(p) for p in ("train", "eval")),
             "ledger_value_bytes": ledger.bytes("train") + ledger.bytes("eval"),
             "flower_bytes": sum(fl[p]["up"] + fl[p]["down"] for p in ("train", "eval"))}

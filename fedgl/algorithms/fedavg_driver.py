@@ -8,7 +8,12 @@ Given a server wired to its clients (:func:`fedgl.algorithms.runner.wire_server`
 2. ``server.rounds(start)``: one history row per round (metrics, and with a simulated network
    the cumulative training bytes and seconds), the round's failure events, a non-finite model or
    loss (:func:`~fedgl.algorithms.runner.divergence`: an error, or with ``allow_divergence`` the
-   last row, recorded and never checkpointed), a checkpoint when one is due;
+   last row, recorded and never checkpointed), a checkpoint when one is due.
+   A round's evaluation may ride on the next round's fit
+   (:meth:`~fedgl.algorithms.base.FedAvgServer.rounds`): its row, its ``round_done`` and
+   ``on_round`` hooks then come after that exchange, while its network columns, failure
+   events and checkpoint are as of the end of its round (``server.row_mark``; the checkpoint
+   notes that the next fit carries the evaluation, which a resume sends again).
 3. the repeat's result (:func:`~fedgl.algorithms.runner.finish_repeat`): final metrics, ledger,
    phase times, failures and what the server records beside the history (``result_extra``).
 
@@ -61,22 +66,27 @@ def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats
         events += [{**e, "round": watch.startup_round} for e in runtime.events]
         seen_events = len(runtime.events)
     for t, weights, metrics in server.rounds(start):
-        row = {"round": t, **metrics, **network_columns(runtime.ledger)}
+        # a row whose scores rode on the next round's fit: as of the end of its round
+        mark = getattr(server, "row_mark", None)
+        ledger_then = runtime.ledger if mark is None else mark[1]
+        row = {"round": t, **metrics, **network_columns(ledger_then)}
         if watch.oracle is not None and "test_acc" in metrics:
             o0 = time.perf_counter()
             row.update(watch.oracle(weights))
             oracle_seconds += time.perf_counter() - o0
         history.append(row)
         diverged = divergence(t, weights, row["train_loss"], cfg)
-        events += [{**e, "round": t} for e in runtime.events[seen_events:]]
-        seen_events = len(runtime.events)
+        end = len(runtime.events) if mark is None else mark[0]
+        events += [{**e, "round": t} for e in runtime.events[seen_events:end]]
+        seen_events = end
         if watch.round_done is not None:
             watch.round_done(t, row)
         if diverged is not None:   # recorded (--allow-divergence); never checkpointed
             break
         if checkpointer is not None:
             checkpointer.round_done(round_progress(server, repeat, seed, t, weights, history,
-                                                   events))
+                                                   events, ledger=ledger_then,
+                                                   rides=mark is not None))
         if watch.on_round is not None:
             watch.on_round(t, server)
     ledger = runtime.ledger

@@ -263,16 +263,21 @@ def divergence(t: int, weights: object, loss: object, cfg: Config) -> dict | Non
 
 
 def round_progress(server: FedAvgServer, repeat: int, seed: int, round_: int, weights: dict,
-                   history: list[dict], events: list[dict]) -> RepeatProgress:
-    """A FedAvg-style server's checkpoint after ``round_``: the model, history, ledger, events,
-    DP releases so far, and the clients it refused (``on_client_failure: drop``), so that a
-    resumed run leaves them out as the uninterrupted one does."""
+                   history: list[dict], events: list[dict], *, ledger: Ledger | None = None,
+                   rides: bool = False) -> RepeatProgress:
+    """A FedAvg-style server's checkpoint after ``round_``: the model, history, ledger (``ledger``:
+    as of the end of the round, default the runtime's), events, DP releases so far, and the
+    clients it refused (``on_client_failure: drop``), so that a resumed run leaves them out as
+    the uninterrupted one does. ``rides``: the round's evaluation rode on the next round's fit,
+    which a resume sends with that request again."""
     releases = getattr(server, "privacy_stats", {}).get("dp_releases", {})
     refused = getattr(server, "refused", {})
     state = {"refused": {str(k): str(v) for k, v in refused.items()},
              "refusal_log": list(getattr(server, "refusal_log", []))} if refused else {}
+    if rides:
+        state["evaluation_rides"] = True
     return RepeatProgress(repeat, seed, round_, weights, history,
-                          server.runtime.ledger.state_dict(), events,
+                          (ledger or server.runtime.ledger).state_dict(), events,
                           {k: list(v) for k, v in releases.items()}, server=state)
 
 
@@ -296,6 +301,7 @@ def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict
         stats["dp_releases"] = merge_releases(state.dp_releases, stats.get("dp_releases", {}))
     runtime.ledger = Ledger.from_state_dict(state.ledger)
     runtime.ledger.network = network  # the simulated clock continues from the checkpoint
+    server.resume_ride = bool((state.server or {}).get("evaluation_rides", False))
     check_weights(state.weights, server.weights)
     server.weights = {k: v.clone() for k, v in state.weights.items()}
     events = list(state.events) + [{

@@ -12,7 +12,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from fedgl.config import Config
 from fedgl.deployment.client_policy import add_policy_flags
+from fedgl.deployment.scratch import scratch_folder, terminate_as_interrupt
 from fedgl.deployment.tls import check_transport, trial_certificates
 from fedgl.errors import ConfigError, RunAborted
 
@@ -153,8 +153,13 @@ def cmd_client(args: Any) -> int:
                           f"use one of {', '.join(SUPERNODE_LAYOUTS)})")
     check_reachable(superlink)
     check_transport(superlink, None if args.insecure else args.root_certificates)
-    private = Path(tempfile.mkdtemp(prefix="fedgl-party-"))
-    private.chmod(0o700)
+    with scratch_folder("fedgl-party-") as private:   # removed on every way out
+        return _serve_client(args, party, superlink, tls, layout, private)
+
+
+def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout: str,
+                  private: Path) -> int:
+    """:func:`cmd_client` once its input is checked: ``private`` is its scratch folder."""
     sock_path = private / "party.sock"
     flwr_home = Path(args.flwr_home) if args.flwr_home else private / "flwr"
     flwr_home.mkdir(parents=True, exist_ok=True)
@@ -192,7 +197,7 @@ def cmd_client(args: Any) -> int:
             _stop()
 
     threading.Thread(target=_watch_runner, daemon=True).start()
-    previous = signal.signal(signal.SIGTERM, _stop)
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
     try:
         code = proc.wait()
         if not stopped.is_set():
@@ -209,9 +214,9 @@ def cmd_client(args: Any) -> int:
         if runner is not None:
             _kill_group(runner)
         _kill_group(proc)
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         server.join(timeout=5)
-        shutil.rmtree(private, ignore_errors=True)
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
 
 
@@ -383,52 +388,57 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
     _flower_bin("flwr")
     check_reachable(superlink)
     check_transport(superlink, None if args.insecure else args.root_certificates)
-    work = Path(tempfile.mkdtemp(prefix="fedgl-server-"))
-    try:
-        app = write_app(work / "app")
-        home = work / "flwr"
-        home.mkdir()
-        conn = {"address": superlink}
-        conn.update({"insecure": True} if tls == ["--insecure"] else
-                    {"root-certificates": str(Path(tls[1]).absolute())})
-        lines = ["[superlink]", 'default = "fedgl"', "", "[superlink.fedgl]"]
-        lines += [f"{k} = {json.dumps(v)}" for k, v in conn.items()]
-        (home / "config.toml").write_text("\n".join(lines) + "\n")
-        status = work / "status.json"
-        job = {"config": cfg.replace(out=str(out)).to_dict(), "roster": str(Path(args.roster)
-                                                                             .absolute()),
-               "out": str(out), "overwrite": bool(args.overwrite), "status": str(status),
-               "resume": resume, "run_id_file": str(work / "run_id"),
-               "log": str(work / "server.log"),
-               "timeout": args.message_timeout, "join_timeout": args.join_timeout}
-        (work / "job.json").write_text(json.dumps(job))
-        cmd = [_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
-               "--run-config", f'fedgl-job="{work / "job.json"}"']
-        log = work / "flwr-run.log"
-        with open(log, "w") as f:
-            proc = subprocess.Popen(cmd, env=_flower_env(home), stdout=f,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-            shown = _show_log(work / "server.log", proc, bool(cfg.progress))
-            try:
-                proc.wait()
-            except KeyboardInterrupt:
-                _stop_run(work / "run_id", home, proc)
-                raise
-            finally:
-                shown.join()
-                _keep_log(work / "server.log", out)
-        if not status.is_file():
-            tail = log.read_text()[-600:].strip().splitlines()
-            raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
-                             f"{tail[-1] if tail else 'no output'}")
-        result = json.loads(status.read_text())
-        if not result.get("ok"):
-            if result.get("kind") in ("ConfigError", "DataError", "FedglError", "OutputError"):
-                raise ConfigError(result.get("error", "the server refused the run"))
-            raise RunAborted(result.get("error", "the deployed run failed"))
-        return {"out": str(out)}
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
+    with scratch_folder("fedgl-server-") as work, terminate_as_interrupt():
+        return _serve_run(args, cfg, superlink, tls, out, resume, work)
+
+
+def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path, resume: bool,
+               work: Path) -> dict:
+    """:func:`cmd_server` once its input is checked: ``work`` is its scratch folder (removed
+    by the caller however this ends; SIGTERM and SIGHUP end it as Ctrl-C does, which also stops
+    the run on the SuperLink)."""
+    app = write_app(work / "app")
+    home = work / "flwr"
+    home.mkdir()
+    conn = {"address": superlink}
+    conn.update({"insecure": True} if tls == ["--insecure"] else
+                {"root-certificates": str(Path(tls[1]).absolute())})
+    lines = ["[superlink]", 'default = "fedgl"', "", "[superlink.fedgl]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in conn.items()]
+    (home / "config.toml").write_text("\n".join(lines) + "\n")
+    status = work / "status.json"
+    job = {"config": cfg.replace(out=str(out)).to_dict(), "roster": str(Path(args.roster)
+                                                                         .absolute()),
+           "out": str(out), "overwrite": bool(args.overwrite), "status": str(status),
+           "resume": resume, "run_id_file": str(work / "run_id"),
+           "log": str(work / "server.log"),
+           "timeout": args.message_timeout, "join_timeout": args.join_timeout}
+    (work / "job.json").write_text(json.dumps(job))
+    cmd = [_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
+           "--run-config", f'fedgl-job="{work / "job.json"}"']
+    log = work / "flwr-run.log"
+    with open(log, "w") as f:
+        proc = subprocess.Popen(cmd, env=_flower_env(home), stdout=f,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+        shown = _show_log(work / "server.log", proc, bool(cfg.progress))
+        try:
+            proc.wait()
+        except KeyboardInterrupt:
+            _stop_run(work / "run_id", home, proc)
+            raise
+        finally:
+            shown.join()
+            _keep_log(work / "server.log", out)
+    if not status.is_file():
+        tail = log.read_text()[-600:].strip().splitlines()
+        raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
+                         f"{tail[-1] if tail else 'no output'}")
+    result = json.loads(status.read_text())
+    if not result.get("ok"):
+        if result.get("kind") in ("ConfigError", "DataError", "FedglError", "OutputError"):
+            raise ConfigError(result.get("error", "the server refused the run"))
+        raise RunAborted(result.get("error", "the deployed run failed"))
+    return {"out": str(out)}
 
 
 def _show_log(path: Path, proc: subprocess.Popen, show: bool) -> threading.Thread:

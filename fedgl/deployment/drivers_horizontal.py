@@ -54,7 +54,7 @@ def run_fedavg(runtime: Any, cfg: Config, seed: int, t0: float, server_path: str
         seen.update(bytes_now(runtime))
 
     def round_done(t: int, row: dict) -> None:
-        now = bytes_now(runtime)
+        now = bytes_now(runtime, server)
         per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
         seen.update(now)
         log_round(runtime, t, int(cfg.rounds), row)

@@ -22,6 +22,14 @@ Policy: a handler may declare the kind of step it is (``needs``: a tag such as
 untagged handlers and those whose tag is enabled. A disabled step is not a message type of that
 role: refused like an undeclared one, on every runtime (they all use :class:`Endpoint`).
 
+Riders: a handler may let an optional field of its message request the step of another of the
+role's message types (``rides={"evaluate": "fedavg.evaluate"}``: the next round's fit carries the
+evaluation of the model it brings, one exchange instead of two). The :class:`Endpoint` accepts
+such a message only if the role would accept the carried type itself, alone, in that phase and
+state, with the fields of the message its schema names (its policy included): a step a role does
+not take cannot ride on one it does. It runs the carried handler first, then the message's own
+without the rider field, and the reply holds both replies' fields.
+
 States: a role may keep ``self.protocol_state`` (a string, default ``"ready"``); a handler may
 require one of ``states`` and move the role to ``enters`` after it succeeds. Multi-step protocols
 (secure sums, streams) use this so a step cannot be replayed or taken out of order.
@@ -289,19 +297,23 @@ class Handler:
     states: tuple[str, ...] | None = None
     enters: str | None = None
     needs: str | None = None
+    rides: Mapping[str, str] = field(default_factory=dict)
 
 
 def handles(msg_type: str, *, schema: Mapping[str, Spec] | None = None,
             optional: tuple[str, ...] = (), phases: tuple[str, ...] = ("pretrain", "train", "eval"),
             states: tuple[str, ...] | None = None, enters: str | None = None,
-            needs: str | None = None) -> Callable:
+            needs: str | None = None, rides: Mapping[str, str] | None = None) -> Callable:
     """Method decorator: declare the method as the handler of ``msg_type`` (``needs``: the tag
-    a role's policy must enable for it to be served; None: always served)."""
+    a role's policy must enable for it to be served; None: always served; ``rides``: optional
+    fields that, when set, request the step of another message type, see the module
+    docstring)."""
 
     def mark(fn: Callable) -> Callable:
         fn.__fedgl_handler__ = dict(type=msg_type, schema=dict(schema or {}),
                                     optional=tuple(optional), phases=tuple(phases),
-                                    states=states, enters=enters, needs=needs)
+                                    states=states, enters=enters, needs=needs,
+                                    rides=dict(rides or {}))
         return fn
 
     return mark
@@ -374,6 +386,22 @@ class Endpoint:
     def accept(self, msg_type: str, payload: Any, phase: str) -> Handler:
         """The handler for a decoded message, or :class:`ProtocolViolation` (recorded)."""
         handler = self.table.get(msg_type)
+        why = self._refusal(msg_type, handler, payload, phase)
+        if why is None and handler is not None:
+            for name, carried in riders(handler, payload):   # as if it had come alone
+                why = self._refusal(carried, self.table.get(carried),
+                                    rider_payload(self.table.get(carried), payload), phase)
+                if why is not None:
+                    why = f"'{msg_type}' requests field {name!r}: {why}"
+                    break
+        if why is not None:
+            return self.refuse(why)
+        return handler
+
+    def _refusal(self, msg_type: str, handler: Handler | None, payload: Any, phase: str
+                 ) -> str | None:
+        """Why the role refuses ``msg_type`` with ``payload`` in ``phase`` and its state, or
+        None."""
         why = None
         if handler is None:
             why = f"'{msg_type}' is not a message type of {type(self.role).__name__}"
@@ -392,9 +420,7 @@ class Endpoint:
             why = check_fields(payload, handler.schema, handler.optional, self.limits())
             if why:
                 why = f"'{msg_type}' {why}"
-        if why is not None:
-            return self.refuse(why)
-        return handler
+        return why
 
     def refuse(self, why: str):
         line = f"{self.name} refused a message: {why}"
@@ -402,8 +428,17 @@ class Endpoint:
         raise ProtocolViolation(line)
 
     def dispatch(self, msg_type: str, payload: Any, phase: str) -> Any:
-        """Run the handler of a decoded, checked message; its reply (a record or None)."""
+        """Run the handler of a decoded, checked message; its reply (a record or None). The
+        steps its riders request run first, each as its own handler, and their replies'
+        fields join the reply (:func:`with_riders`)."""
         handler = self.accept(msg_type, payload, phase)
+        first = [self._run(carried, self.table[carried],
+                           rider_payload(self.table[carried], payload))
+                 for _, carried in riders(handler, payload)]
+        own = {k: v for k, v in payload.items() if k not in handler.rides}
+        return with_riders(self._run(msg_type, handler, own), first)
+
+    def _run(self, msg_type: str, handler: Handler, payload: dict) -> Any:
         try:
             out = getattr(self.role, handler.method)(**payload)
         except (KeyError, IndexError, TypeError, ValueError, AttributeError,
@@ -423,6 +458,29 @@ class Endpoint:
             self.refuse(f"malformed message ({exc})")
         out = self.dispatch(msg_type, payload, phase)
         return encode(msg_type + ".reply", out)
+
+
+def riders(handler: Handler, payload: Mapping) -> list[tuple[str, str]]:
+    """The ``(field, carried type)`` of the riders ``payload`` sets (see the module
+    docstring)."""
+    return [(name, carried) for name, carried in handler.rides.items() if payload.get(name)]
+
+
+def rider_payload(carried: Handler | None, payload: Mapping) -> dict:
+    """The carried step's payload: the fields of its own schema that the message holds."""
+    if carried is None:
+        return {}
+    return {k: payload[k] for k in carried.schema if k in payload}
+
+
+def with_riders(out: Any, first: list[Any]) -> Any:
+    """A reply with its riders' replies: their fields after the handler's own."""
+    if not first:
+        return out
+    merged = dict(out or {})
+    for extra in first:
+        merged.update(extra or {})
+    return merged
 
 
 def bind_many(cls: type, msg_type: str) -> Callable | None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 from fedgl.federation.codec import decode, encode
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
-from fedgl.federation.protocol import Endpoint, handler_table
+from fedgl.federation.protocol import Endpoint, handler_table, rider_payload, riders, with_riders
 
 # broadcast methods a client class may run for all in-process clients at once (``<name>_many``);
 # a client class can name its own in a ``BATCHABLE`` class attribute
@@ -123,9 +123,18 @@ class LocalRuntime:
             self._endpoints[k].accept(method, payload, phase)
         group = [self._endpoints[k].role for k in targets]
         t0 = time.perf_counter()
-        outs = many(group, **payload, cache=self._batch_cache)
+        # the steps riding on it first, as the endpoint runs them (batched where the carried
+        # type is), then the message's own step
+        first = [self._run_all(cls, group, carried, payload)
+                 for _, carried in riders(handler, payload)]
+        own = {k: v for k, v in payload.items() if k not in handler.rides}
+        outs = many(group, **own, cache=self._batch_cache)
         if outs is None:
-            return None
+            if not first:
+                return None
+            outs = [getattr(role, handler.method)(**own) for role in group]
+        if first:
+            outs = [with_riders(out, [f[i] for f in first]) for i, out in enumerate(outs)]
         share = (time.perf_counter() - t0) / len(targets)  # one batched computation, split evenly
         results, down, up = {}, {}, {}
         sent = payload_nbytes(args)  # the same broadcast to every client
@@ -138,6 +147,22 @@ class LocalRuntime:
         self.ledger.record_call(phase, down, up, dict.fromkeys(targets, share),
                                 time.perf_counter() - t0)
         return results
+
+
+    def _run_all(self, cls: type, group: list[Any], msg_type: str, payload: dict) -> list[Any]:
+        """Every client's step ``msg_type`` (carried by a rider of ``payload``): its batched
+        ``*_many`` where offered and applicable, else each client's handler."""
+        handler = handler_table(cls)[msg_type]
+        sub = rider_payload(handler, payload)
+        many = (getattr(cls, f"{handler.method}_many", None)
+                if handler.method in getattr(cls, "BATCHABLE", BATCHABLE) else None)
+        outs = None if many is None else many(group, **sub, cache=self._batch_cache)
+        if outs is None:
+            outs = [getattr(role, handler.method)(**sub) for role in group]
+        for role in group:
+            if handler.enters is not None:
+                role.protocol_state = handler.enters
+        return outs
 
 
 def _per_client_args(args: Any, targets: list[int]) -> dict[int, dict[str, Any]]:

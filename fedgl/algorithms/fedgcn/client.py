@@ -330,8 +330,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
                 "the run stops")
 
     # ------------------------------------------------------------------ training, in order
-    @handles("fedavg.fit", phases=("train",), optional=("round",), states=("ready",), schema={
-        "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0)})
+    @handles("fedavg.fit", phases=("train",), optional=("round", "evaluate"), states=("ready",),
+             rides={"evaluate": "fedavg.evaluate"}, schema={
+                 "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0),
+                 "evaluate": Int(1, 1)})
     def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
         """FedAvg's local training (:meth:`GNNClient.fit`), accepted only once the
         pre-training sums it trains on have arrived (state ``ready``). With secure models the

@@ -146,9 +146,9 @@ def answer_task(client: Any, party: str, relay_token: str | None) -> str:
 
 def _body_bytes(message: Any) -> int:
     """fedgl bytes a Flower message carries (0 for an error or a bare refusal)."""
-    from fedgl.federation.flower.client_app import record_body
+    from fedgl.federation.flower.client_app import has_body, record_body
 
-    if message.has_error() or "fedgl" not in message.content.array_records:
+    if message.has_error() or not has_body(message.content):
         return 0
     return len(record_body(message.content))
 

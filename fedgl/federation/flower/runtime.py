@@ -24,11 +24,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from flwr.app import ConfigRecord, Message, RecordDict
+from flwr.app import Message
 
 from fedgl.errors import RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
-from fedgl.federation.flower.client_app import body_record, flower_type, record_body
+from fedgl.federation.flower.client_app import META, fedgl_content, flower_type, record_body
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
 from fedgl.federation.protocol import ProtocolViolation
@@ -139,7 +139,7 @@ def refusal(reply: Message, client: int) -> str | None:
     """The one-line reason a reply is not a fedgl answer (a Flower error or a refusal)."""
     if reply.has_error():
         return f"client {client}: Flower error {reply.error.code}: {reply.error.reason[:300]}"
-    meta = reply.content.config_records.get("fedgl-meta")
+    meta = reply.content.config_records.get(META)
     if meta is not None and "refused" in meta:
         return str(meta["refused"])
     return None
@@ -162,6 +162,8 @@ class FlowerRuntime:
         #: Flower-serialised bytes by phase and direction (fedgl bytes + Flower's framing)
         self.flower_bytes: dict[str, dict[str, int]] = defaultdict(lambda: {"up": 0, "down": 0})
         self.calls = 0
+        #: :attr:`flower_bytes` as they were when the latest call began
+        self.flower_bytes_before_call: dict[str, dict[str, int]] = {}
         #: the deployment's checkpointing of this run (``fedgl.deployment.server_app``)
         self.continuation: Any = None
         #: where the run's progress lines go (``fedgl.deployment.server_log``): a callable
@@ -179,6 +181,8 @@ class FlowerRuntime:
     def call(self, method: str, args: Mapping[int, dict[str, Any]] | dict[str, Any] | None = None,
              *, phase: str, clients: list[int] | None = None) -> dict[int, Any]:
         """Send fedgl message ``method`` to ``clients`` through Flower; their decoded replies."""
+        self.flower_bytes_before_call = defaultdict(
+            lambda: {"up": 0, "down": 0}, {p: dict(v) for p, v in self.flower_bytes.items()})
         targets = [k for k in (self.client_ids if clients is None else clients)
                    if k not in self._dropped]
         per_client = _per_client_args(args, targets)
@@ -191,8 +195,7 @@ class FlowerRuntime:
             enc = shared if shared is not None else encode(method, per_client[k])
             down[k] = payload_nbytes(per_client[k])
             self.ledger.record(phase, "down", k, down[k], wire=enc.nbytes)
-            content = RecordDict({"fedgl-meta": ConfigRecord({"phase": phase}),
-                                  "fedgl": body_record(enc.to_bytes())})
+            content = fedgl_content({"phase": phase}, enc.to_bytes())
             msg = Message(content, dst_node_id=self.nodes[k], message_type=flower_type(method, phase))
             self.flower_bytes[phase]["down"] += flower_nbytes(msg) or 0
             messages.append(msg)
