@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 import fedgl
-import fedgl.algorithms.runner as runner
+import fedgl.privacy.leakage as leakage
+import fedgl.privacy.leakage_job as leakage_job
 from fedgl.api import as_config
 from fedgl.data.datasets import load_graph
 from fedgl.data.shards import make_partition
@@ -30,6 +31,43 @@ def test_a_failing_report_fails_the_run(monkeypatch):
     def broken(*args):
         raise ValueError("report broke")
 
-    monkeypatch.setattr(runner, "leakage_report", broken)
+    monkeypatch.setattr(leakage, "leakage_report", broken)
     with pytest.raises(ValueError, match="report broke"):
         fedgl.run(algorithm="fedgcn", **SMALL)
+
+
+@pytest.mark.parametrize("beside", [True, False])
+def test_the_report_is_the_same_beside_training_or_after_it(monkeypatch, beside):
+    """Small graphs get the report on a thread while the parties train (where a core is
+    spare), large ones after the repeat: the same report either way, no thread left behind."""
+    import threading
+
+    monkeypatch.setattr(leakage_job, "OVERLAP_MAX_NODES", 10**9 if beside else 0)
+    monkeypatch.setattr(leakage_job, "spare_core", lambda: True)
+    started = []
+    real = threading.Thread.start
+
+    def start(self):
+        started.append(self.name)
+        real(self)
+
+    monkeypatch.setattr(threading.Thread, "start", start)
+    assert fedgl.run(algorithm="fedgcn", **SMALL).repeats[0].extra["leakage"] == _direct()
+    assert ("fedgl-leakage-report" in started) == beside
+    assert not [t for t in threading.enumerate() if t.name == "fedgl-leakage-report"]
+
+
+def test_a_failed_repeat_waits_for_the_report_thread(monkeypatch):
+    import threading
+
+    import fedgl.algorithms.runner as runner
+
+    monkeypatch.setattr(leakage_job, "spare_core", lambda: True)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("training broke")
+
+    monkeypatch.setattr(runner, "drive_fedavg", broken)
+    with pytest.raises(RuntimeError, match="training broke"):
+        fedgl.run(algorithm="fedgcn", **SMALL)
+    assert not [t for t in threading.enumerate() if t.name == "fedgl-leakage-report"]
