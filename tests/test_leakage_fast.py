@@ -177,3 +177,15 @@ def test_the_default_report_on_real_data_equals_the_reference(monkeypatch, data_
     ref = _reference_report(monkeypatch, graph, part, cfg)
     assert fast == ref
     assert ref["total"]["exact_remote_nodes"] > 0 and ref["total"]["exact_unresolved"] > 0
+
+
+def test_unique_rows_is_numpys_unique_along_rows():
+    from fedgl.privacy.sparse_decoding import _unique_rows
+
+    rng = np.random.default_rng(5)
+    for rows, cols in [(0, 3), (1, 2), (50, 1), (400, 4), (1000, 9)]:
+        m = rng.integers(0, 6, size=(rows, cols))
+        groups, inverse = np.unique(m, axis=0, return_inverse=True)
+        got_groups, got_inverse = _unique_rows(m)
+        assert np.array_equal(got_groups, groups)
+        assert np.array_equal(got_inverse, inverse.reshape(-1))

@@ -210,9 +210,7 @@ def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f
     by (row, unknown contributors), sort each group's ``L^q`` subset sums, and decide the cells
     on which every assignment in the residual's tolerance cluster agrees."""
     nodes = t_node[starts[cells][:, None] + np.arange(q)]            # cells x q, ascending
-    groups, group_of = np.unique(np.column_stack([c_row[cells], nodes]), axis=0,
-                                 return_inverse=True)
-    group_of = group_of.reshape(-1)
+    groups, group_of = _unique_rows(np.column_stack([c_row[cells], nodes]))
     grid = vd._grid(len(levels), q)
     step = max(1, _CHUNK // len(grid))
     keys, lvls = [], []
@@ -230,6 +228,20 @@ def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f
     if not keys:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8)
     return np.concatenate(keys), np.concatenate(lvls)
+
+
+def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(m, axis=0, return_inverse=True)`` (the same rows, order and inverse), by a
+    lexicographic sort of the columns: several times faster than the structured comparison."""
+    if not len(m):
+        return m, np.zeros(0, dtype=np.int64)
+    order = np.lexsort(m.T[::-1])
+    ordered = m[order]
+    new = np.ones(len(m), dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(m), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def _decide(group_nodes, g, cells, nodes, grid, c_col, res, coef, levels, tol, f):
