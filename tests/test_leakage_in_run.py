@@ -71,3 +71,32 @@ def test_a_failed_repeat_waits_for_the_report_thread(monkeypatch):
     with pytest.raises(RuntimeError, match="training broke"):
         fedgl.run(algorithm="fedgcn", **SMALL)
     assert not [t for t in threading.enumerate() if t.name == "fedgl-leakage-report"]
+
+
+def test_repeats_of_one_graph_and_partition_share_one_report(monkeypatch):
+    """The cache returns the report computed before for the same inputs (a copy), and computes
+    a new one when anything the report reads differs."""
+    calls = []
+    real = leakage.leakage_report
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(leakage, "leakage_report", counted)
+    monkeypatch.setattr(leakage_job, "_CACHE", type(leakage_job._CACHE)())
+    cfg = as_config(None, algorithm="fedgcn", **SMALL)
+    graph = load_graph(cfg)
+    part = make_partition(graph, cfg, cfg.seed)
+    first = leakage_job.cached_report(graph, part, cfg)
+    first["per_client"].clear()                       # the caller's copy, not the cache's
+    again = leakage_job.cached_report(graph, part, cfg)
+    assert len(calls) == 1 and again == _direct()
+    other_part = make_partition(graph, cfg, cfg.seed + 1)
+    assert leakage_job.cached_report(graph, other_part, cfg) == \
+        real(graph, other_part, cfg)
+    for changed in ({"min_contributors": 2}, {"hops": 1}, {"secure_sum": "mask"}):
+        ccfg = as_config(None, algorithm="fedgcn", **{**SMALL, **changed})
+        assert leakage_job.cached_report(graph, part, ccfg) == real(graph, part, ccfg)
+    assert len(calls) == 5
+    assert len(leakage_job._CACHE) == leakage_job.CACHE_SIZE

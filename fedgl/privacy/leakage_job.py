@@ -15,13 +15,22 @@ every operation, and the GIL changes hands): on the 2-core development machine t
 report beside it took longer than with the report after it (docs/performance.md), so there it
 runs after the repeat. On a graph of more than :data:`OVERLAP_MAX_NODES` nodes it also runs
 after the repeat, once the parties are gone, so that its memory does not add to theirs.
+
+Repeats and sweep cells of one graph and partition share one report: the process keeps the last
+:data:`CACHE_SIZE` reports of small graphs, keyed by :func:`report_digest` (the features, the
+edges, the owners, every setting the report reads, and the report function itself).
 """
 
 from __future__ import annotations
 
+import copy
+import hashlib
 import os
 import threading
+from collections import OrderedDict
 from typing import Any
+
+import numpy as np
 
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
@@ -31,6 +40,47 @@ from fedgl.privacy import leakage
 #: graphs up to this many nodes get their report beside training (Cora, CiteSeer, PubMed);
 #: larger ones after it (its dense blocks and decoded cells then do not add to the parties')
 OVERLAP_MAX_NODES = 100_000
+
+
+#: reports kept per process (small graphs only: the digest reads the whole feature matrix)
+CACHE_SIZE = 4
+_CACHE: OrderedDict[str, dict[str, Any]] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+
+
+def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
+    """What :func:`fedgl.privacy.leakage.leakage_report` depends on, hashed: the settings it
+    reads (hops, which rows clients receive, ``min_contributors``, the secure-sum mode, DP on or
+    off), the graph's features and edges, the owners, and the report function's identity."""
+    fn = leakage.leakage_report
+    h = hashlib.blake2b(digest_size=20)
+    h.update(repr((cfg.hops, leakage.neighbour_rows(cfg), cfg.min_contributors, cfg.secure_sum,
+                   cfg.dp_epsilon is not None, graph.num_nodes, tuple(graph.x.shape),
+                   str(graph.x.dtype), part.num_clients, fn.__module__, fn.__qualname__,
+                   id(fn))).encode())
+    for tensor in (graph.edge_index, graph.x):
+        h.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).tobytes())
+    h.update(np.ascontiguousarray(part.owner, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def cached_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
+    """The report, from this process's cache when the same inputs were reported before (a copy:
+    the caller may change it)."""
+    if graph.num_nodes > OVERLAP_MAX_NODES:
+        return leakage.leakage_report(graph, part, cfg)
+    key = report_digest(graph, part, cfg)
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            _CACHE.move_to_end(key)
+            return copy.deepcopy(hit)
+    out = leakage.leakage_report(graph, part, cfg)
+    with _CACHE_LOCK:
+        _CACHE[key] = copy.deepcopy(out)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return out
 
 
 class PendingReport:
@@ -51,14 +101,14 @@ class PendingReport:
 
     def _run(self) -> None:
         try:
-            self._out = leakage.leakage_report(*self._args)
+            self._out = cached_report(*self._args)
         except BaseException as err:  # re-raised by result(), in the run's thread
             self._error = err
 
     def result(self) -> dict[str, Any]:
         """The report (waits for the thread, or computes it now when it was deferred)."""
         if self._thread is None:
-            return leakage.leakage_report(*self._args)
+            return cached_report(*self._args)
         self._thread.join()
         if self._error is not None:
             raise self._error
