@@ -209,9 +209,13 @@ class _Features:
         x = self.x[col_ids].astype(np.float64)
         values = np.asarray(a @ x)  # the released rows (noiseless)
         a.sort_indices()
-        truth = np.searchsorted(self.alphabet, x).astype(np.int8)
-        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found, truth[found])
-        exact = found | (got.nodes & (got.levels == truth).all(axis=1))
+        def truth(nodes: np.ndarray) -> np.ndarray:   # level indices of these nodes' features
+            return np.searchsorted(self.alphabet, x[nodes]).astype(np.int8)
+
+        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found, truth(found))
+        decoded = np.flatnonzero(got.nodes & ~found)
+        exact = found.copy()
+        exact[decoded] = (got.levels[decoded] == truth(decoded)).all(axis=1)
         return int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum())
 
 
