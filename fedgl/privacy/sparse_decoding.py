@@ -88,11 +88,17 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     known[:] = True
     known[unknown // f, unknown % f] = False
     ptr, node_rows = rows_of
-    uj = unknown // f
-    dirty = np.unique(node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f
-                      + np.repeat(unknown % f, ptr[uj + 1] - ptr[uj]))   # row-cells to visit
+    # row-cells to visit: those with an unknown cell (the pattern of incidence x unknown cells,
+    # row-major, so the keys come sorted and distinct)
+    cells = sp.csr_matrix((np.ones(unknown.size, dtype=np.int32), (unknown // f, unknown % f)),
+                          shape=(n, f))
+    touched = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), members, indptr),
+                             shape=(n_rows, n)) @ cells).tocsr()
+    touched.sort_indices()
+    dirty = np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(touched.indptr)) \
+        + touched.indices
     left = unknown.size
-    del unknown, uj
+    del unknown, cells, touched
     capped = np.zeros(0, dtype=np.int64)         # row-cells with a cell above the bound
     pending = np.zeros(0, dtype=np.int64)        # row-cells left for a later stage
     stage = 0
