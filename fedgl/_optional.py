@@ -11,6 +11,7 @@ module                extra        features
 ``flwr``              ``flower``   the Flower deployment
 ``matplotlib``        ``plots``    ``--plot``, ``fedgl report`` figures
 ``pyarrow``           ``parquet``  Parquet tables in ``fedgl ingest``
+``threadpoolctl``     ``speed``    one-threaded BLAS in the leakage report
 ``private_set_...``   ``psi``      OpenMined's PSI, compared in ``benchmarks/bench_psi.py``
 ====================  ===========  ==========================================
 
@@ -28,7 +29,7 @@ from fedgl.errors import MissingExtraError
 
 #: import name -> the extra that installs it
 EXTRAS: dict[str, str] = {"ray": "ray", "tenseal": "he", "pymetis": "metis", "flwr": "flower",
-                          "matplotlib": "plots", "pyarrow": "parquet",
+                          "matplotlib": "plots", "pyarrow": "parquet", "threadpoolctl": "speed",
                           "private_set_intersection": "psi"}
 
 

@@ -1,14 +1,17 @@
-"""The fast value-level decoder (sparse passes to the fixed point) equals the reference
-(row-by-row passes), cell for cell, and the leakage report built on it equals the report built
-on the reference: random systems with tied and generic scales, seeds, two and three levels,
-the enumeration bound, and the real Cora/CiteSeer report with the defaults."""
+"""The fast leakage report equals the reference report: the value-level decoder (sparse passes
+to the fixed point) equals the row-by-row reference cell for cell, and the row-space test
+(free columns stripped, pivoted Cholesky) equals the eigenvectors of the unstripped blocks:
+random systems with tied and generic scales, seeds, two and three levels, the enumeration
+bound, random 0/1 blocks, and the real Cora/CiteSeer report with the defaults."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+import scipy.sparse as sp
 import torch
 
+import fedgl.privacy.row_space as row_space
 import fedgl.privacy.value_decoding as vd
 from fedgl.api import load_graph
 from fedgl.config import Config
@@ -85,6 +88,58 @@ def _report_with(decoder, monkeypatch, graph, part, cfg):
     return leakage_report(graph, part, cfg)
 
 
+def _reference_report(monkeypatch, graph, part, cfg):
+    """The report by the references: row-by-row decoding, every connected block (nothing
+    stripped) by the eigenvectors of its Gram matrix."""
+    with monkeypatch.context() as m:
+        m.setattr(row_space, "found_in_row_space", row_space.found_by_eigh)
+        m.setattr(row_space, "strip_free_columns",
+                  lambda a, rows, cols: (np.flatnonzero(rows), np.flatnonzero(cols)))
+        return _report_with(vd.decode_reference, m, graph, part, cfg)
+
+
+def _block(seed, rows, cols, per_row, rank=None):
+    """A random 0/1 block; with ``rank``, its rows are sums of ``rank`` random 0/1 rows (so
+    rank-deficient, with integer entries as in the released sums' Gram matrices)."""
+    rng = np.random.default_rng(seed)
+    a = np.zeros((rows, cols))
+    for i in range(rows):
+        a[i, rng.choice(cols, size=per_row, replace=False)] = 1.0
+    if rank is not None:
+        a = (rng.random((rows, rank)) < 0.3).astype(float) @ a[:rank]
+    return sp.csr_matrix(a)
+
+
+@pytest.mark.parametrize("shape", [(30, 20, 3, None), (20, 30, 3, None), (40, 40, 2, None),
+                                   (50, 30, 4, 12), (30, 60, 5, 18), (25, 25, 1, None)])
+def test_the_row_space_test_equals_the_eigenvectors(shape):
+    for seed in range(5):
+        block = _block(seed, *shape)
+        ref = row_space.found_by_eigh(block)
+        fast = row_space._found_by_pivoted_cholesky(block)
+        assert fast is not None            # these blocks are decided without the fallback
+        assert np.array_equal(fast, ref)
+        assert np.array_equal(row_space.found_in_row_space(block), ref)
+
+
+def test_stripping_free_columns_keeps_what_the_rest_decides():
+    """Columns left after stripping are found in the stripped block iff in the whole block;
+    the stripped ones are not found (the rule that makes stripping exact)."""
+    rng = np.random.default_rng(3)
+    checked = 0
+    for seed in range(30):
+        block = _block(seed, int(rng.integers(8, 30)), int(rng.integers(10, 60)), 3)
+        ref = row_space.found_by_eigh(block)
+        rk, ck = row_space.strip_free_columns(block, np.ones(block.shape[0], dtype=bool),
+                                              np.ones(block.shape[1], dtype=bool))
+        dropped = np.setdiff1d(np.arange(block.shape[1]), ck)
+        assert not ref[dropped].any()
+        if len(rk) and len(ck):
+            assert np.array_equal(row_space.found_by_eigh(block[rk][:, ck]), ref[ck])
+        checked += len(dropped) > 0 and len(rk) < block.shape[0]
+    assert checked >= 10        # stripping did something in most cases
+
+
 def _small_binary_graph(seed, n=150):
     rng = np.random.default_rng(seed)
     src = rng.integers(0, n, size=3 * n)
@@ -98,14 +153,17 @@ def _small_binary_graph(seed, n=150):
 
 
 @pytest.mark.parametrize("kw", [{"hops": 2}, {"hops": 1}, {"hops": 2, "min_contributors": 2},
-                                {"hops": 2, "secure_sum": "mask"}])
+                                {"hops": 2, "secure_sum": "mask"},
+                                {"hops": 1, "one_hop_variant": "paper-code"},
+                                {"hops": 2, "min_contributors": 3, "dp_epsilon": 1.0}])
 def test_reports_on_random_graphs_equal_the_reference(monkeypatch, kw):
     graph, part = _small_binary_graph(sum(map(ord, str(kw))))
     cfg = Config.from_dict({"clients": 4, **kw})
-    fast = _report_with(vd.decode, monkeypatch, graph, part, cfg)
-    ref = _report_with(vd.decode_reference, monkeypatch, graph, part, cfg)
+    fast = leakage_report(graph, part, cfg)
+    ref = _reference_report(monkeypatch, graph, part, cfg)
     assert fast == ref
     assert ref["total"]["exact_remote_nodes"] > 0 and ref["server_view"]["nodes_exact"] > 0
+    assert ref["total"]["remote_nodes_recoverable"] > 0
 
 
 @pytest.mark.parametrize("dataset", ["cora", pytest.param("citeseer", marks=pytest.mark.slow)])
@@ -115,7 +173,19 @@ def test_the_default_report_on_real_data_equals_the_reference(monkeypatch, data_
                             "hops": 2, "beta": 10000.0, "seed": 0, "progress": False})
     graph = load_graph(cfg)
     part = make_partition(graph, cfg, cfg.seed)
-    fast = _report_with(vd.decode, monkeypatch, graph, part, cfg)
-    ref = _report_with(vd.decode_reference, monkeypatch, graph, part, cfg)
+    fast = leakage_report(graph, part, cfg)
+    ref = _reference_report(monkeypatch, graph, part, cfg)
     assert fast == ref
     assert ref["total"]["exact_remote_nodes"] > 0 and ref["total"]["exact_unresolved"] > 0
+
+
+def test_unique_rows_is_numpys_unique_along_rows():
+    from fedgl.privacy.sparse_decoding import _unique_rows
+
+    rng = np.random.default_rng(5)
+    for rows, cols in [(0, 3), (1, 2), (50, 1), (400, 4), (1000, 9)]:
+        m = rng.integers(0, 6, size=(rows, cols))
+        groups, inverse = np.unique(m, axis=0, return_inverse=True)
+        got_groups, got_inverse = _unique_rows(m)
+        assert np.array_equal(got_groups, groups)
+        assert np.array_equal(got_inverse, inverse.reshape(-1))

@@ -115,7 +115,7 @@ def test_pyproject_extras_match_the_helper():
         assert dist not in core, f"{dist} is in the core dependencies"
         assert any(req.lower().startswith(dist) for req in extras[extra]), (extra, extras[extra])
     # psi stays out of [all]: openmined-psi pins a protobuf older than Flower's needs
-    in_all = ["ray", "he", "metis", "flower", "plots", "parquet"]
+    in_all = ["ray", "he", "metis", "flower", "plots", "parquet", "speed"]
     assert extras["all"] == ["fedgl[" + ",".join(in_all) + "]"]
     assert set(EXTRAS.values()) == {*in_all, "psi"}
     assert "fedgl[all]" in extras["dev"]

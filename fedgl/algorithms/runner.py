@@ -35,7 +35,8 @@ from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.federation.runtime import LocalRuntime, Runtime
 from fedgl.models import build_model
-from fedgl.privacy.leakage import leakage_report, privacy_extra
+from fedgl.privacy.leakage import privacy_extra
+from fedgl.privacy.leakage_job import start_leakage_report
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
 
@@ -192,7 +193,9 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
     part = make_partition(graph, cfg, seed)
     server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
     runtime = server.runtime
+    report = None
     try:
+        report = start_leakage_report(graph, part, cfg)   # beside training: needs no model
         if not cfg.oracle_eval:
             oracle = None
         elif oracle is None:
@@ -221,13 +224,13 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         runtime.close()
         server = None
         result.extra.update(privacy)
-        # The leakage analysis is the experimenter's, over the whole graph: run it after the
-        # parties are gone, so that its memory does not add to theirs.
-        if privacy and getattr(cfg, "leakage_report", True):
-            result.extra["leakage"] = leakage_report(graph, part, cfg)
+        if report is not None:     # the experimenter's analysis over the whole graph
+            result.extra["leakage"] = report.result()
         return result
     finally:
         runtime.close()
+        if report is not None:
+            report.close()
 
 
 def network_columns(ledger: Ledger) -> dict[str, float]:

@@ -43,6 +43,7 @@ import torch
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
+from fedgl.privacy import row_space
 from fedgl.privacy.value_decoding import MAX_COMBINATIONS, TOLERANCE
 
 ANALYSIS_LABEL = ("analysis outside the federation (full graph + partition); "
@@ -208,21 +209,25 @@ class _Features:
         x = self.x[col_ids].astype(np.float64)
         values = np.asarray(a @ x)  # the released rows (noiseless)
         a.sort_indices()
-        truth = np.searchsorted(self.alphabet, x).astype(np.int8)
-        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found, truth[found])
-        exact = found | (got.nodes & (got.levels == truth).all(axis=1))
+        def truth(nodes: np.ndarray) -> np.ndarray:   # level indices of these nodes' features
+            return np.searchsorted(self.alphabet, x[nodes]).astype(np.int8)
+
+        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found, truth(found))
+        decoded = np.flatnonzero(got.nodes & ~found)
+        exact = found.copy()
+        exact[decoded] = (got.levels[decoded] == truth(decoded)).all(axis=1)
         return int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum())
 
 
 def _solve(r, c):
     """(col_ids, found, undecided): the distinct nodes of the pairs, those with ``e_j`` in
     the row space of A (exactly the columns of leverage 1, i.e. ``P_jj = 1`` for the projection
-    ``P = A^+ A`` onto the row space), and those in blocks too large to decide. Per
-    connected block, from the eigenvectors of the smaller Gram matrix: ``P_jj = Σ_{λ>0} V_jl²``
-    (``A^T A = VΛV^T``) or ``Σ_{λ>0} (A^T u_l)_j² / λ_l`` (``A A^T = UΛU^T``)."""
+    ``P = A^+ A`` onto the row space), and those in blocks too large to decide. Rows with one
+    unknown node are peeled first; then per connected block
+    :func:`fedgl.privacy.row_space.found_in_row_space` (a pivoted Cholesky factorisation of
+    the Gram matrix, the eigenvectors' answer)."""
     import numpy as np
     import scipy.sparse as sp
-    from scipy.sparse.csgraph import connected_components
 
     if not r.size:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=bool), np.zeros(0, dtype=bool)
@@ -245,43 +250,34 @@ def _solve(r, c):
     a = a[:, rest]
     a = a[np.flatnonzero(np.asarray(a.sum(axis=1)).ravel() > 0)]
     nr, nc_rest = a.shape
-    bip = sp.bmat([[None, a], [a.T, None]]).tocsr() if nr else sp.csr_matrix((nc_rest, nc_rest))
-    _, label = connected_components(bip, directed=False)
-    row_label, col_label = label[:nr], label[nr:]
-    leverage = np.zeros(nc_rest)
+    found_rest = np.zeros(nc_rest, dtype=bool)
     undecided = np.zeros(nc, dtype=bool)
-    col_order = np.argsort(col_label, kind="stable")
-    row_order = np.argsort(row_label, kind="stable")
-    comps, col_start = np.unique(col_label[col_order], return_index=True)
-    col_end = np.append(col_start[1:], nc_rest)
-    row_start = np.searchsorted(row_label[row_order], comps, side="left")
-    row_end = np.searchsorted(row_label[row_order], comps, side="right")
-    for b in range(len(comps)):   # each connected block: its columns and rows, ascending
-        cs = col_order[col_start[b]:col_end[b]]
-        rs = row_order[row_start[b]:row_end[b]]
+    rows_in, cols_in = np.ones(nr, dtype=bool), np.ones(nc_rest, dtype=bool)
+    for rs, cs in row_space.blocks(a):   # each connected block: its rows and columns
         if len(rs) * len(cs) > MAX_BLOCK_ENTRIES or min(len(rs), len(cs)) > MAX_BLOCK_SIDE:
             undecided[rest[cs]] = True  # too large to decide densely; counted, not guessed
-            continue
-        block = a[rs][:, cs]   # sparse 0/1: its Gram matrices are exact integer products
-        if len(cs) <= len(rs):
-            gram = torch.from_numpy((block.T @ block).toarray())  # torch: the run's threads
-            lam, vec = torch.linalg.eigh(gram)
-            keep = lam > 1e-9 * max(float(lam.max()), 1.0)
-            leverage[cs] = (vec[:, keep] ** 2).sum(dim=1).numpy()
-        else:
-            lam, vec = torch.linalg.eigh(torch.from_numpy((block @ block.T).toarray()))
-            keep = lam > 1e-9 * max(float(lam.max()), 1.0)
-            proj = block.T @ vec[:, keep].numpy()
-            leverage[cs] = (proj ** 2 / lam[keep].numpy()).sum(axis=1)
+            rows_in[rs] = False
+            cols_in[cs] = False
+    # the blocks within the bounds: free columns stripped, then each block of what is left
+    rk, ck = row_space.strip_free_columns(a, rows_in, cols_in)
+    a = a[rk][:, ck]
+    for rs, cs in row_space.blocks(a):
+        found_rest[ck[cs]] = row_space.found_in_row_space(a[rs][:, cs])   # sparse 0/1
     found = known.copy()
-    found[rest] = leverage > 1.0 - 1e-6
+    found[rest] = found_rest
     return col_ids, found, undecided
 
 
 def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
     """Per-client counts of received rows by how many remote nodes they aggregate, of the
     remote nodes whose features the client can reconstruct exactly (linear algebra, and the
-    value-level attack), and what the server reads (:func:`server_view`)."""
+    value-level attack), and what the server reads (:func:`server_view`). SciPy's BLAS runs
+    on one thread meanwhile (:func:`fedgl.privacy.row_space.single_threaded_blas`)."""
+    with row_space.single_threaded_blas():
+        return _leakage_report(graph, part, cfg)
+
+
+def _leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
     m = cfg.min_contributors
     per_client = []
     wide = neighbour_rows(cfg)

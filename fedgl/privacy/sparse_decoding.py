@@ -88,11 +88,17 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     known[:] = True
     known[unknown // f, unknown % f] = False
     ptr, node_rows = rows_of
-    uj = unknown // f
-    dirty = np.unique(node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f
-                      + np.repeat(unknown % f, ptr[uj + 1] - ptr[uj]))   # row-cells to visit
+    # row-cells to visit: those with an unknown cell (the pattern of incidence x unknown cells,
+    # row-major, so the keys come sorted and distinct)
+    cells = sp.csr_matrix((np.ones(unknown.size, dtype=np.int32), (unknown // f, unknown % f)),
+                          shape=(n, f))
+    touched = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), members, indptr),
+                             shape=(n_rows, n)) @ cells).tocsr()
+    touched.sort_indices()
+    dirty = np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(touched.indptr)) \
+        + touched.indices
     left = unknown.size
-    del unknown, uj
+    del unknown, cells, touched
     capped = np.zeros(0, dtype=np.int64)         # row-cells with a cell above the bound
     pending = np.zeros(0, dtype=np.int64)        # row-cells left for a later stage
     stage = 0
@@ -210,9 +216,7 @@ def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f
     by (row, unknown contributors), sort each group's ``L^q`` subset sums, and decide the cells
     on which every assignment in the residual's tolerance cluster agrees."""
     nodes = t_node[starts[cells][:, None] + np.arange(q)]            # cells x q, ascending
-    groups, group_of = np.unique(np.column_stack([c_row[cells], nodes]), axis=0,
-                                 return_inverse=True)
-    group_of = group_of.reshape(-1)
+    groups, group_of = _unique_rows(np.column_stack([c_row[cells], nodes]))
     grid = vd._grid(len(levels), q)
     step = max(1, _CHUNK // len(grid))
     keys, lvls = [], []
@@ -230,6 +234,20 @@ def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f
     if not keys:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8)
     return np.concatenate(keys), np.concatenate(lvls)
+
+
+def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(m, axis=0, return_inverse=True)`` (the same rows, order and inverse), by a
+    lexicographic sort of the columns: several times faster than the structured comparison."""
+    if not len(m):
+        return m, np.zeros(0, dtype=np.int64)
+    order = np.lexsort(m.T[::-1])
+    ordered = m[order]
+    new = np.ones(len(m), dtype=bool)
+    new[1:] = (ordered[1:] != ordered[:-1]).any(axis=1)
+    inverse = np.empty(len(m), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ordered[new], inverse
 
 
 def _decide(group_nodes, g, cells, nodes, grid, c_col, res, coef, levels, tol, f):
