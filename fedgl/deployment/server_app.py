@@ -34,7 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from flwr.app import ConfigRecord, Context, Message, RecordDict
+from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from fedgl.algorithms.continuation import Continuation
@@ -50,7 +50,7 @@ from fedgl.federation.flower.client_app import (
     HELLO,
     SETUP,
     SETUP_PHASE,
-    body_record,
+    fedgl_content,
     flower_type,
     record_body,
 )
@@ -111,8 +111,7 @@ def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
     run_id = int(grid.run.run_id)
     challenges = {n: os.urandom(32) for n in node_ids}
     sent = {n: encode(HELLO, {"challenge": challenges[n]}) for n in node_ids}
-    messages = [Message(RecordDict({"fedgl-meta": ConfigRecord({"phase": SETUP_PHASE}),
-                                    "fedgl": body_record(sent[n].to_bytes())}),
+    messages = [Message(fedgl_content({"phase": SETUP_PHASE}, sent[n].to_bytes()),
                         dst_node_id=n, message_type=flower_type(HELLO, SETUP_PHASE))
                 for n in node_ids]
     down_flower = {int(m.metadata.dst_node_id): flower_nbytes(m) or 0 for m in messages}
