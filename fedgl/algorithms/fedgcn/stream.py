@@ -110,8 +110,10 @@ class ClientStream:
 
     def release(self) -> None:
         """Drop everything but the cursor once done (the received rows now belong to the
-        client's model input)."""
+        client's model input): a finished stream reads none of its ids again (an upload is
+        empty, a reply must be empty)."""
         self.source = self.features = None
+        self.sorted_ids = self.want_ids = self.want_pos = np.empty(0, dtype=np.int64)
         self.incoming = torch.empty((0, self.incoming.shape[1]), dtype=self.incoming.dtype)
         self.remote_degrees = None if self.remote_degrees is None else torch.empty(0, dtype=torch.long)
 
@@ -166,22 +168,27 @@ class ServerBlocks:
         return self.touched[k][a:b]
 
     def replies(self, i: int, uploads: dict[int, Tensor | SparseRows]) -> dict[int, dict]:
-        """Block i: add the uploads in client order, answer each client's requested rows."""
+        """Block i: add the uploads in client order, answer each client's requested rows.
+
+        ``uploads`` is consumed: each client's rows leave the dict once added, so the block's
+        uploads and its replies are not all held at once."""
         lo, hi = block_bounds(i, self.block_rows)
         first = uploads[self.clients[0]]
         dtype = (first.dtype if isinstance(first, Tensor)
                  else torch.from_numpy(np.empty(0, dtype=first.values.dtype)).dtype)
         block = torch.zeros((max(min(hi, self.top + 1) - lo, 0), int(first.shape[1])),
                             dtype=dtype)
+        del first
         for k in self.clients:
             a, b = np.searchsorted(self.touched[k], [lo, hi])
-            rows = uploads[k]
+            rows = uploads.pop(k)
             if int(rows.shape[0]) != b - a:
                 raise RunAborted(f"client {k} uploaded {int(rows.shape[0])} pre-training rows "
                                  f"for a block in which it announced {b - a}")
             if b > a:
                 block.index_add_(0, torch.from_numpy(self.touched[k][a:b] - lo),
                                  as_dense(rows).to(block.dtype))
+            del rows
         out = {}
         for k in self.clients:
             a, b = np.searchsorted(self.wanted[k], [lo, hi])
