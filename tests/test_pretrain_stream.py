@@ -183,3 +183,22 @@ def test_a_finished_stream_keeps_nothing_row_sized():
         assert client.receive_block(torch.zeros((0, d))) == {}
         with pytest.raises(RunAborted, match="does not match the request"):
             client.receive_block(torch.zeros((1, d)))
+
+
+def test_the_incidence_is_cut_by_block_and_each_piece_freed_once_uploaded():
+    """A client cuts its incidence into one piece per block at the announcement and drops each
+    piece with its upload; the sums are bitwise those of one block (every row on its own)."""
+    graph = random_graph(nodes=120, seed=5)
+    part = random_partition(graph.num_nodes, 3, seed=5)
+    whole = _sums(_streamed(graph, part, block=10_000))
+    server = fedgcn_federation(graph, part, hops=2, pretrain_block_rows=16)
+    client = server.runtime.local_client(0)
+    client.announce_rows()
+    stream = client._stream
+    assert stream.source is None and len(stream.pieces) == 120 // 16 + 2  # 8 blocks + empty
+    assert sum(p.shape[0] for p in stream.pieces.values()) == len(stream.sorted_ids)
+    client.block_sums()
+    assert 0 not in stream.pieces and 1 in stream.pieces
+    server.pretrain()  # a fresh stream for every client, run to the end
+    for k, (sums, degrees) in _sums(server).items():
+        assert torch.equal(sums, whole[k][0]) and torch.equal(degrees, whole[k][1])

@@ -171,6 +171,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             b = incidence(self._row_of(j, touched), d.global_to_local(i), len(touched),
                           d.num_nodes)
             source = scaled_incidence(b[order.numpy()], self.deg_tilde, d.x.dtype)
+            del b
             features = unscaled_features(d.x)  # a view: no scaled copy of the own features
         else:
             source, features = self._release()[2][order], None  # DP: one release, sliced
@@ -180,9 +181,13 @@ class FedGCNClient(GNNClient, SecureModelParty):
             sorted_ids=touched[order].numpy(), source=source, features=features,
             chunk_rows=self.chunk_rows, want_ids=wanted[want_order].numpy(),
             want_pos=want_order.numpy(), num_own=d.num_nodes,
-            incoming=torch.zeros((n_req, d.num_features), dtype=d.x.dtype),
+            # every requested row is written exactly once before the rows are used, so the
+            # buffer's pages become resident only as the blocks arrive
+            incoming=torch.empty((n_req, d.num_features), dtype=d.x.dtype),
             remote_degrees=(torch.zeros(n_req - d.num_nodes, dtype=torch.long)
                             if self.neighbour_rows else None))
+        del source
+        self._stream.split_by_block(self.block_rows)
         return self._announcement(touched, n_req)
 
     @handles("fedgcn.block_sums", phases=("pretrain",), needs=PLAINTEXT_SUMS)
