@@ -140,7 +140,6 @@ class RssTimeline:
 
         @contextlib.contextmanager
         def marked(ledger, phase: str):
-            before = timeline.phases[-1]["name"]
             name = phase if phase != "train" or "train" in seen else "train (round 1)"
             seen.add(phase)
             timeline.mark(name)
@@ -148,7 +147,7 @@ class RssTimeline:
                 with timer(ledger, phase):
                     yield
             finally:
-                timeline.mark(before if before in ("set-up", "load") else "driver")
+                timeline.mark("driver")
 
         Ledger.timer = marked
 

@@ -37,6 +37,7 @@ from torch import Tensor
 from fedgl.algorithms.fedgcn.sparse_sums import _compact, partial_sum_rows
 from fedgl.errors import RunAborted
 from fedgl.federation.messages import SparseRows, as_dense
+from fedgl.resources import release_freed_memory
 
 DEFAULT_BLOCK_ROWS = 1 << 18
 
@@ -134,6 +135,9 @@ class ClientStream:
         empty, a reply must be empty)."""
         self.source = self.features = self.pieces = None
         self.sorted_ids = self.want_ids = self.want_pos = np.empty(0, dtype=np.int64)
+        # the incidence pieces were heap-sized: freed in the middle of the heap they would
+        # stay resident under the received rows
+        release_freed_memory()
         self.incoming = torch.empty((0, self.incoming.shape[1]), dtype=self.incoming.dtype)
         self.remote_degrees = None if self.remote_degrees is None else torch.empty(0, dtype=torch.long)
 
