@@ -117,10 +117,14 @@ class FedGCNClient(GNNClient, SecureModelParty):
         # order rule: with 1/2-hop, no training or evaluation before the pre-training sums
         # arrived (``fedavg.fit``/``fedavg.evaluate`` accept state "ready" only)
         self.protocol_state = "ready" if self.hops == 0 else "pretraining"
+        self._num_touched: int | None = None  # |V_k ∪ N(V_k)|, counted on first use
 
     def protocol_limits(self) -> dict[str, int]:
-        """Shape bounds of the messages this client accepts."""
-        touched = self.data.num_nodes + len(self.data.remote_neighbors())
+        """Shape bounds of the messages this client accepts (checked on every message: the
+        number of touched rows is counted once, its own data does not change)."""
+        if self._num_touched is None:
+            self._num_touched = self.data.num_nodes + len(self.data.remote_neighbors())
+        touched = self._num_touched
         return {**super().protocol_limits(), "touched": touched, "plan_rows": touched}
 
     # ------------------------------------------------------------------ pre-training round
