@@ -19,7 +19,9 @@
 Every run is a separate process (so that its peak RSS is its own) and prints its summary as
 JSON; the parent prints one JSON object with all runs and the ratios to the centralised run.
 Seconds per round are the federation's training time (local steps and aggregation) divided by
-the rounds; evaluation and the oracle are reported separately.
+the rounds; evaluation and the oracle are reported separately. Every run also reports its
+memory by phase (``memory_by_phase``: RSS sampled every second and the phase that raised the
+peak, :class:`RssTimeline`).
 """
 
 from __future__ import annotations
