@@ -202,3 +202,26 @@ def test_the_incidence_is_cut_by_block_and_each_piece_freed_once_uploaded():
     server.pretrain()  # a fresh stream for every client, run to the end
     for k, (sums, degrees) in _sums(server).items():
         assert torch.equal(sums, whole[k][0]) and torch.equal(degrees, whole[k][1])
+
+
+def test_the_touched_row_bound_is_counted_once():
+    """The protocol checks every message against the client's shape bounds; the number of
+    touched rows (own nodes + remote neighbours) is counted once, not per message."""
+    graph = random_graph(nodes=120, seed=6)
+    part = random_partition(graph.num_nodes, 3, seed=6)
+    server = fedgcn_federation(graph, part, hops=2)
+    client = server.runtime.local_client(0)
+    calls = []
+    remote = client.data.remote_neighbors
+    client.data.remote_neighbors = lambda: calls.append(1) or remote()
+    server.pretrain()
+    fit = {"weights": server.weights, "local_steps": 1}
+    server.runtime.call("fedavg.fit", {**fit, "round": 1}, phase="train")
+    after_first_round = len(calls)
+    for t in range(2, 7):  # five more fits and five evaluations: no recount
+        server.runtime.call("fedavg.fit", {**fit, "round": t}, phase="train")
+        server.runtime.call("fedavg.evaluate", {"weights": server.weights}, phase="eval")
+    assert len(calls) == after_first_round
+    touched = client.data.num_nodes + len(remote())
+    assert client.protocol_limits()["touched"] == touched > client.data.num_nodes
+    assert client.protocol_limits()["plan_rows"] == touched
