@@ -19,7 +19,9 @@
 Every run is a separate process (so that its peak RSS is its own) and prints its summary as
 JSON; the parent prints one JSON object with all runs and the ratios to the centralised run.
 Seconds per round are the federation's training time (local steps and aggregation) divided by
-the rounds; evaluation and the oracle are reported separately.
+the rounds; evaluation and the oracle are reported separately. Every run also reports its
+memory by phase (``memory_by_phase``: RSS sampled every second and the phase that raised the
+peak, :class:`RssTimeline`).
 """
 
 from __future__ import annotations
@@ -44,18 +46,23 @@ def one_run(kwargs: dict) -> dict:
     cfg = as_config(**kwargs)
     if part_file:
         _use_cached_partition(part_file)
+    memory = RssTimeline()
     t0 = time.perf_counter()
     graph = load_graph(cfg)
     load_seconds = time.perf_counter() - t0
     rss_after_load = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     started = time.perf_counter()
+    memory.mark("set-up")
+    memory.watch_ledger_phases()
 
-    def alive(repeat: int, t: int, server: object) -> None:
+    def alive(repeat: int, t: int, server) -> None:
+        memory.mark("driver" if t < cfg.rounds else "after the last round")
         if t % 10 == 0:
             print(f"  round {t} at {time.perf_counter() - started:.0f} s", file=sys.stderr,
                   flush=True)
 
     result = fedgl.run(cfg, graph=graph, on_round=alive)
+    memory.stop()
     rep = result.repeats[0]
     rounds = max(1, rep.final["rounds"])
     out = {
@@ -76,7 +83,98 @@ def one_run(kwargs: dict) -> dict:
     }
     if "fedgcn_pretrain" in rep.extra:
         out["fedgcn_pretrain"] = rep.extra["fedgcn_pretrain"]
+    out["memory_by_phase"] = memory.summary()
     return out
+
+
+class RssTimeline:
+    """Resident memory by phase of one run: a thread reads the process's RSS every ``period``
+    seconds (``/proc/self/statm``), and every phase change records ``ru_maxrss``, the exact
+    peak so far, so the phase that set the run's peak is known exactly (MB = MiB). Phases:
+    load, set-up, the ledger's timed phases (pre-training, round 1's training, training,
+    evaluation), the driver between them, and what follows the last round (closing the
+    parties, the leakage report, the result)."""
+
+    def __init__(self, period: float = 1.0) -> None:
+        import threading
+
+        self.page_mb = os.sysconf("SC_PAGE_SIZE") / 2**20
+        self.phases: list[dict] = []
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self.mark("load")
+        self._thread = threading.Thread(target=self._sample, args=(period,), daemon=True)
+        self._thread.start()
+
+    def _rss_mb(self) -> float:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * self.page_mb
+
+    def _sample(self, period: float) -> None:
+        while not self._done.wait(period):
+            rss = self._rss_mb()
+            with self._lock:
+                cur = self.phases[-1]
+                cur["sampled_max_mb"] = max(cur["sampled_max_mb"], rss)
+
+    def mark(self, phase: str) -> None:
+        """End the current phase (recording the exact peak so far) and start ``phase``."""
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+        with self._lock:
+            if self.phases:
+                self.phases[-1]["peak_so_far_mb"] = peak
+                if self.phases[-1]["name"] == phase:
+                    return
+            self.phases.append({"name": phase, "sampled_max_mb": self._rss_mb(),
+                                "peak_at_start_mb": peak, "peak_so_far_mb": None})
+
+    def watch_ledger_phases(self) -> None:
+        """Mark every ledger-timed phase (pre-training, training, evaluation) of this process
+        as a phase here; the first training round is a phase of its own (the clients build
+        their mini-batch inputs in it)."""
+        import contextlib
+
+        from fedgl.federation.ledger import Ledger
+
+        timer, timeline = Ledger.timer, self
+        seen: set[str] = set()
+        self._restore = (Ledger, timer)
+
+        @contextlib.contextmanager
+        def marked(ledger, phase: str):
+            name = phase if phase != "train" or "train" in seen else "train (round 1)"
+            seen.add(phase)
+            timeline.mark(name)
+            try:
+                with timer(ledger, phase):
+                    yield
+            finally:
+                timeline.mark("driver")
+
+        Ledger.timer = marked
+
+    def stop(self) -> None:
+        self.mark("end")
+        self._done.set()
+        self._thread.join()
+        if getattr(self, "_restore", None):
+            cls, timer = self._restore
+            cls.timer = timer
+
+    def summary(self) -> dict[str, dict]:
+        """Per phase name (first appearance order; repeated phases merged): the largest
+        sampled RSS and, where the phase raised the process's peak, the peak it raised it
+        to (``raised_peak_to_mb``; the run's peak RSS is the largest of these)."""
+        out: dict[str, dict] = {}
+        for p in self.phases:
+            if p["name"] == "end":
+                continue
+            row = out.setdefault(p["name"], {"sampled_max_mb": 0, "raised_peak_to_mb": None})
+            row["sampled_max_mb"] = max(row["sampled_max_mb"], round(p["sampled_max_mb"]))
+            end = p["peak_so_far_mb"]
+            if end is not None and end > p["peak_at_start_mb"]:
+                row["raised_peak_to_mb"] = max(row["raised_peak_to_mb"] or 0, round(end))
+        return out
 
 
 def _use_cached_partition(path: str) -> None:

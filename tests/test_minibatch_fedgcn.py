@@ -222,3 +222,72 @@ def test_minibatch_scales_the_received_rows_in_place_once(hops):
     assert torch.equal(client.received_sums, raw)
     again = client.fit(server.weights, local_steps=1, round=1)["weights"]
     assert all(torch.equal(first[k], again[k]) for k in first)
+
+
+def _all_rows_inference(model: torch.nn.Module, si: SampledInputs) -> torch.Tensor:
+    """Reference: every GCN layer on every row (CSR order, one chunk), then the own rows."""
+    h = si.x
+    norm = si.norm
+    dst = torch.repeat_interleave(torch.arange(si.csr.num_nodes),
+                                  (si.csr.indptr[1:] - si.csr.indptr[:-1]).long())
+    src = si.csr.indices.long()
+    for i, conv in enumerate(model.convs):
+        if i == 0 and si.pre_aggregated:
+            h = conv.lin(h) + conv.bias
+        else:
+            hw = conv.lin(h)
+            out = hw * (norm * norm).unsqueeze(1)
+            out.index_add_(0, dst, hw[src] * (norm[src] * norm[dst]).unsqueeze(1))
+            h = out + conv.bias
+        if i < len(model.convs) - 1:
+            h = torch.relu(h)
+    return torch.log_softmax(h[si.own_rows], dim=-1)
+
+
+@pytest.mark.parametrize("hops,layers", [(0, 2), (1, 2), (2, 2), (2, 3)])
+def test_inference_last_layer_on_own_rows_is_bitwise_the_all_rows_pass(hops, layers):
+    """The last GCN layer is computed for the own rows only (a 2-hop client's rows
+    V_k ∪ N(V_k) are several times its own): bitwise the rows of the pass over every row, for
+    any chunk size, and for own rows that are not a prefix of the rows."""
+    from fedgl.algorithms.sampled import full_inference
+
+    fans = ",".join(["3"] * layers)
+    _, mini = _pair(hops, batch_size=16, layers=layers, num_neighbors=fans)
+    for k in mini.runtime.client_ids:
+        client = mini.runtime.local_client(k)
+        client.load_weights(mini.weights)
+        client.model.eval()
+        si = client._sampled_inputs()
+        ref = _all_rows_inference(client.model, si)
+        for chunk in (1 << 22, 7 * si.x.size(1), 1):
+            assert torch.equal(full_inference(client.model, "gcn", si, chunk_values=chunk), ref)
+        n = si.x.size(0)
+        scattered = torch.randperm(n, generator=torch.Generator().manual_seed(k))[:max(1, n // 3)]
+        other = SampledInputs(si.x, si.csr, si.norm, scattered, si.train_rows, si.y_train,
+                              si.pre_aggregated)
+        ref = _all_rows_inference(client.model, other)
+        assert torch.equal(full_inference(client.model, "gcn", other, chunk_values=50), ref)
+        assert ref.shape[0] == scattered.numel()
+
+
+@pytest.mark.parametrize("hops,variant", [(2, "eq33"), (1, "paper-code")])
+def test_neighbour_row_inputs_built_from_keys_equal_the_edge_list_path(hops, variant):
+    """2-hop and 1-hop paper-code mini-batch inputs are read off sorted edge keys, without the
+    weighted edge list of ``model_inputs``: the same rows, CSR (dtype included), normalisation
+    and training rows as the edge-list path."""
+    from fedgl.algorithms.base import GNNClient
+
+    _, lean = _pair(hops, variant=variant, batch_size=16)
+    _, listed = _pair(hops, variant=variant, batch_size=16)
+    for k in lean.runtime.client_ids:
+        a, b = lean.runtime.local_client(k), listed.runtime.local_client(k)
+        sa = a._sampled_inputs()
+        b._lean_sampled_inputs = lambda: None  # this client builds from model_inputs()
+        sb = GNNClient._sampled_inputs(b)
+        assert sa.csr.indptr.dtype == sb.csr.indptr.dtype == torch.int32
+        assert torch.equal(sa.csr.indptr, sb.csr.indptr)
+        assert torch.equal(sa.csr.indices, sb.csr.indices)
+        for f in ("x", "norm", "own_rows", "train_rows", "y_train"):
+            assert torch.equal(getattr(sa, f), getattr(sb, f)), f
+        assert sa.pre_aggregated and sb.pre_aggregated
+        assert sa.x.size(0) > a.data.num_nodes  # remote rows present

@@ -47,7 +47,7 @@ from fedgl.models.base import dropout
 from fedgl.models.blocks import conv_on_block, layer_update
 
 #: entries of the CSR (times feature width) aggregated at once by :func:`full_inference`
-INFERENCE_CHUNK_VALUES = 1 << 24
+INFERENCE_CHUNK_VALUES = 1 << 22
 
 
 @dataclass
@@ -165,43 +165,76 @@ def full_inference(model: torch.nn.Module, kind: str, si: SampledInputs,
     """Eval-mode log-probabilities of the own rows (in ``own_rows`` order) with every
     neighbour, layer by layer; neighbour sums are accumulated over CSR chunks of at most
     ``chunk_values / width`` entries. Equals the full-batch forward pass up to float
-    summation order."""
+    summation order.
+
+    Memory: the hidden layers run on every row (their outputs feed the own rows' neighbour
+    sums), biases and activations in place; a GCN's last layer is computed for the own rows
+    only, ``z_i = n_i² (hW)_i + Σ_{j∈N(i)} n_i n_j (hW)_j + b`` for ``i`` in ``own_rows``, with
+    the same products added in the same (CSR) order as on all rows: bitwise the rows a pass
+    over every row would give, without a second ``rows × classes`` array (a 2-hop client's
+    rows ``V_k ∪ N(V_k)`` are several times its own)."""
     h = si.x
     layers = len(model.convs)
+    own = si.own_rows.to(h.device)
     for i, conv in enumerate(model.convs):
+        last = i == layers - 1
         if i == 0 and si.pre_aggregated:
-            h = conv.lin(h) + conv.bias
+            h = conv.lin(h)
+            h += conv.bias
         elif kind == "gcn":
             assert si.norm is not None
             hw = conv.lin(h)
+            del h
             norm = si.norm.to(hw.device)
-            out = hw * (norm * norm).unsqueeze(1)
-            _add_neighbour_sums(out, hw, si.csr, norm, chunk_values)
-            h = out + conv.bias
+            rows = own if last else None
+            dst_norm = norm if rows is None else norm[rows]
+            out = (hw if rows is None else hw[rows]) * (dst_norm * dst_norm).unsqueeze(1)
+            _add_neighbour_sums(out, hw, si.csr, norm, chunk_values, rows)
+            del hw
+            out += conv.bias
+            if last:
+                return torch.log_softmax(out, dim=-1)
+            h = out
         else:
             sums = torch.zeros_like(h)
             _add_neighbour_sums(sums, h, si.csr, None, chunk_values)
             count = (si.csr.indptr[1:] - si.csr.indptr[:-1]).to(h.dtype).to(h.device)
             h = layer_update(conv, "mean", h, sums, count)
-        if i < layers - 1:
-            h = torch.relu(h)
-    return torch.log_softmax(h[si.own_rows.to(h.device)], dim=-1)
+        if not last:
+            h.relu_()
+    return torch.log_softmax(h[own], dim=-1)
 
 
 def _add_neighbour_sums(out: Tensor, h: Tensor, csr: CSRGraph, norm: Tensor | None,
-                        chunk_values: int) -> None:
-    """``out[i] += Σ_{j∈N(i)} (n_i n_j) h_j`` (weights 1 without ``norm``), in CSR chunks."""
+                        chunk_values: int, rows: Tensor | None = None) -> None:
+    """``out[i] += Σ_{j∈N(i)} (n_i n_j) h_j`` (weights 1 without ``norm``), in CSR chunks;
+    with ``rows``, only for those CSR rows, ``out[p]`` being row ``rows[p]``. Each row's terms
+    are added in CSR order either way (``index_add_`` on the CPU adds in index order)."""
     indptr = csr.indptr.long()
-    total = int(indptr[-1])
-    step = max(1, chunk_values // max(1, h.size(1)))
+    lo, hi = 0, int(indptr[-1])
+    where = None
     dev = h.device
-    for e0 in range(0, total, step):
-        e1 = min(total, e0 + step)
+    if rows is not None:
+        if rows.numel() == 0:
+            return
+        r = rows.long().cpu()
+        lo, hi = int(indptr[int(r.min())]), int(indptr[int(r.max()) + 1])
+        where = torch.full((csr.num_nodes,), -1, dtype=torch.long)
+        where[r] = torch.arange(r.numel())
+    step = max(1, chunk_values // max(1, h.size(1)))
+    for e0 in range(lo, hi, step):
+        e1 = min(hi, e0 + step)
         pos = torch.arange(e0, e1)
         dst = torch.searchsorted(indptr, pos, right=True) - 1
         src = csr.indices[e0:e1].long()
-        dst, src = dst.to(dev), src.to(dev)
+        at = dst
+        if where is not None:
+            at = where[dst]
+            keep = at >= 0
+            if not bool(keep.all()):
+                at, dst, src = at[keep], dst[keep], src[keep]
+        dst, src, at = dst.to(dev), src.to(dev), at.to(dev)
         msg = h[src]
         if norm is not None:
-            msg = msg * (norm[src] * norm[dst]).unsqueeze(1)
-        out.index_add_(0, dst, msg)
+            msg *= (norm[src] * norm[dst]).unsqueeze(1)
+        out.index_add_(0, at, msg)

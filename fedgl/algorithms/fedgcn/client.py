@@ -117,10 +117,14 @@ class FedGCNClient(GNNClient, SecureModelParty):
         # order rule: with 1/2-hop, no training or evaluation before the pre-training sums
         # arrived (``fedavg.fit``/``fedavg.evaluate`` accept state "ready" only)
         self.protocol_state = "ready" if self.hops == 0 else "pretraining"
+        self._num_touched: int | None = None  # |V_k ∪ N(V_k)|, counted on first use
 
     def protocol_limits(self) -> dict[str, int]:
-        """Shape bounds of the messages this client accepts."""
-        touched = self.data.num_nodes + len(self.data.remote_neighbors())
+        """Shape bounds of the messages this client accepts (checked on every message: the
+        number of touched rows is counted once, its own data does not change)."""
+        if self._num_touched is None:
+            self._num_touched = self.data.num_nodes + len(self.data.remote_neighbors())
+        touched = self._num_touched
         return {**super().protocol_limits(), "touched": touched, "plan_rows": touched}
 
     # ------------------------------------------------------------------ pre-training round
@@ -171,6 +175,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             b = incidence(self._row_of(j, touched), d.global_to_local(i), len(touched),
                           d.num_nodes)
             source = scaled_incidence(b[order.numpy()], self.deg_tilde, d.x.dtype)
+            del b
             features = unscaled_features(d.x)  # a view: no scaled copy of the own features
         else:
             source, features = self._release()[2][order], None  # DP: one release, sliced
@@ -180,9 +185,13 @@ class FedGCNClient(GNNClient, SecureModelParty):
             sorted_ids=touched[order].numpy(), source=source, features=features,
             chunk_rows=self.chunk_rows, want_ids=wanted[want_order].numpy(),
             want_pos=want_order.numpy(), num_own=d.num_nodes,
-            incoming=torch.zeros((n_req, d.num_features), dtype=d.x.dtype),
+            # every requested row is written exactly once before the rows are used, so the
+            # buffer's pages become resident only as the blocks arrive
+            incoming=torch.empty((n_req, d.num_features), dtype=d.x.dtype),
             remote_degrees=(torch.zeros(n_req - d.num_nodes, dtype=torch.long)
                             if self.neighbour_rows else None))
+        del source
+        self._stream.split_by_block(self.block_rows)
         return self._announcement(touched, n_req)
 
     @handles("fedgcn.block_sums", phases=("pretrain",), needs=PLAINTEXT_SUMS)
@@ -646,15 +655,17 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return agg
 
     def _lean_sampled_inputs(self):
-        """Mini-batch inputs of 0/1-hop (own nodes, own-own edges) built straight into a CSR,
-        in edge chunks, never as an edge list with weights: the same rows, edges and local
+        """Mini-batch inputs built straight into a CSR, never as an edge list with weights.
+
+        0/1-hop (own nodes, own-own edges), in edge chunks: the same rows, edges and local
         degrees as :func:`~fedgl.algorithms.base.local_subgraph_inputs` (a products-sized single
-        party fits)."""
+        party fits). 2-hop and 1-hop paper-code (rows ``V_k ∪ N(V_k)``):
+        :meth:`_lean_neighbour_row_inputs`."""
         from fedgl.algorithms.sampled import SampledInputs, index_dtype, own_subgraph_keys
         from fedgl.data.sampling import CSRGraph
 
-        if self.neighbour_rows:  # 2-hop, or 1-hop paper-code: rows V_k ∪ N(V_k)
-            return None
+        if self.neighbour_rows:
+            return self._lean_neighbour_row_inputs()
         d = self.data
         n = d.num_nodes
         csr = CSRGraph.from_keys(own_subgraph_keys(d.node_ids, d.edge_index), n, index_dtype(n))
@@ -669,6 +680,48 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return SampledInputs(x.to(self.device), csr,
                              norm.to(self.device) if self.config.model == "gcn" else None,
                              own, own[train.cpu()], self._y[train], self.hops == 1)
+
+
+    def _lean_neighbour_row_inputs(self):
+        """The mini-batch inputs of :meth:`model_inputs`' rows ``V_k ∪ N(V_k)`` (2-hop, 1-hop
+        paper-code) without its weighted edge list: every known edge ``(j, i)`` (i own) gives
+        the keys ``i·n + j`` and ``j·n + i`` (destination row · n + source row, n rows), sorted
+        in place and deduplicated, and the CSR is read off the keys. The same rows, CSR and
+        normalisation as the edge-list path (true degrees, or with 1-hop paper-code the held
+        subgraph's ``1 + in-degree``); about 16 bytes per known edge and direction at the
+        peak instead of several edge-sized lists."""
+        from fedgl.algorithms.sampled import SampledInputs, index_dtype
+        from fedgl.data.sampling import CSRGraph
+
+        d = self.data
+        row_ids = self._touched()
+        n = max(len(row_ids), 1)
+        deg = torch.cat([self.deg_tilde, self.remote_deg_tilde])
+        x = self._aggregates(deg)
+        j, i = d.edge_index
+        rj, ri = self._row_of(j, row_ids), d.global_to_local(i)
+        keys = torch.cat([ri * n + rj, rj * n + ri])
+        del rj, ri
+        keys.numpy().sort()
+        if keys.numel() > 1:
+            fresh = torch.ones(keys.numel(), dtype=torch.bool)
+            torch.ne(keys[1:], keys[:-1], out=fresh[1:])
+            keys = keys[fresh]
+            del fresh
+        if self.hops == 1:  # paper-code: the held subgraph's degrees (self-loops counted once)
+            deg = torch.bincount(torch.div(keys, n, rounding_mode="floor"),
+                                 minlength=len(row_ids)) + 1
+        loops = torch.div(keys, n, rounding_mode="floor") == keys.remainder(n)
+        if bool(loops.any()):
+            keys = keys[~loops]
+        del loops
+        csr = CSRGraph.from_keys(keys, len(row_ids), index_dtype(len(row_ids)))
+        train = self._masks["train"].nonzero().flatten()
+        own = torch.arange(d.num_nodes)
+        norm = deg.to(torch.float32).pow(-0.5)
+        return SampledInputs(x.to(self.device), csr,
+                             norm.to(self.device) if self.config.model == "gcn" else None,
+                             own, own[train.cpu()], self._y[train], True)
 
 
 def _split(flat: Tensor, sizes: Tensor) -> list[np.ndarray]:

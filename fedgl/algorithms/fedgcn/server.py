@@ -250,8 +250,9 @@ class FedGCNServer(FedAvgServer):
                 up_bytes += payload_nbytes(up[k])
                 up_dense += payload_dense_nbytes(up[k])
                 sparse += isinstance(up[k]["sums"], SparseRows)
-            replies = blocks.replies(i, {k: up[k]["sums"] for k in clients})
-            del up
+            uploads = {k: up[k]["sums"] for k in clients}
+            del up  # the block's rows are now held once, by ``uploads``, which replies() empties
+            replies = blocks.replies(i, uploads)
             for k in clients:
                 down_bytes += payload_nbytes(replies[k])
                 down_dense += payload_dense_nbytes(replies[k])

@@ -37,6 +37,7 @@ from torch import Tensor
 from fedgl.algorithms.fedgcn.sparse_sums import _compact, partial_sum_rows
 from fedgl.errors import RunAborted
 from fedgl.federation.messages import SparseRows, as_dense
+from fedgl.resources import release_freed_memory
 
 DEFAULT_BLOCK_ROWS = 1 << 18
 
@@ -68,12 +69,32 @@ class ClientStream:
     filled: int = 0
     degrees_filled: int = 0
     done: bool = field(default=False)
+    pieces: dict[int, sp.csr_matrix] | None = None  # the incidence cut by block, see split
+    piece_rows: int = 0
+
+    def split_by_block(self, block_rows: int) -> None:
+        """Cut a sparse ``source`` into one piece per block (its rows of that block's ids), so
+        that each piece is freed once uploaded: the incidence shrinks block by block while
+        the received rows fill ``incoming`` (which the caller allocates without touching its
+        pages). Uploads stay bitwise the same (each row is computed on its own)."""
+        if not sp.issparse(self.source):
+            return
+        n = len(self.sorted_ids)
+        blocks = int(self.sorted_ids[-1]) // block_rows + 1 if n else 0
+        cuts = np.searchsorted(self.sorted_ids, np.arange(blocks + 1, dtype=np.int64) * block_rows)
+        self.pieces = {i: self.source[int(cuts[i]):int(cuts[i + 1])] for i in range(blocks)}
+        self.pieces[-1] = self.source[0:0]  # the empty piece of every later block
+        self.piece_rows, self.source = block_rows, None
 
     def upload(self, block_rows: int) -> Tensor | SparseRows:
         """The next block's rows ``S_k[j]``, ascending j; advances the cursor."""
         self.block, self.cursor = self.cursor, self.cursor + 1
         if self.done:
             return self._empty()
+        if self.pieces is not None and block_rows == self.piece_rows:
+            piece = self.pieces.pop(self.block, None)
+            return partial_sum_rows(self.features, self.pieces[-1] if piece is None else piece,
+                                    self.chunk_rows)
         lo, hi = block_bounds(self.block, block_rows)
         a, b = np.searchsorted(self.sorted_ids, [lo, hi])
         if isinstance(self.source, Tensor):
@@ -110,8 +131,13 @@ class ClientStream:
 
     def release(self) -> None:
         """Drop everything but the cursor once done (the received rows now belong to the
-        client's model input)."""
-        self.source = self.features = None
+        client's model input): a finished stream reads none of its ids again (an upload is
+        empty, a reply must be empty)."""
+        self.source = self.features = self.pieces = None
+        self.sorted_ids = self.want_ids = self.want_pos = np.empty(0, dtype=np.int64)
+        # the incidence pieces were heap-sized: freed in the middle of the heap they would
+        # stay resident under the received rows
+        release_freed_memory()
         self.incoming = torch.empty((0, self.incoming.shape[1]), dtype=self.incoming.dtype)
         self.remote_degrees = None if self.remote_degrees is None else torch.empty(0, dtype=torch.long)
 
@@ -166,22 +192,27 @@ class ServerBlocks:
         return self.touched[k][a:b]
 
     def replies(self, i: int, uploads: dict[int, Tensor | SparseRows]) -> dict[int, dict]:
-        """Block i: add the uploads in client order, answer each client's requested rows."""
+        """Block i: add the uploads in client order, answer each client's requested rows.
+
+        ``uploads`` is consumed: each client's rows leave the dict once added, so the block's
+        uploads and its replies are not all held at once."""
         lo, hi = block_bounds(i, self.block_rows)
         first = uploads[self.clients[0]]
         dtype = (first.dtype if isinstance(first, Tensor)
                  else torch.from_numpy(np.empty(0, dtype=first.values.dtype)).dtype)
         block = torch.zeros((max(min(hi, self.top + 1) - lo, 0), int(first.shape[1])),
                             dtype=dtype)
+        del first
         for k in self.clients:
             a, b = np.searchsorted(self.touched[k], [lo, hi])
-            rows = uploads[k]
+            rows = uploads.pop(k)
             if int(rows.shape[0]) != b - a:
                 raise RunAborted(f"client {k} uploaded {int(rows.shape[0])} pre-training rows "
                                  f"for a block in which it announced {b - a}")
             if b > a:
                 block.index_add_(0, torch.from_numpy(self.touched[k][a:b] - lo),
                                  as_dense(rows).to(block.dtype))
+            del rows
         out = {}
         for k in self.clients:
             a, b = np.searchsorted(self.wanted[k], [lo, hi])
