@@ -48,10 +48,12 @@ _CHUNK = 4_000_000
 
 
 def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
-                  values: np.ndarray, alphabet: np.ndarray, seed: np.ndarray | None = None,
+                  values: np.ndarray | sp.spmatrix, alphabet: np.ndarray,
+                  seed: np.ndarray | None = None,
                   seed_levels: np.ndarray | None = None) -> vd.Decoded | None:
     """:func:`fedgl.privacy.value_decoding.decode` by sparse passes, or None where it does not
-    apply (see the module docstring)."""
+    apply (see the module docstring). ``values`` may be dense or a SciPy sparse matrix (the
+    released rows of sparse features: only their non-zeros are read)."""
     n, f = len(coef), values.shape[1]
     n_rows = len(indptr) - 1
     levels = np.asarray(alphabet, dtype=np.float64)
@@ -62,31 +64,44 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     if not float(coef.min(initial=np.inf)) * gap > 4 * tol:
         return None
     members = np.asarray(members, dtype=np.int64)
+    indptr = np.asarray(indptr, dtype=np.int64)
+    row_count = np.bincount(members, minlength=n)
+    seeded = np.zeros(n, dtype=bool) if seed is None else np.asarray(seed, dtype=bool)
+    if (~seeded & (row_count == 0)).any():   # a node in no row: left to the reference
+        return None
     entry_row = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
-    a = sp.csr_matrix((coef[members], members, indptr), shape=(n_rows, n))
     rows_of = _node_rows(entry_row, members, n)
     known = np.zeros((n, f), dtype=bool)
     lev = np.zeros((n, f), dtype=np.int8)
-    seeded = np.zeros(n, dtype=bool)
-    if seed is not None and seed.any():
-        seeded = np.asarray(seed, dtype=bool)
+    v = sp.csr_matrix(values, dtype=np.float64)
+    v.sum_duplicates()                       # canonical: row-major keys, sorted and distinct
+    # step 0: the all-lowest rule on every row-cell at the seeded state, on the non-zeros of
+    # the residual ``values - Σ_seeded c_j a_{x_j}`` (both sparse; the sum in row order)
+    if seeded.any():
         known[seeded] = True
         lev[seeded] = seed_levels
-    # step 0: the all-lowest rule on every row-cell at the seeded state
-    res0 = values - a[:, np.flatnonzero(seeded)] @ levels[lev[seeded]] if seeded.any() \
-        else values
-    open_cells = sp.csr_matrix(np.abs(res0) > tol, dtype=np.int32)
+        s_nodes = np.flatnonzero(seeded)
+        a = sp.csr_matrix((coef[members], members, indptr), shape=(n_rows, n))
+        res0 = (v - a[:, s_nodes] @ sp.csr_matrix(levels[lev[s_nodes]])).tocsr()
+        res0.sum_duplicates()
+    else:
+        res0 = v
+    big = np.abs(res0.data) > tol
+    o_ptr = np.concatenate([[0], np.cumsum(big)])[res0.indptr]
+    open_cells = sp.csr_matrix((np.ones(int(big.sum()), dtype=np.int32), res0.indices[big],
+                                o_ptr), shape=(n_rows, f))
     del res0
     per_node = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), (members, entry_row)),
                               shape=(n, n_rows)) @ open_cells).tocoo()
-    row_count = np.bincount(members, minlength=n)
-    if (~seeded & (row_count == 0)).any():   # a node in no row: left to the reference
-        return None
     keep = (per_node.data == row_count[per_node.row]) & ~seeded[per_node.row]
     unknown = np.sort(per_node.row[keep].astype(np.int64) * f + per_node.col[keep])
     del per_node, open_cells
     known[:] = True
     known[unknown // f, unknown % f] = False
+    # the released values by row-cell key ``i·f + column`` (sorted), for the passes
+    v_key = np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(v.indptr)) + v.indices
+    v_val = v.data
+    del v
     ptr, node_rows = rows_of
     # row-cells to visit: those with an unknown cell (the pattern of incidence x unknown cells,
     # row-major, so the keys come sorted and distinct)
@@ -104,7 +119,8 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     stage = 0
     while left:
         limit = _STAGES[stage] if stage < len(_STAGES) else None
-        step = _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, f)
+        step = _pass(dirty, limit, known, lev, indptr, members, coef, (v_key, v_val), levels,
+                     tol, f)
         if step is None:
             return None
         new_key, new_level, newly_capped, deferred = step
@@ -157,6 +173,14 @@ def _member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
     return sorted_set[at] == keys
 
 
+def _lookup(keys: np.ndarray, vals: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``vals`` at the keys ``at`` of the sorted distinct ``keys``, 0 where absent."""
+    if not keys.size:
+        return np.zeros(len(at))
+    pos = np.minimum(np.searchsorted(keys, at), len(keys) - 1)
+    return np.where(keys[pos] == at, vals[pos], 0.0)
+
+
 def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, f):
     """One application of the rules to every row-cell ``i·f + column`` in ``dirty`` that has
     an unknown cell, the enumeration only up to ``limit`` unknowns (None: the bound). Returns
@@ -167,32 +191,34 @@ def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, 
     d_row, d_col = dirty // f, dirty % f
     sizes = indptr[d_row + 1] - indptr[d_row]
     t_node = members[_ranges(indptr[d_row], indptr[d_row + 1])]   # ascending within a row
-    t_col = np.repeat(d_col, sizes)
     t_cell = np.repeat(np.arange(len(dirty)), sizes)
-    t_known = known[t_node, t_col]
-    # the known part of each row-cell: unknown cells hold level 0, which adds 0
-    part = np.zeros(len(dirty))
-    has = sizes > 0
-    if has.any():
-        part[has] = np.add.reduceat(coef[t_node] * levels[lev[t_node, t_col]],
-                                    (np.cumsum(sizes) - sizes)[has])
-    p_all = np.bincount(t_cell[~t_known], minlength=len(dirty))
+    t_key = t_node * f + np.repeat(d_col, sizes)
+    t_known = known.reshape(-1)[t_key]
+    t_lev = lev.reshape(-1)[t_key]
+    # the known part of each row-cell: its cells above the lowest level (0, which adds 0;
+    # unknown cells hold level 0), summed in member order
+    nz = np.flatnonzero(t_lev)
+    part = np.bincount(t_cell[nz], weights=coef[t_node[nz]] * levels[t_lev[nz]],
+                       minlength=len(dirty))
+    unk = np.flatnonzero(~t_known)
+    t_cell = t_cell[unk]
+    p_all = np.bincount(t_cell, minlength=len(dirty))
     cell_ids = np.flatnonzero(p_all)
     if not cell_ids.size:
         return empty, np.zeros(0, dtype=np.int8), empty, empty
-    t_node, t_col, t_cell = t_node[~t_known], t_col[~t_known], t_cell[~t_known]
+    t_node, t_key = t_node[unk], t_key[unk]
     p = p_all[cell_ids]
     starts = np.cumsum(p) - p
     c_row, c_col, c_key = d_row[cell_ids], d_col[cell_ids], dirty[cell_ids]
     weight = np.add.reduceat(coef[t_node], starts)
-    res = values[c_row, c_col] - part[cell_ids]
+    res = _lookup(*values, c_key) - part[cell_ids]
     low = np.abs(res) <= tol
     high = ~low & (np.abs(res - weight * levels[-1]) <= tol)
     small = len(levels) ** p.astype(np.float64) <= vd.MAX_COMBINATIONS
     rest = ~low & ~high
     cell_of = np.repeat(np.arange(len(cell_ids)), p)
     by_low, by_high = low[cell_of], high[cell_of]
-    new_key = [t_node[by_low] * f + t_col[by_low], t_node[by_high] * f + t_col[by_high]]
+    new_key = [t_key[by_low], t_key[by_high]]
     new_level = [np.zeros(int(by_low.sum()), dtype=np.int8),
                  np.full(int(by_high.sum()), len(levels) - 1, dtype=np.int8)]
     later = rest & small & (p > (limit if limit is not None else p.max()))
@@ -250,40 +276,68 @@ def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
+def _sorted_sums(levels: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every group's ``L^q`` subset sums ``Σ_k c[g, k] · levels[a_k]``, sorted, and the
+    assignments' rows in :func:`fedgl.privacy.value_decoding._grid` (the first unknown most
+    significant) in that order. Built one unknown at a time: the sums so far, shifted by each
+    level, are ``L`` sorted runs that a stable sort merges in linear time (ties keep any
+    order: what is read from the sorted sums, counts and clusters, does not depend on it)."""
+    n_levels = len(levels)
+    sums = np.zeros((len(c), 1))
+    rows = np.zeros((len(c), 1), dtype=np.int64)
+    for k in range(c.shape[1]):
+        ext = np.concatenate([sums + c[:, k:k + 1] * lv for lv in levels], axis=1)
+        ext_rows = np.concatenate([rows * n_levels + lv for lv in range(n_levels)], axis=1)
+        o = np.argsort(ext, axis=1, kind="stable")
+        sums = np.take_along_axis(ext, o, axis=1)
+        rows = np.take_along_axis(ext_rows, o, axis=1)
+    return sums, rows
+
+
 def _decide(group_nodes, g, cells, nodes, grid, c_col, res, coef, levels, tol, f):
     """Decide the cells of one chunk of groups (see :func:`_enumerate`): a cell is decided in
     the unknowns on which every assignment of its residual's cluster agrees, provided the
     window ``[v - tol, v + tol]`` lies in one cluster (the reference's rule)."""
     size, q = grid.shape
-    sums = (levels[grid] @ coef[group_nodes].T).T                      # groups x L^q
-    order = np.argsort(sums, axis=1, kind="stable")
-    sums = np.take_along_axis(sums, order, axis=1)
+    sums, order = _sorted_sums(levels, coef[group_nodes])             # groups x L^q
     cluster = np.concatenate([np.zeros((len(sums), 1), dtype=np.int32),
                               np.cumsum(np.diff(sums, axis=1) > tol, axis=1, dtype=np.int32)],
                              axis=1)
+    # per-group searches, all at once: the groups' sorted sums laid end to end as complex
+    # keys ``group + i·sum`` (NumPy orders complex numbers lexicographically), so one
+    # ``searchsorted`` counts, in each cell's own group, the sums below its window (exact:
+    # the same comparisons as within the group)
+    n_groups = len(sums)
+    base = g * size
+    flat = np.empty(n_groups * size, dtype=np.complex128)
+    flat.real = np.repeat(np.arange(n_groups, dtype=np.float64), size)
+    flat.imag = sums.reshape(-1)
     v = res[cells]
-    k1, k2 = np.zeros(len(cells), dtype=np.int64), np.zeros(len(cells), dtype=np.int64)
-    step = max(1, _CHUNK // size)
-    for s in range(0, len(cells), step):
-        mine = sums[g[s:s + step]]
-        k1[s:s + step] = (mine < (v[s:s + step] - tol)[:, None]).sum(axis=1)
-        k2[s:s + step] = (mine <= (v[s:s + step] + tol)[:, None]).sum(axis=1) - 1
+    probe = np.empty(len(cells), dtype=np.complex128)
+    probe.real = g
+    probe.imag = v - tol
+    k1 = np.searchsorted(flat, probe, side="left") - base
+    probe.imag = v + tol
+    k2 = np.searchsorted(flat, probe, side="right") - base - 1
+    del flat, probe
     ok = (k1 <= k2) & (k1 < size)
     k1c, k2c = np.minimum(k1, size - 1), np.clip(k2, 0, size - 1)
     c_id = cluster[g, k1c]
     ok &= c_id == cluster[g, k2c]
     cells, g, nodes, c_id, k1c = cells[ok], g[ok], nodes[ok], c_id[ok], k1c[ok]
-    first = np.zeros(len(cells), dtype=np.int64)
-    last = np.zeros(len(cells), dtype=np.int64)
-    for s in range(0, len(cells), step):
-        mine = cluster[g[s:s + step]]
-        first[s:s + step] = (mine < c_id[s:s + step, None]).sum(axis=1)
-        last[s:s + step] = (mine <= c_id[s:s + step, None]).sum(axis=1)
+    # each distinct (group, cluster) of the cells once: its first and last position in the
+    # group (cluster ids ascend), and the lowest and highest level of each unknown over it
+    c_key = (np.arange(n_groups, dtype=np.int64)[:, None] * size + cluster).reshape(-1)
+    pair, which = np.unique(g * size + c_id, return_inverse=True)
+    which = which.reshape(-1)
+    p_group = pair // size
+    first = np.searchsorted(c_key, pair, side="left")
+    last = np.searchsorted(c_key, pair, side="right")
     span = last - first
-    pos = _ranges(first, last)
-    members = grid[order[np.repeat(g, span), pos]]                    # cluster rows x q
+    pos = _ranges(first, last) - np.repeat(p_group * size, span)
+    members = grid[order[np.repeat(p_group, span), pos]]              # cluster rows x q
     at = np.concatenate([[0], np.cumsum(span)[:-1]])
-    lo = np.minimum.reduceat(members, at, axis=0) if len(cells) else members
-    hi = np.maximum.reduceat(members, at, axis=0) if len(cells) else members
+    lo = np.minimum.reduceat(members, at, axis=0)[which] if len(cells) else members
+    hi = np.maximum.reduceat(members, at, axis=0)[which] if len(cells) else members
     s, t = np.nonzero(lo == hi)
     return nodes[s, t] * f + c_col[cells[s]], lo[s, t].astype(np.int8)
