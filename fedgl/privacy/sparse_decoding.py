@@ -114,33 +114,40 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
         + touched.indices
     left = unknown.size
     del unknown, cells, touched
-    capped = np.zeros(0, dtype=np.int64)         # row-cells with a cell above the bound
-    pending = np.zeros(0, dtype=np.int64)        # row-cells left for a later stage
+    # row-cells with a cell above the bound, and those left for a later stage (masks by key)
+    capped = np.zeros(n_rows * f, dtype=bool)
+    pending = np.zeros(n_rows * f, dtype=bool)
+    n_pending = 0
+    known_flat, lev_flat = known.reshape(-1), lev.reshape(-1)
     stage = 0
     while left:
         limit = _STAGES[stage] if stage < len(_STAGES) else None
         step = _pass(dirty, limit, known, lev, indptr, members, coef, (v_key, v_val), levels,
                      tol, f)
-        if step is None:
-            return None
         new_key, new_level, newly_capped, deferred = step
-        capped = np.union1d(capped[~_member(capped, dirty)], newly_capped)
-        pending = np.union1d(pending[~_member(pending, dirty)], deferred)
+        capped[dirty] = False
+        capped[newly_capped] = True
+        n_pending -= int(pending[dirty].sum())
+        pending[dirty] = False
+        pending[deferred] = True
+        n_pending += len(deferred)
         if not new_key.size:
-            if not pending.size:
+            if not n_pending:
                 break
-            stage, dirty = stage + 1, pending      # the cheaper rules are exhausted
+            stage, dirty = stage + 1, np.flatnonzero(pending)   # the cheaper rules are exhausted
             continue
+        # the same cell decided twice in a pass: the levels must agree (a safeguard)
+        lev_flat[new_key] = new_level
+        if (lev_flat[new_key] != new_level).any():
+            return None
+        new_key = np.unique(new_key)
+        known_flat[new_key] = True
         nj, ncol = new_key // f, new_key % f
-        known[nj, ncol] = True
-        lev[nj, ncol] = new_level
         left -= new_key.size
         dirty = np.unique(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
                           + np.repeat(ncol, ptr[nj + 1] - ptr[nj]))
         stage = 0
-    if not left:
-        capped = np.zeros(0, dtype=np.int64)
-    capped_rows = np.unique(capped // f)
+    capped_rows = np.unique(np.flatnonzero(capped) // f) if left else np.zeros(0, dtype=np.int64)
     nodes = known.all(axis=1)
     flagged = np.zeros(n, dtype=bool)
     if capped_rows.size:
@@ -165,14 +172,6 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) + offsets
 
 
-def _member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Mask of ``keys`` found in the sorted array ``sorted_set``."""
-    if not sorted_set.size:
-        return np.zeros(len(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_set, keys), len(sorted_set) - 1)
-    return sorted_set[at] == keys
-
-
 def _lookup(keys: np.ndarray, vals: np.ndarray, at: np.ndarray) -> np.ndarray:
     """``vals`` at the keys ``at`` of the sorted distinct ``keys``, 0 where absent."""
     if not keys.size:
@@ -185,8 +184,8 @@ def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, 
     """One application of the rules to every row-cell ``i·f + column`` in ``dirty`` that has
     an unknown cell, the enumeration only up to ``limit`` unknowns (None: the bound). Returns
     (keys ``j·f + column`` of the newly known cells, their levels, the visited row-cells with a
-    cell above the enumeration bound, those left for a later stage), or None when two rules
-    disagree."""
+    cell above the enumeration bound, those left for a later stage); a cell decided by two
+    row-cells appears twice (the caller checks that their levels agree)."""
     empty = np.zeros(0, dtype=np.int64)
     d_row, d_col = dirty // f, dirty % f
     sizes = indptr[d_row + 1] - indptr[d_row]
@@ -229,12 +228,8 @@ def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, 
                                 levels, tol, f)
         new_key.append(key)
         new_level.append(level)
-    keys, level = np.concatenate(new_key), np.concatenate(new_level)
-    keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)[:3]
-    level_first = level[first]
-    if (level_first[inverse.reshape(-1)] != level).any():
-        return None
-    return keys, level_first, c_key[rest & ~small], c_key[later]
+    return (np.concatenate(new_key), np.concatenate(new_level), c_key[rest & ~small],
+            c_key[later])
 
 
 def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f):
