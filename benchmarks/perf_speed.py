@@ -19,7 +19,8 @@ share of the whole run, ``(with - without) / with``, for both checkouts. Output:
 FedGraph (the reference the issue compares against) is not rebuilt here; its figures measured
 on this machine (126.4 s and 117.2 s for the whole run, 202.8 MB of pre-training traffic) are
 in docs/performance.md, and every whole-run figure prints its ratio to them. ``--runs-only``
-skips (b); ``--no-report-runs`` skips the whole runs with the leakage report.
+skips (b); ``--no-report-runs`` skips the whole runs with the leakage report; ``--report-only``
+runs (b) alone.
 """
 
 from __future__ import annotations
@@ -118,6 +119,8 @@ def main() -> None:
     ap.add_argument("--runs-only", action="store_true", help="skip the report-alone figures")
     ap.add_argument("--no-report-runs", action="store_true",
                     help="only whole runs with --no-leakage-report")
+    ap.add_argument("--report-only", action="store_true",
+                    help="only the report-alone figures (no whole runs)")
     args = ap.parse_args()
     here = Path(__file__).resolve().parents[1]
     out: dict = {"baseline": str(args.baseline.resolve()), "this": str(here), "figures": []}
@@ -132,7 +135,8 @@ def main() -> None:
                     "baseline": {k: round(base[k], 3) for k in ("wall_s", "cpu_s", "load")},
                     "this": {k: round(mine[k], 3) for k in ("wall_s", "cpu_s", "load")},
                     "speed-up (cpu)": _ratio(base["cpu_s"], mine["cpu_s"])})
-            for leakage in ((False,) if args.no_report_runs else (True, False)):
+            for leakage in (() if args.report_only else
+                            (False,) if args.no_report_runs else (True, False)):
                 base, mine = whole_run(args.baseline, ds, leakage), \
                     whole_run(here, ds, leakage)
                 same = base.pop("history") == mine.pop("history")
@@ -143,7 +147,7 @@ def main() -> None:
                     fig["baseline_vs_fedgraph"] = _against_fedgraph(base)
                     fig["this_vs_fedgraph"] = _against_fedgraph(mine)
                 out["figures"].append(fig)
-            if not args.no_report_runs:
+            if not args.no_report_runs and not args.report_only:
                 out["figures"].append(_report_share(ds, out["figures"][-2], out["figures"][-1]))
             print(json.dumps(out["figures"][before:], indent=1), file=sys.stderr, flush=True)
     out["fedgraph"] = FEDGRAPH_NOTE

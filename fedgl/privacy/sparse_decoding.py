@@ -118,6 +118,7 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     capped = np.zeros(n_rows * f, dtype=bool)
     pending = np.zeros(n_rows * f, dtype=bool)
     n_pending = 0
+    capped_seen, pending_seen = [], []       # keys ever set in each mask (to list them)
     known_flat, lev_flat = known.reshape(-1), lev.reshape(-1)
     stage = 0
     while left:
@@ -127,27 +128,35 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
         new_key, new_level, newly_capped, deferred = step
         capped[dirty] = False
         capped[newly_capped] = True
+        capped_seen.append(newly_capped)
         n_pending -= int(pending[dirty].sum())
         pending[dirty] = False
         pending[deferred] = True
+        pending_seen.append(deferred)
         n_pending += len(deferred)
         if not new_key.size:
             if not n_pending:
                 break
-            stage, dirty = stage + 1, np.flatnonzero(pending)   # the cheaper rules are exhausted
+            dirty = _distinct(np.concatenate(pending_seen))   # the cheaper rules are exhausted
+            dirty = dirty[pending[dirty]]
+            stage, pending_seen = stage + 1, [dirty]
             continue
         # the same cell decided twice in a pass: the levels must agree (a safeguard)
         lev_flat[new_key] = new_level
         if (lev_flat[new_key] != new_level).any():
             return None
-        new_key = np.unique(new_key)
+        new_key = _distinct(new_key)
         known_flat[new_key] = True
         nj, ncol = new_key // f, new_key % f
         left -= new_key.size
-        dirty = np.unique(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
+        dirty = _distinct(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
                           + np.repeat(ncol, ptr[nj + 1] - ptr[nj]))
         stage = 0
-    capped_rows = np.unique(np.flatnonzero(capped) // f) if left else np.zeros(0, dtype=np.int64)
+    if left and capped_seen:
+        capped_keys = _distinct(np.concatenate(capped_seen))
+        capped_rows = _distinct(capped_keys[capped[capped_keys]] // f)
+    else:
+        capped_rows = np.zeros(0, dtype=np.int64)
     nodes = known.all(axis=1)
     flagged = np.zeros(n, dtype=bool)
     if capped_rows.size:
@@ -161,6 +170,15 @@ def _node_rows(entry_row: np.ndarray, members: np.ndarray, n: int) -> tuple[np.n
     order = np.argsort(members, kind="stable")
     ptr = np.concatenate([[0], np.cumsum(np.bincount(members, minlength=n))])
     return ptr, entry_row[order]
+
+
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` for a 1-d array, by a sort (NumPy's hashing ``unique`` is many times
+    slower on these integer keys)."""
+    s = np.sort(a)
+    if s.size < 2:
+        return s
+    return s[np.concatenate([[True], s[1:] != s[:-1]])]
 
 
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -222,7 +240,7 @@ def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, 
                  np.full(int(by_high.sum()), len(levels) - 1, dtype=np.int8)]
     later = rest & small & (p > (limit if limit is not None else p.max()))
     enum = np.flatnonzero(rest & small & ~later)
-    for q in np.unique(p[enum]):
+    for q in _distinct(p[enum]):
         cells = enum[p[enum] == q]
         key, level = _enumerate(cells, int(q), starts, c_row, c_col, res, t_node, coef,
                                 levels, tol, f)
