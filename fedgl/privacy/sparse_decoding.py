@@ -90,7 +90,10 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     o_ptr = np.concatenate([[0], np.cumsum(big)])[res0.indptr]
     open_cells = sp.csr_matrix((np.ones(int(big.sum()), dtype=np.int32), res0.indices[big],
                                 o_ptr), shape=(n_rows, f))
-    del res0
+    o_key = (np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(res0.indptr))
+             + res0.indices)[big]
+    o_res = res0.data[big]
+    del res0, v
     per_node = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), (members, entry_row)),
                               shape=(n, n_rows)) @ open_cells).tocoo()
     keep = (per_node.data == row_count[per_node.row]) & ~seeded[per_node.row]
@@ -98,34 +101,36 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     del per_node, open_cells
     known[:] = True
     known[unknown // f, unknown % f] = False
-    # the released values by row-cell key ``i·f + column`` (sorted), for the passes
-    v_key = np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(v.indptr)) + v.indices
-    v_val = v.data
-    del v
     ptr, node_rows = rows_of
-    # row-cells to visit: those with an unknown cell (the pattern of incidence x unknown cells,
-    # row-major, so the keys come sorted and distinct)
-    cells = sp.csr_matrix((np.ones(unknown.size, dtype=np.int32), (unknown // f, unknown % f)),
-                          shape=(n, f))
-    touched = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), members, indptr),
-                             shape=(n_rows, n)) @ cells).tocsr()
-    touched.sort_indices()
-    dirty = np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(touched.indptr)) \
-        + touched.indices
+    # the row-cells with an unknown cell (all open at step 0), each with its unknown
+    # contributors in ascending order: a pair (row-cell key i·f + column, node) for every
+    # unknown cell and every row of its node, sorted by key (stably: nodes stay ascending)
+    uj, ucol = unknown // f, unknown % f
+    count = ptr[uj + 1] - ptr[uj]
+    pair_key = node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f + np.repeat(ucol, count)
+    order = np.argsort(pair_key, kind="stable")
+    pair_key, u_members = pair_key[order], np.repeat(uj, count)[order]
+    first = np.ones(len(pair_key), dtype=bool)
+    first[1:] = pair_key[1:] != pair_key[:-1]
+    u_key = pair_key[first]                                  # sorted, distinct
+    u_ptr = np.concatenate([np.flatnonzero(first), [len(pair_key)]])
+    u_res = _lookup(o_key, o_res, u_key)     # each row-cell's residual at the seeded state
     left = unknown.size
-    del unknown, cells, touched
-    # row-cells with a cell above the bound, and those left for a later stage (masks by key)
-    capped = np.zeros(n_rows * f, dtype=bool)
-    pending = np.zeros(n_rows * f, dtype=bool)
+    del unknown, uj, ucol, count, pair_key, order, first, o_key, o_res
+    system = (u_ptr, u_members, u_key, u_res)
+    # row-cells (positions in u_key) with a cell above the bound, and those left for a later
+    # stage, as masks, with the positions ever set in each (to list them)
+    capped = np.zeros(len(u_key), dtype=bool)
+    pending = np.zeros(len(u_key), dtype=bool)
     n_pending = 0
-    capped_seen, pending_seen = [], []       # keys ever set in each mask (to list them)
+    capped_seen, pending_seen = [], []
     known_flat, lev_flat = known.reshape(-1), lev.reshape(-1)
+    dirty = np.arange(len(u_key), dtype=np.int64)
     stage = 0
     while left:
         limit = _STAGES[stage] if stage < len(_STAGES) else None
-        step = _pass(dirty, limit, known, lev, indptr, members, coef, (v_key, v_val), levels,
-                     tol, f)
-        new_key, new_level, newly_capped, deferred = step
+        new_key, new_level, newly_capped, deferred = _pass(dirty, limit, known_flat, lev_flat,
+                                                           system, coef, levels, tol, f)
         capped[dirty] = False
         capped[newly_capped] = True
         capped_seen.append(newly_capped)
@@ -149,12 +154,14 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
         known_flat[new_key] = True
         nj, ncol = new_key // f, new_key % f
         left -= new_key.size
-        dirty = _distinct(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
-                          + np.repeat(ncol, ptr[nj + 1] - ptr[nj]))
+        touched = _distinct(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
+                            + np.repeat(ncol, ptr[nj + 1] - ptr[nj]))
+        dirty = np.minimum(np.searchsorted(u_key, touched), len(u_key) - 1)
+        dirty = dirty[u_key[dirty] == touched]     # (every one is there: its cell was unknown)
         stage = 0
     if left and capped_seen:
-        capped_keys = _distinct(np.concatenate(capped_seen))
-        capped_rows = _distinct(capped_keys[capped[capped_keys]] // f)
+        at = _distinct(np.concatenate(capped_seen))
+        capped_rows = _distinct(u_key[at[capped[at]]] // f)
     else:
         capped_rows = np.zeros(0, dtype=np.int64)
     nodes = known.all(axis=1)
@@ -198,22 +205,24 @@ def _lookup(keys: np.ndarray, vals: np.ndarray, at: np.ndarray) -> np.ndarray:
     return np.where(keys[pos] == at, vals[pos], 0.0)
 
 
-def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, f):
-    """One application of the rules to every row-cell ``i·f + column`` in ``dirty`` that has
-    an unknown cell, the enumeration only up to ``limit`` unknowns (None: the bound). Returns
-    (keys ``j·f + column`` of the newly known cells, their levels, the visited row-cells with a
-    cell above the enumeration bound, those left for a later stage); a cell decided by two
-    row-cells appears twice (the caller checks that their levels agree)."""
+def _pass(dirty, limit, known_flat, lev_flat, system, coef, levels, tol, f):
+    """One application of the rules to every row-cell in ``dirty`` (positions in the keys
+    ``i·f + column`` of the row-cells with an unknown cell, ``system = (pointers, unknown
+    contributors, keys, residuals at the seeded state)``) that has an unknown cell, the
+    enumeration only up to ``limit`` unknowns (None: the bound). A row-cell's residual is its
+    residual at the seeded state less its contributors decoded since (those above the lowest
+    level, 0: unknown cells hold 0). Returns (keys ``j·f + column`` of the newly known cells,
+    their levels, the visited row-cells with a cell above the enumeration bound, those left
+    for a later stage); a cell decided by two row-cells appears twice (the caller checks that
+    their levels agree)."""
+    u_ptr, u_members, u_key, u_res = system
     empty = np.zeros(0, dtype=np.int64)
-    d_row, d_col = dirty // f, dirty % f
-    sizes = indptr[d_row + 1] - indptr[d_row]
-    t_node = members[_ranges(indptr[d_row], indptr[d_row + 1])]   # ascending within a row
+    sizes = u_ptr[dirty + 1] - u_ptr[dirty]
+    t_node = u_members[_ranges(u_ptr[dirty], u_ptr[dirty + 1])]   # ascending within a cell
     t_cell = np.repeat(np.arange(len(dirty)), sizes)
-    t_key = t_node * f + np.repeat(d_col, sizes)
-    t_known = known.reshape(-1)[t_key]
-    t_lev = lev.reshape(-1)[t_key]
-    # the known part of each row-cell: its cells above the lowest level (0, which adds 0;
-    # unknown cells hold level 0), summed in member order
+    t_key = t_node * f + np.repeat(u_key[dirty] % f, sizes)
+    t_known = known_flat[t_key]
+    t_lev = lev_flat[t_key]
     nz = np.flatnonzero(t_lev)
     part = np.bincount(t_cell[nz], weights=coef[t_node[nz]] * levels[t_lev[nz]],
                        minlength=len(dirty))
@@ -226,9 +235,10 @@ def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, 
     t_node, t_key = t_node[unk], t_key[unk]
     p = p_all[cell_ids]
     starts = np.cumsum(p) - p
-    c_row, c_col, c_key = d_row[cell_ids], d_col[cell_ids], dirty[cell_ids]
+    c_pos = dirty[cell_ids]
+    c_row, c_col = u_key[c_pos] // f, u_key[c_pos] % f
     weight = np.add.reduceat(coef[t_node], starts)
-    res = _lookup(*values, c_key) - part[cell_ids]
+    res = u_res[c_pos] - part[cell_ids]
     low = np.abs(res) <= tol
     high = ~low & (np.abs(res - weight * levels[-1]) <= tol)
     small = len(levels) ** p.astype(np.float64) <= vd.MAX_COMBINATIONS
@@ -246,8 +256,8 @@ def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, 
                                 levels, tol, f)
         new_key.append(key)
         new_level.append(level)
-    return (np.concatenate(new_key), np.concatenate(new_level), c_key[rest & ~small],
-            c_key[later])
+    return (np.concatenate(new_key), np.concatenate(new_level), c_pos[rest & ~small],
+            c_pos[later])
 
 
 def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f):
