@@ -104,19 +104,19 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     ptr, node_rows = rows_of
     # the row-cells with an unknown cell (all open at step 0), each with its unknown
     # contributors in ascending order: a pair (row-cell key i·f + column, node) for every
-    # unknown cell and every row of its node, sorted by key (stably: nodes stay ascending)
+    # unknown cell and every row of its node, sorted by (key, node) as one integer
     uj, ucol = unknown // f, unknown % f
     count = ptr[uj + 1] - ptr[uj]
-    pair_key = node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f + np.repeat(ucol, count)
-    order = np.argsort(pair_key, kind="stable")
-    pair_key, u_members = pair_key[order], np.repeat(uj, count)[order]
+    pair = np.sort((node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f + np.repeat(ucol, count)) * n
+                   + np.repeat(uj, count))
+    pair_key, u_members = pair // n, pair % n
     first = np.ones(len(pair_key), dtype=bool)
     first[1:] = pair_key[1:] != pair_key[:-1]
     u_key = pair_key[first]                                  # sorted, distinct
     u_ptr = np.concatenate([np.flatnonzero(first), [len(pair_key)]])
     u_res = _lookup(o_key, o_res, u_key)     # each row-cell's residual at the seeded state
     left = unknown.size
-    del unknown, uj, ucol, count, pair_key, order, first, o_key, o_res
+    del unknown, uj, ucol, count, pair, pair_key, first, o_key, o_res
     system = (u_ptr, u_members, u_key, u_res)
     # row-cells (positions in u_key) with a cell above the bound, and those left for a later
     # stage, as masks, with the positions ever set in each (to list them)
