@@ -43,6 +43,8 @@ from fedgl.privacy import value_decoding as vd
 #: the enumeration runs on row-cells of at most this many unknowns first, and on larger ones
 #: only when nothing else is left to apply (other cells decoded meanwhile make them smaller)
 _STAGES = (4, 8)
+#: up to this many assignments, the subset sums are sorted directly, not merged unknown by unknown
+_DIRECT = 64
 #: elements of the per-chunk arrays of the enumeration (groups x assignments x unknowns)
 _CHUNK = 4_000_000
 
@@ -302,10 +304,15 @@ def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _sorted_sums(levels: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every group's ``L^q`` subset sums ``Σ_k c[g, k] · levels[a_k]``, sorted, and the
     assignments' rows in :func:`fedgl.privacy.value_decoding._grid` (the first unknown most
-    significant) in that order. Built one unknown at a time: the sums so far, shifted by each
-    level, are ``L`` sorted runs that a stable sort merges in linear time (ties keep any
-    order: what is read from the sorted sums, counts and clusters, does not depend on it)."""
+    significant) in that order. Up to :data:`_DIRECT` assignments directly; above, one unknown
+    at a time: the sums so far, shifted by each level, are ``L`` sorted runs that a stable
+    sort merges in linear time (ties keep any order: what is read from the sorted sums, counts
+    and clusters, does not depend on it)."""
     n_levels = len(levels)
+    if n_levels ** c.shape[1] <= _DIRECT:       # a few sums: computed and sorted at once
+        sums = levels[vd._grid(n_levels, c.shape[1])] @ c.T
+        rows = np.argsort(sums.T, axis=1, kind="stable")
+        return np.take_along_axis(sums.T, rows, axis=1), rows
     sums = np.zeros((len(c), 1))
     rows = np.zeros((len(c), 1), dtype=np.int64)
     for k in range(c.shape[1]):
