@@ -26,11 +26,23 @@ that still have such a cell at the fixed point, in both. The reference stops aft
 Sparse form (the alphabet's lowest level is 0, as for bag-of-words features): a row-cell whose
 residual is 0 makes every unknown contributor's cell 0 at once, so after the first step the
 only unknown cells are those of nodes whose every row is non-zero in that column, a small
-fraction. Each pass then expands the unknown cells to (row, column, node) triples, groups them
-by row-cell, and applies the rules to those row-cells only. When the fast form does not apply
-(lowest level not 0, a single level, the all-lowest rule disabled) or two rules disagree
-(impossible for exact sums; a safeguard), :func:`decode_sparse` returns None and the caller
-runs the reference.
+fraction. That step reads only the non-zeros of the released values (given dense or sparse)
+and of the seeded nodes' contributions, ``r⁰ = v - Σ_seeded c_j a_{x_j}``.
+
+Then each row-cell that holds an unknown cell keeps its unknown contributors (ascending) and
+its residual at the seeded state ``r⁰``; a pass visits the row-cells touched by the cells
+decoded in the previous pass, reads their residual as ``r⁰`` less the contributors decoded
+since (those above level 0), and applies the rules there. The enumeration sorts each group's
+subset sums (directly for a few, else by merging the sums so far shifted by each level,
+``L`` sorted runs per unknown) and finds every cell's window in its own group with one
+``searchsorted`` over the groups' sorted sums laid end to end as complex keys
+``group + i·sum`` (NumPy orders complex numbers lexicographically: the same comparisons as
+within the group). The residuals are the reference's up to rounding in the last bits (a
+different order of the same additions), far inside the tolerance.
+
+When the fast form does not apply (lowest level not 0, a single level, the all-lowest rule
+disabled, a node in no row) or two rules disagree (impossible for exact sums; a safeguard),
+:func:`decode_sparse` returns None and the caller runs the reference.
 """
 
 from __future__ import annotations
