@@ -246,3 +246,14 @@ def test_feature_levels_are_the_alphabets_indices():
         assert np.array_equal(feats._truth(nodes), np.searchsorted(feats.alphabet, x[nodes]))
         rows = feats._rows(nodes)
         assert np.array_equal(rows.toarray() if sp.issparse(rows) else rows, x[nodes])
+
+
+def test_pairs_sorted_without_one_integer_decode_the_same(monkeypatch):
+    """Where ``key·n + node`` could overflow, the pairs are sorted by a lexsort: the same."""
+    import fedgl.privacy.sparse_decoding as sd
+
+    systems = [_system(300 + seed, levels=[(0.0, 1.0), (0.0, 0.5, 1.0)][seed % 2])
+               for seed in range(4)]
+    monkeypatch.setattr(sd, "_PAIR_LIMIT", 0)
+    for system in systems:
+        _same(decode_sparse(*system), vd.decode_reference(*system))

@@ -57,6 +57,8 @@ from fedgl.privacy import value_decoding as vd
 _STAGES = (4, 8)
 #: up to this many assignments, the subset sums are sorted directly, not merged unknown by unknown
 _DIRECT = 64
+#: a (row-cell, contributor) pair is sorted as the one integer ``key·n + node`` below this
+_PAIR_LIMIT = 2 ** 62
 #: elements of the per-chunk arrays of the enumeration (groups x assignments x unknowns)
 _CHUNK = 4_000_000
 
@@ -121,9 +123,14 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     # unknown cell and every row of its node, sorted by (key, node) as one integer
     uj, ucol = unknown // f, unknown % f
     count = ptr[uj + 1] - ptr[uj]
-    pair = np.sort((node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f + np.repeat(ucol, count)) * n
-                   + np.repeat(uj, count))
-    pair_key, u_members = pair // n, pair % n
+    pair_key = node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f + np.repeat(ucol, count)
+    if n_rows * f * n < _PAIR_LIMIT:
+        pair = np.sort(pair_key * n + np.repeat(uj, count))
+        pair_key, u_members = pair // n, pair % n
+    else:                                   # the pair as one integer would overflow
+        pair = np.repeat(uj, count)
+        order = np.lexsort((pair, pair_key))
+        pair_key, u_members = pair_key[order], pair[order]
     first = np.ones(len(pair_key), dtype=bool)
     first[1:] = pair_key[1:] != pair_key[:-1]
     u_key = pair_key[first]                                  # sorted, distinct
