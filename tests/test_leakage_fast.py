@@ -232,7 +232,8 @@ def test_sorted_subset_sums_are_the_grids_sums_sorted(levels):
                                        atol=1e-12)
 
 
-def test_feature_levels_are_the_alphabets_indices():
+def test_feature_levels_are_the_alphabets_indices(monkeypatch):
+    import fedgl.privacy.leakage as leakage
     from fedgl.privacy.leakage import _Features
 
     rng = np.random.default_rng(0)
@@ -244,8 +245,12 @@ def test_feature_levels_are_the_alphabets_indices():
         feats = _Features(graph)
         nodes = np.array([3, 0, 17, 39])
         assert np.array_equal(feats._truth(nodes), np.searchsorted(feats.alphabet, x[nodes]))
-        rows = feats._rows(nodes)
-        assert np.array_equal(rows.toarray() if sp.issparse(rows) else rows, x[nodes])
+        for bound in (10 ** 9, 0):    # one sparse copy, or the system's rows converted
+            monkeypatch.setattr(leakage, "MAX_SPARSE_COPY", bound)
+            feats._sparse = None
+            rows = feats._rows(nodes)
+            assert np.array_equal(rows.toarray() if sp.issparse(rows) else rows, x[nodes])
+            assert rows.dtype == np.float64
 
 
 def test_pairs_sorted_without_one_integer_decode_the_same(monkeypatch):
@@ -257,3 +262,14 @@ def test_pairs_sorted_without_one_integer_decode_the_same(monkeypatch):
     monkeypatch.setattr(sd, "_PAIR_LIMIT", 0)
     for system in systems:
         _same(decode_sparse(*system), vd.decode_reference(*system))
+
+
+def test_the_report_is_the_same_with_features_converted_per_system(monkeypatch):
+    import fedgl.privacy.leakage as leakage
+
+    graph, part = _small_binary_graph(11)
+    cfg = Config.from_dict({"clients": 4, "hops": 2})
+    once = leakage_report(graph, part, cfg)
+    monkeypatch.setattr(leakage, "MAX_SPARSE_COPY", 0)
+    assert leakage_report(graph, part, cfg) == once
+    assert once["total"]["exact_remote_nodes"] > 0

@@ -62,6 +62,9 @@ MAX_BLOCK_SIDE = 2_000
 #: is more, x features: it holds a few dense arrays of that size); a larger one leaves its
 #: nodes ``exact_unresolved``.
 MAX_DECODE_CELLS = 8_000_000
+#: features of at most this many entries are kept once as a sparse copy for the value-level
+#: attack (Cora 3.9M, CiteSeer 12.3M); larger ones are converted system by system
+MAX_SPARSE_COPY = 20_000_000
 
 
 class _ClosedNeighbourhoods:
@@ -190,12 +193,15 @@ class _Features:
 
     def _rows(self, nodes):
         """The features of ``nodes`` as float64: a CSR matrix where the lowest level is 0
-        (sparse bag-of-words features: the released rows are then sparse too), else dense."""
+        (sparse bag-of-words features: the released rows are then sparse too), else dense.
+        A small graph's features are converted once; a larger one's per system (its rows)."""
         import numpy as np
         import scipy.sparse as sp
 
         if self.alphabet[0] != 0:
             return self.x[nodes].astype(np.float64)
+        if self.x.size > MAX_SPARSE_COPY:
+            return sp.csr_matrix(self.x[nodes], dtype=np.float64)
         if self._sparse is None:
             self._sparse = sp.csr_matrix(self.x)
         return self._sparse[nodes].astype(np.float64)
