@@ -189,3 +189,87 @@ def test_unique_rows_is_numpys_unique_along_rows():
         got_groups, got_inverse = _unique_rows(m)
         assert np.array_equal(got_groups, groups)
         assert np.array_equal(got_inverse, inverse.reshape(-1))
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_sparse_values_decode_to_the_reference(seed):
+    """The released rows given as a sparse matrix (as the report passes them) decode to the
+    reference, for binary and three- and four-level alphabets, also with noisy values (every
+    value non-zero, none an exact subset sum)."""
+    levels = [(0.0, 1.0), (0.0, 0.5, 1.0), (0.0, 1.0, 2.0, 3.0), (0.0, 1.0)][seed % 4]
+    system = list(_system(200 + seed, levels=levels, density=0.4, max_members=10))
+    if seed >= 4:    # noise well inside the gaps of some sums, outside the tolerance
+        rng = np.random.default_rng(seed)
+        system[3] = system[3] + rng.choice([0.0, 3e-6, 0.02], size=system[3].shape)
+    ref = vd.decode_reference(*system)
+    dense = decode_sparse(*system)
+    system[3] = sp.csr_matrix(system[3])
+    _same(dense, ref)
+    _same(decode_sparse(*system), ref)
+    _same(vd.decode(*system), ref)
+    _same(vd.decode_reference(*system), ref)
+    assert ref.known.any() and not ref.known.all()
+
+
+@pytest.mark.parametrize("levels", [(0.0, 1.0), (0.0, 0.5, 1.0), (0.0, 1.0, 2.0, 3.0)])
+def test_sorted_subset_sums_are_the_grids_sums_sorted(levels):
+    """The merged subset sums are every assignment's sum, sorted, each beside its row of the
+    grid (ties in any order)."""
+    from fedgl.privacy.sparse_decoding import _sorted_sums
+
+    rng = np.random.default_rng(len(levels))
+    levels = np.asarray(levels)
+    for q in range(1, 6):
+        c = rng.integers(1, 5, size=(7, q)).astype(np.float64) ** -0.5   # tied scales too
+        sums, rows = _sorted_sums(levels, c)
+        grid = vd._grid(len(levels), q)
+        assert (np.diff(sums, axis=1) >= 0).all()
+        for g in range(len(c)):
+            assert sorted(rows[g]) == list(range(len(grid)))
+            np.testing.assert_allclose(sums[g], levels[grid[rows[g]]] @ c[g], rtol=0,
+                                       atol=1e-12)
+            np.testing.assert_allclose(sums[g], np.sort(levels[grid] @ c[g]), rtol=0,
+                                       atol=1e-12)
+
+
+def test_feature_levels_are_the_alphabets_indices(monkeypatch):
+    import fedgl.privacy.leakage as leakage
+    from fedgl.privacy.leakage import _Features
+
+    rng = np.random.default_rng(0)
+    for alphabet in ([0.0, 1.0], [0.0, 0.25, 1.0], [0.0, 1.0, 2.0, 5.0], [1.0, 2.0]):
+        x = np.asarray(alphabet, dtype=np.float32)[rng.integers(0, len(alphabet), (40, 6))]
+        graph = GraphData("x", torch.from_numpy(x), torch.zeros(40, dtype=torch.long),
+                          torch.zeros((2, 0), dtype=torch.long),
+                          *(torch.ones(40, dtype=torch.bool) for _ in range(3)), 2)
+        feats = _Features(graph)
+        nodes = np.array([3, 0, 17, 39])
+        assert np.array_equal(feats._truth(nodes), np.searchsorted(feats.alphabet, x[nodes]))
+        for bound in (10 ** 9, 0):    # one sparse copy, or the system's rows converted
+            monkeypatch.setattr(leakage, "MAX_SPARSE_COPY", bound)
+            feats._sparse = None
+            rows = feats._rows(nodes)
+            assert np.array_equal(rows.toarray() if sp.issparse(rows) else rows, x[nodes])
+            assert rows.dtype == np.float64
+
+
+def test_pairs_sorted_without_one_integer_decode_the_same(monkeypatch):
+    """Where ``key·n + node`` could overflow, the pairs are sorted by a lexsort: the same."""
+    import fedgl.privacy.sparse_decoding as sd
+
+    systems = [_system(300 + seed, levels=[(0.0, 1.0), (0.0, 0.5, 1.0)][seed % 2])
+               for seed in range(4)]
+    monkeypatch.setattr(sd, "_PAIR_LIMIT", 0)
+    for system in systems:
+        _same(decode_sparse(*system), vd.decode_reference(*system))
+
+
+def test_the_report_is_the_same_with_features_converted_per_system(monkeypatch):
+    import fedgl.privacy.leakage as leakage
+
+    graph, part = _small_binary_graph(11)
+    cfg = Config.from_dict({"clients": 4, "hops": 2})
+    once = leakage_report(graph, part, cfg)
+    monkeypatch.setattr(leakage, "MAX_SPARSE_COPY", 0)
+    assert leakage_report(graph, part, cfg) == once
+    assert once["total"]["exact_remote_nodes"] > 0

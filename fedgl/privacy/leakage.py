@@ -62,6 +62,9 @@ MAX_BLOCK_SIDE = 2_000
 #: is more, x features: it holds a few dense arrays of that size); a larger one leaves its
 #: nodes ``exact_unresolved``.
 MAX_DECODE_CELLS = 8_000_000
+#: features of at most this many entries are kept once as a sparse copy for the value-level
+#: attack (Cora 3.9M, CiteSeer 12.3M); larger ones are converted system by system
+MAX_SPARSE_COPY = 20_000_000
 
 
 class _ClosedNeighbourhoods:
@@ -186,6 +189,33 @@ class _Features:
         x = (x if x.dtype in (torch.float32, torch.float64) else x.float()).cpu().numpy()
         self.alphabet = feature_alphabet(x)
         self.x = x  # no copy: each system converts only its own nodes' rows
+        self._sparse = None
+
+    def _rows(self, nodes):
+        """The features of ``nodes`` as float64: a CSR matrix where the lowest level is 0
+        (sparse bag-of-words features: the released rows are then sparse too), else dense.
+        A small graph's features are converted once; a larger one's per system (its rows)."""
+        import numpy as np
+        import scipy.sparse as sp
+
+        if self.alphabet[0] != 0:
+            return self.x[nodes].astype(np.float64)
+        if self.x.size > MAX_SPARSE_COPY:
+            return sp.csr_matrix(self.x[nodes], dtype=np.float64)
+        if self._sparse is None:
+            self._sparse = sp.csr_matrix(self.x)
+        return self._sparse[nodes].astype(np.float64)
+
+    def _truth(self, nodes):
+        """Level indices of these nodes' features (each value is one of the alphabet's, so
+        the index is the number of levels below it)."""
+        import numpy as np
+
+        x = self.x[nodes]
+        out = np.zeros(x.shape, dtype=np.int8)
+        for level in self.alphabet[1:]:
+            out += x >= level
+        return out
 
     def attack(self, r, c, col_ids, found, undecided, closed) -> tuple[int, int]:
         """(exact nodes, unresolved nodes) among the columns of the system of released rows
@@ -206,16 +236,15 @@ class _Features:
             return int(found.sum()), int((~found).sum())
         coef = closed[col_ids].astype(np.float64) ** -0.5
         a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)), shape=(len(row_ids), len(col_ids)))
-        x = self.x[col_ids].astype(np.float64)
-        values = np.asarray(a @ x)  # the released rows (noiseless)
+        values = a @ self._rows(col_ids)  # the released rows (noiseless)
+        if sp.issparse(values):
+            values = values.tocsr()
         a.sort_indices()
-        def truth(nodes: np.ndarray) -> np.ndarray:   # level indices of these nodes' features
-            return np.searchsorted(self.alphabet, x[nodes]).astype(np.int8)
-
-        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found, truth(found))
+        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found,
+                     self._truth(col_ids[found]))
         decoded = np.flatnonzero(got.nodes & ~found)
         exact = found.copy()
-        exact[decoded] = (got.levels[decoded] == truth(decoded)).all(axis=1)
+        exact[decoded] = (got.levels[decoded] == self._truth(col_ids[decoded])).all(axis=1)
         return int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum())
 
 

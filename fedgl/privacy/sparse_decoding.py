@@ -26,11 +26,23 @@ that still have such a cell at the fixed point, in both. The reference stops aft
 Sparse form (the alphabet's lowest level is 0, as for bag-of-words features): a row-cell whose
 residual is 0 makes every unknown contributor's cell 0 at once, so after the first step the
 only unknown cells are those of nodes whose every row is non-zero in that column, a small
-fraction. Each pass then expands the unknown cells to (row, column, node) triples, groups them
-by row-cell, and applies the rules to those row-cells only. When the fast form does not apply
-(lowest level not 0, a single level, the all-lowest rule disabled) or two rules disagree
-(impossible for exact sums; a safeguard), :func:`decode_sparse` returns None and the caller
-runs the reference.
+fraction. That step reads only the non-zeros of the released values (given dense or sparse)
+and of the seeded nodes' contributions, ``r⁰ = v - Σ_seeded c_j a_{x_j}``.
+
+Then each row-cell that holds an unknown cell keeps its unknown contributors (ascending) and
+its residual at the seeded state ``r⁰``; a pass visits the row-cells touched by the cells
+decoded in the previous pass, reads their residual as ``r⁰`` less the contributors decoded
+since (those above level 0), and applies the rules there. The enumeration sorts each group's
+subset sums (directly for a few, else by merging the sums so far shifted by each level,
+``L`` sorted runs per unknown) and finds every cell's window in its own group with one
+``searchsorted`` over the groups' sorted sums laid end to end as complex keys
+``group + i·sum`` (NumPy orders complex numbers lexicographically: the same comparisons as
+within the group). The residuals are the reference's up to rounding in the last bits (a
+different order of the same additions), far inside the tolerance.
+
+When the fast form does not apply (lowest level not 0, a single level, the all-lowest rule
+disabled, a node in no row) or two rules disagree (impossible for exact sums; a safeguard),
+:func:`decode_sparse` returns None and the caller runs the reference.
 """
 
 from __future__ import annotations
@@ -43,15 +55,21 @@ from fedgl.privacy import value_decoding as vd
 #: the enumeration runs on row-cells of at most this many unknowns first, and on larger ones
 #: only when nothing else is left to apply (other cells decoded meanwhile make them smaller)
 _STAGES = (4, 8)
+#: up to this many assignments, the subset sums are sorted directly, not merged unknown by unknown
+_DIRECT = 64
+#: a (row-cell, contributor) pair is sorted as the one integer ``key·n + node`` below this
+_PAIR_LIMIT = 2 ** 62
 #: elements of the per-chunk arrays of the enumeration (groups x assignments x unknowns)
 _CHUNK = 4_000_000
 
 
 def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
-                  values: np.ndarray, alphabet: np.ndarray, seed: np.ndarray | None = None,
+                  values: np.ndarray | sp.spmatrix, alphabet: np.ndarray,
+                  seed: np.ndarray | None = None,
                   seed_levels: np.ndarray | None = None) -> vd.Decoded | None:
     """:func:`fedgl.privacy.value_decoding.decode` by sparse passes, or None where it does not
-    apply (see the module docstring)."""
+    apply (see the module docstring). ``values`` may be dense or a SciPy sparse matrix (the
+    released rows of sparse features: only their non-zeros are read)."""
     n, f = len(coef), values.shape[1]
     n_rows = len(indptr) - 1
     levels = np.asarray(alphabet, dtype=np.float64)
@@ -62,69 +80,111 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     if not float(coef.min(initial=np.inf)) * gap > 4 * tol:
         return None
     members = np.asarray(members, dtype=np.int64)
+    indptr = np.asarray(indptr, dtype=np.int64)
+    row_count = np.bincount(members, minlength=n)
+    seeded = np.zeros(n, dtype=bool) if seed is None else np.asarray(seed, dtype=bool)
+    if (~seeded & (row_count == 0)).any():   # a node in no row: left to the reference
+        return None
     entry_row = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
-    a = sp.csr_matrix((coef[members], members, indptr), shape=(n_rows, n))
     rows_of = _node_rows(entry_row, members, n)
     known = np.zeros((n, f), dtype=bool)
     lev = np.zeros((n, f), dtype=np.int8)
-    seeded = np.zeros(n, dtype=bool)
-    if seed is not None and seed.any():
-        seeded = np.asarray(seed, dtype=bool)
+    v = sp.csr_matrix(values, dtype=np.float64)
+    v.sum_duplicates()                       # canonical: row-major keys, sorted and distinct
+    # step 0: the all-lowest rule on every row-cell at the seeded state, on the non-zeros of
+    # the residual ``values - Σ_seeded c_j a_{x_j}`` (both sparse; the sum in row order)
+    if seeded.any():
         known[seeded] = True
         lev[seeded] = seed_levels
-    # step 0: the all-lowest rule on every row-cell at the seeded state
-    res0 = values - a[:, np.flatnonzero(seeded)] @ levels[lev[seeded]] if seeded.any() \
-        else values
-    open_cells = sp.csr_matrix(np.abs(res0) > tol, dtype=np.int32)
-    del res0
+        s_nodes = np.flatnonzero(seeded)
+        a = sp.csr_matrix((coef[members], members, indptr), shape=(n_rows, n))
+        res0 = (v - a[:, s_nodes] @ sp.csr_matrix(levels[lev[s_nodes]])).tocsr()
+        res0.sum_duplicates()
+    else:
+        res0 = v
+    big = np.abs(res0.data) > tol
+    o_ptr = np.concatenate([[0], np.cumsum(big)])[res0.indptr]
+    open_cells = sp.csr_matrix((np.ones(int(big.sum()), dtype=np.int32), res0.indices[big],
+                                o_ptr), shape=(n_rows, f))
+    o_key = (np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(res0.indptr))
+             + res0.indices)[big]
+    o_res = res0.data[big]
+    del res0, v
     per_node = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), (members, entry_row)),
                               shape=(n, n_rows)) @ open_cells).tocoo()
-    row_count = np.bincount(members, minlength=n)
-    if (~seeded & (row_count == 0)).any():   # a node in no row: left to the reference
-        return None
     keep = (per_node.data == row_count[per_node.row]) & ~seeded[per_node.row]
     unknown = np.sort(per_node.row[keep].astype(np.int64) * f + per_node.col[keep])
     del per_node, open_cells
     known[:] = True
     known[unknown // f, unknown % f] = False
     ptr, node_rows = rows_of
-    # row-cells to visit: those with an unknown cell (the pattern of incidence x unknown cells,
-    # row-major, so the keys come sorted and distinct)
-    cells = sp.csr_matrix((np.ones(unknown.size, dtype=np.int32), (unknown // f, unknown % f)),
-                          shape=(n, f))
-    touched = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), members, indptr),
-                             shape=(n_rows, n)) @ cells).tocsr()
-    touched.sort_indices()
-    dirty = np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(touched.indptr)) \
-        + touched.indices
+    # the row-cells with an unknown cell (all open at step 0), each with its unknown
+    # contributors in ascending order: a pair (row-cell key i·f + column, node) for every
+    # unknown cell and every row of its node, sorted by (key, node) as one integer
+    uj, ucol = unknown // f, unknown % f
+    count = ptr[uj + 1] - ptr[uj]
+    pair_key = node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f + np.repeat(ucol, count)
+    if n_rows * f * n < _PAIR_LIMIT:
+        pair = np.sort(pair_key * n + np.repeat(uj, count))
+        pair_key, u_members = pair // n, pair % n
+    else:                                   # the pair as one integer would overflow
+        pair = np.repeat(uj, count)
+        order = np.lexsort((pair, pair_key))
+        pair_key, u_members = pair_key[order], pair[order]
+    first = np.ones(len(pair_key), dtype=bool)
+    first[1:] = pair_key[1:] != pair_key[:-1]
+    u_key = pair_key[first]                                  # sorted, distinct
+    u_ptr = np.concatenate([np.flatnonzero(first), [len(pair_key)]])
+    u_res = _lookup(o_key, o_res, u_key)     # each row-cell's residual at the seeded state
     left = unknown.size
-    del unknown, cells, touched
-    capped = np.zeros(0, dtype=np.int64)         # row-cells with a cell above the bound
-    pending = np.zeros(0, dtype=np.int64)        # row-cells left for a later stage
+    del unknown, uj, ucol, count, pair, pair_key, first, o_key, o_res
+    system = (u_ptr, u_members, u_key, u_res)
+    # row-cells (positions in u_key) with a cell above the bound, and those left for a later
+    # stage, as masks, with the positions ever set in each (to list them)
+    capped = np.zeros(len(u_key), dtype=bool)
+    pending = np.zeros(len(u_key), dtype=bool)
+    n_pending = 0
+    capped_seen, pending_seen = [], []
+    known_flat, lev_flat = known.reshape(-1), lev.reshape(-1)
+    dirty = np.arange(len(u_key), dtype=np.int64)
     stage = 0
     while left:
         limit = _STAGES[stage] if stage < len(_STAGES) else None
-        step = _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, f)
-        if step is None:
-            return None
-        new_key, new_level, newly_capped, deferred = step
-        capped = np.union1d(capped[~_member(capped, dirty)], newly_capped)
-        pending = np.union1d(pending[~_member(pending, dirty)], deferred)
+        new_key, new_level, newly_capped, deferred = _pass(dirty, limit, known_flat, lev_flat,
+                                                           system, coef, levels, tol, f)
+        capped[dirty] = False
+        capped[newly_capped] = True
+        capped_seen.append(newly_capped)
+        n_pending -= int(pending[dirty].sum())
+        pending[dirty] = False
+        pending[deferred] = True
+        pending_seen.append(deferred)
+        n_pending += len(deferred)
         if not new_key.size:
-            if not pending.size:
+            if not n_pending:
                 break
-            stage, dirty = stage + 1, pending      # the cheaper rules are exhausted
+            dirty = _distinct(np.concatenate(pending_seen))   # the cheaper rules are exhausted
+            dirty = dirty[pending[dirty]]
+            stage, pending_seen = stage + 1, [dirty]
             continue
+        # the same cell decided twice in a pass: the levels must agree (a safeguard)
+        lev_flat[new_key] = new_level
+        if (lev_flat[new_key] != new_level).any():
+            return None
+        new_key = _distinct(new_key)
+        known_flat[new_key] = True
         nj, ncol = new_key // f, new_key % f
-        known[nj, ncol] = True
-        lev[nj, ncol] = new_level
         left -= new_key.size
-        dirty = np.unique(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
-                          + np.repeat(ncol, ptr[nj + 1] - ptr[nj]))
+        touched = _distinct(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
+                            + np.repeat(ncol, ptr[nj + 1] - ptr[nj]))
+        dirty = np.minimum(np.searchsorted(u_key, touched), len(u_key) - 1)
+        dirty = dirty[u_key[dirty] == touched]     # (every one is there: its cell was unknown)
         stage = 0
-    if not left:
-        capped = np.zeros(0, dtype=np.int64)
-    capped_rows = np.unique(capped // f)
+    if left and capped_seen:
+        at = _distinct(np.concatenate(capped_seen))
+        capped_rows = _distinct(u_key[at[capped[at]]] // f)
+    else:
+        capped_rows = np.zeros(0, dtype=np.int64)
     nodes = known.all(axis=1)
     flagged = np.zeros(n, dtype=bool)
     if capped_rows.size:
@@ -140,6 +200,15 @@ def _node_rows(entry_row: np.ndarray, members: np.ndarray, n: int) -> tuple[np.n
     return ptr, entry_row[order]
 
 
+def _distinct(a: np.ndarray) -> np.ndarray:
+    """``np.unique(a)`` for a 1-d array, by a sort (NumPy's hashing ``unique`` is many times
+    slower on these integer keys)."""
+    s = np.sort(a)
+    if s.size < 2:
+        return s
+    return s[np.concatenate([[True], s[1:] != s[:-1]])]
+
+
 def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """The concatenation of ``arange(s, e)`` for each pair."""
     counts = ends - starts
@@ -149,66 +218,67 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) + offsets
 
 
-def _member(keys: np.ndarray, sorted_set: np.ndarray) -> np.ndarray:
-    """Mask of ``keys`` found in the sorted array ``sorted_set``."""
-    if not sorted_set.size:
-        return np.zeros(len(keys), dtype=bool)
-    at = np.minimum(np.searchsorted(sorted_set, keys), len(sorted_set) - 1)
-    return sorted_set[at] == keys
+def _lookup(keys: np.ndarray, vals: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """``vals`` at the keys ``at`` of the sorted distinct ``keys``, 0 where absent."""
+    if not keys.size:
+        return np.zeros(len(at))
+    pos = np.minimum(np.searchsorted(keys, at), len(keys) - 1)
+    return np.where(keys[pos] == at, vals[pos], 0.0)
 
 
-def _pass(dirty, limit, known, lev, indptr, members, coef, values, levels, tol, f):
-    """One application of the rules to every row-cell ``i·f + column`` in ``dirty`` that has
-    an unknown cell, the enumeration only up to ``limit`` unknowns (None: the bound). Returns
-    (keys ``j·f + column`` of the newly known cells, their levels, the visited row-cells with a
-    cell above the enumeration bound, those left for a later stage), or None when two rules
-    disagree."""
+def _pass(dirty, limit, known_flat, lev_flat, system, coef, levels, tol, f):
+    """One application of the rules to every row-cell in ``dirty`` (positions in the keys
+    ``i·f + column`` of the row-cells with an unknown cell, ``system = (pointers, unknown
+    contributors, keys, residuals at the seeded state)``) that has an unknown cell, the
+    enumeration only up to ``limit`` unknowns (None: the bound). A row-cell's residual is its
+    residual at the seeded state less its contributors decoded since (those above the lowest
+    level, 0: unknown cells hold 0). Returns (keys ``j·f + column`` of the newly known cells,
+    their levels, the visited row-cells with a cell above the enumeration bound, those left
+    for a later stage); a cell decided by two row-cells appears twice (the caller checks that
+    their levels agree)."""
+    u_ptr, u_members, u_key, u_res = system
     empty = np.zeros(0, dtype=np.int64)
-    d_row, d_col = dirty // f, dirty % f
-    sizes = indptr[d_row + 1] - indptr[d_row]
-    t_node = members[_ranges(indptr[d_row], indptr[d_row + 1])]   # ascending within a row
-    t_col = np.repeat(d_col, sizes)
+    sizes = u_ptr[dirty + 1] - u_ptr[dirty]
+    t_node = u_members[_ranges(u_ptr[dirty], u_ptr[dirty + 1])]   # ascending within a cell
     t_cell = np.repeat(np.arange(len(dirty)), sizes)
-    t_known = known[t_node, t_col]
-    # the known part of each row-cell: unknown cells hold level 0, which adds 0
-    part = np.zeros(len(dirty))
-    has = sizes > 0
-    if has.any():
-        part[has] = np.add.reduceat(coef[t_node] * levels[lev[t_node, t_col]],
-                                    (np.cumsum(sizes) - sizes)[has])
-    p_all = np.bincount(t_cell[~t_known], minlength=len(dirty))
+    t_key = t_node * f + np.repeat(u_key[dirty] % f, sizes)
+    t_known = known_flat[t_key]
+    t_lev = lev_flat[t_key]
+    nz = np.flatnonzero(t_lev)
+    part = np.bincount(t_cell[nz], weights=coef[t_node[nz]] * levels[t_lev[nz]],
+                       minlength=len(dirty))
+    unk = np.flatnonzero(~t_known)
+    t_cell = t_cell[unk]
+    p_all = np.bincount(t_cell, minlength=len(dirty))
     cell_ids = np.flatnonzero(p_all)
     if not cell_ids.size:
         return empty, np.zeros(0, dtype=np.int8), empty, empty
-    t_node, t_col, t_cell = t_node[~t_known], t_col[~t_known], t_cell[~t_known]
+    t_node, t_key = t_node[unk], t_key[unk]
     p = p_all[cell_ids]
     starts = np.cumsum(p) - p
-    c_row, c_col, c_key = d_row[cell_ids], d_col[cell_ids], dirty[cell_ids]
+    c_pos = dirty[cell_ids]
+    c_row, c_col = u_key[c_pos] // f, u_key[c_pos] % f
     weight = np.add.reduceat(coef[t_node], starts)
-    res = values[c_row, c_col] - part[cell_ids]
+    res = u_res[c_pos] - part[cell_ids]
     low = np.abs(res) <= tol
     high = ~low & (np.abs(res - weight * levels[-1]) <= tol)
     small = len(levels) ** p.astype(np.float64) <= vd.MAX_COMBINATIONS
     rest = ~low & ~high
     cell_of = np.repeat(np.arange(len(cell_ids)), p)
     by_low, by_high = low[cell_of], high[cell_of]
-    new_key = [t_node[by_low] * f + t_col[by_low], t_node[by_high] * f + t_col[by_high]]
+    new_key = [t_key[by_low], t_key[by_high]]
     new_level = [np.zeros(int(by_low.sum()), dtype=np.int8),
                  np.full(int(by_high.sum()), len(levels) - 1, dtype=np.int8)]
     later = rest & small & (p > (limit if limit is not None else p.max()))
     enum = np.flatnonzero(rest & small & ~later)
-    for q in np.unique(p[enum]):
+    for q in _distinct(p[enum]):
         cells = enum[p[enum] == q]
         key, level = _enumerate(cells, int(q), starts, c_row, c_col, res, t_node, coef,
                                 levels, tol, f)
         new_key.append(key)
         new_level.append(level)
-    keys, level = np.concatenate(new_key), np.concatenate(new_level)
-    keys, first, inverse = np.unique(keys, return_index=True, return_inverse=True)[:3]
-    level_first = level[first]
-    if (level_first[inverse.reshape(-1)] != level).any():
-        return None
-    return keys, level_first, c_key[rest & ~small], c_key[later]
+    return (np.concatenate(new_key), np.concatenate(new_level), c_pos[rest & ~small],
+            c_pos[later])
 
 
 def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f):
@@ -250,40 +320,73 @@ def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return ordered[new], inverse
 
 
+def _sorted_sums(levels: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Every group's ``L^q`` subset sums ``Σ_k c[g, k] · levels[a_k]``, sorted, and the
+    assignments' rows in :func:`fedgl.privacy.value_decoding._grid` (the first unknown most
+    significant) in that order. Up to :data:`_DIRECT` assignments directly; above, one unknown
+    at a time: the sums so far, shifted by each level, are ``L`` sorted runs that a stable
+    sort merges in linear time (ties keep any order: what is read from the sorted sums, counts
+    and clusters, does not depend on it)."""
+    n_levels = len(levels)
+    if n_levels ** c.shape[1] <= _DIRECT:       # a few sums: computed and sorted at once
+        sums = levels[vd._grid(n_levels, c.shape[1])] @ c.T
+        rows = np.argsort(sums.T, axis=1, kind="stable")
+        return np.take_along_axis(sums.T, rows, axis=1), rows
+    sums = np.zeros((len(c), 1))
+    rows = np.zeros((len(c), 1), dtype=np.int64)
+    for k in range(c.shape[1]):
+        ext = np.concatenate([sums + c[:, k:k + 1] * lv for lv in levels], axis=1)
+        ext_rows = np.concatenate([rows * n_levels + lv for lv in range(n_levels)], axis=1)
+        o = np.argsort(ext, axis=1, kind="stable")
+        sums = np.take_along_axis(ext, o, axis=1)
+        rows = np.take_along_axis(ext_rows, o, axis=1)
+    return sums, rows
+
+
 def _decide(group_nodes, g, cells, nodes, grid, c_col, res, coef, levels, tol, f):
     """Decide the cells of one chunk of groups (see :func:`_enumerate`): a cell is decided in
     the unknowns on which every assignment of its residual's cluster agrees, provided the
     window ``[v - tol, v + tol]`` lies in one cluster (the reference's rule)."""
     size, q = grid.shape
-    sums = (levels[grid] @ coef[group_nodes].T).T                      # groups x L^q
-    order = np.argsort(sums, axis=1, kind="stable")
-    sums = np.take_along_axis(sums, order, axis=1)
+    sums, order = _sorted_sums(levels, coef[group_nodes])             # groups x L^q
     cluster = np.concatenate([np.zeros((len(sums), 1), dtype=np.int32),
                               np.cumsum(np.diff(sums, axis=1) > tol, axis=1, dtype=np.int32)],
                              axis=1)
+    # per-group searches, all at once: the groups' sorted sums laid end to end as complex
+    # keys ``group + i·sum`` (NumPy orders complex numbers lexicographically), so one
+    # ``searchsorted`` counts, in each cell's own group, the sums below its window (exact:
+    # the same comparisons as within the group)
+    n_groups = len(sums)
+    base = g * size
+    flat = np.empty(n_groups * size, dtype=np.complex128)
+    flat.real = np.repeat(np.arange(n_groups, dtype=np.float64), size)
+    flat.imag = sums.reshape(-1)
     v = res[cells]
-    k1, k2 = np.zeros(len(cells), dtype=np.int64), np.zeros(len(cells), dtype=np.int64)
-    step = max(1, _CHUNK // size)
-    for s in range(0, len(cells), step):
-        mine = sums[g[s:s + step]]
-        k1[s:s + step] = (mine < (v[s:s + step] - tol)[:, None]).sum(axis=1)
-        k2[s:s + step] = (mine <= (v[s:s + step] + tol)[:, None]).sum(axis=1) - 1
+    probe = np.empty(len(cells), dtype=np.complex128)
+    probe.real = g
+    probe.imag = v - tol
+    k1 = np.searchsorted(flat, probe, side="left") - base
+    probe.imag = v + tol
+    k2 = np.searchsorted(flat, probe, side="right") - base - 1
+    del flat, probe
     ok = (k1 <= k2) & (k1 < size)
     k1c, k2c = np.minimum(k1, size - 1), np.clip(k2, 0, size - 1)
     c_id = cluster[g, k1c]
     ok &= c_id == cluster[g, k2c]
     cells, g, nodes, c_id, k1c = cells[ok], g[ok], nodes[ok], c_id[ok], k1c[ok]
-    first = np.zeros(len(cells), dtype=np.int64)
-    last = np.zeros(len(cells), dtype=np.int64)
-    for s in range(0, len(cells), step):
-        mine = cluster[g[s:s + step]]
-        first[s:s + step] = (mine < c_id[s:s + step, None]).sum(axis=1)
-        last[s:s + step] = (mine <= c_id[s:s + step, None]).sum(axis=1)
+    # each distinct (group, cluster) of the cells once: its first and last position in the
+    # group (cluster ids ascend), and the lowest and highest level of each unknown over it
+    c_key = (np.arange(n_groups, dtype=np.int64)[:, None] * size + cluster).reshape(-1)
+    pair, which = np.unique(g * size + c_id, return_inverse=True)
+    which = which.reshape(-1)
+    p_group = pair // size
+    first = np.searchsorted(c_key, pair, side="left")
+    last = np.searchsorted(c_key, pair, side="right")
     span = last - first
-    pos = _ranges(first, last)
-    members = grid[order[np.repeat(g, span), pos]]                    # cluster rows x q
+    pos = _ranges(first, last) - np.repeat(p_group * size, span)
+    members = grid[order[np.repeat(p_group, span), pos]]              # cluster rows x q
     at = np.concatenate([[0], np.cumsum(span)[:-1]])
-    lo = np.minimum.reduceat(members, at, axis=0) if len(cells) else members
-    hi = np.maximum.reduceat(members, at, axis=0) if len(cells) else members
+    lo = np.minimum.reduceat(members, at, axis=0)[which] if len(cells) else members
+    hi = np.maximum.reduceat(members, at, axis=0)[which] if len(cells) else members
     s, t = np.nonzero(lo == hi)
     return nodes[s, t] * f + c_col[cells[s]], lo[s, t].astype(np.int8)

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any
 
 import numpy as np
 
@@ -77,7 +78,7 @@ def _grid(num_levels: int, p: int) -> np.ndarray:
     return np.ascontiguousarray(axes.T)
 
 
-def decode(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray, values: np.ndarray,
+def decode(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray, values: Any,
            alphabet: np.ndarray, seed: np.ndarray | None = None,
            seed_levels: np.ndarray | None = None) -> Decoded:
     """:func:`decode_reference`, computed by :func:`fedgl.privacy.sparse_decoding.decode_sparse`
@@ -91,13 +92,16 @@ def decode(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray, values: np
 
 
 def decode_reference(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
-                     values: np.ndarray, alphabet: np.ndarray, seed: np.ndarray | None = None,
+                     values: Any, alphabet: np.ndarray, seed: np.ndarray | None = None,
                      seed_levels: np.ndarray | None = None) -> Decoded:
     """Run the attack on rows ``values[i] = Σ_t coef[members[t]] · alphabet[x[members[t]]]``
     for ``t`` in ``indptr[i]:indptr[i+1]`` (CSR over ``len(coef)`` unknown nodes).
 
     ``seed`` (bool per node) marks nodes already known to the attacker (e.g. by linear algebra)
-    with their level indices ``seed_levels`` (rows of those nodes)."""
+    with their level indices ``seed_levels`` (rows of those nodes). ``values`` may be a SciPy
+    sparse matrix (read densely here)."""
+    if hasattr(values, "toarray"):
+        values = values.toarray()
     n, f = len(coef), values.shape[1]
     levels = np.asarray(alphabet, dtype=np.float64)
     tol = TOLERANCE * max(1.0, float(np.abs(levels).max()))
