@@ -252,23 +252,29 @@ def test_banks_fixture_has_cross_bank_edges(banks: tuple) -> None:
     assert any(bank[a] != bank[b] for a, b in truth["edges"]) and len(BANKS) == 3
 
 
-@pytest.mark.slow
-def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) -> None:
-    """The same shards deployed on a loopback Flower federation (set-up by fedgl index, each
-    organisation's fedgl place; the config names own:banks) give the result of fedgl run
-    --shards; nothing the server wrote holds a raw id."""
-    from fedgl.api import run_shards
+def place_shards(root: Path, dirs: list[Path]) -> None:
+    """Every bank's ``fedgl index``/``place`` into ``root/shards``, and the three keys."""
     from fedgl.privacy.identity import write_keys
-    from tests.flower_helpers import deployed_run
 
-    pytest.importorskip("flwr")
-    root, truth, dirs = banks
     assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
     for k, d in enumerate(dirs):
         assert main(["place", "--ingest", str(d), "--positions",
                      str(root / "setup" / f"positions-{k}.json"), "--out",
                      str(root / "shards")]) == 0
     write_keys(root / "keys", 3)
+
+
+@pytest.mark.slow
+def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) -> None:
+    """The same shards deployed on a loopback Flower federation (set-up by fedgl index, each
+    organisation's fedgl place; the config names own:banks) give the result of fedgl run
+    --shards; nothing the server wrote holds a raw id."""
+    from fedgl.api import run_shards
+    from tests.flower_helpers import deployed_run
+
+    pytest.importorskip("flwr")
+    root, truth, dirs = banks
+    place_shards(root, dirs)
     keys = {**RUN, "oracle_eval": False}
     deployed = deployed_run(root, "own", {**keys, "dataset": "own:banks", "clients": 3}, [])
     local = run_shards(dirs, **keys).repeats[0]
@@ -321,16 +327,10 @@ def test_a_deployed_run_under_other_settings_is_refused_at_setup(banks: tuple) -
     import sys
 
     from fedgl.deployment.loopback import Loopback
-    from fedgl.privacy.identity import write_keys
 
     pytest.importorskip("flwr")
     root, _, dirs = banks
-    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
-    for k, d in enumerate(dirs):
-        assert main(["place", "--ingest", str(d), "--positions",
-                     str(root / "setup" / f"positions-{k}.json"), "--out",
-                     str(root / "shards")]) == 0
-    write_keys(root / "keys", 3)
+    place_shards(root, dirs)
     with Loopback(root / "fed", root / "shards", root / "keys", 3, []) as fed:
         proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
                                fed.address, "--roster", str(root / "keys" / "roster.json"),
@@ -368,19 +368,13 @@ def test_a_settings_refusal_at_setup_stops_the_server_as_bad_input(banks: tuple)
     from fedgl.deployment.party import HELLO, SETUP, Party
     from fedgl.errors import ConfigError, RunAborted
     from fedgl.federation.protocol import ProtocolViolation
-    from fedgl.privacy.identity import write_keys
     from tests.test_flower_operations import send
 
     pytest.importorskip("flwr")
     from fedgl.deployment.server_app import setup_clients
 
     root, _, dirs = banks
-    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
-    for k, d in enumerate(dirs):
-        assert main(["place", "--ingest", str(d), "--positions",
-                     str(root / "setup" / f"positions-{k}.json"), "--out",
-                     str(root / "shards")]) == 0
-    write_keys(root / "keys", 3)
+    place_shards(root, dirs)
     parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
                      root / "keys" / "roster.json") for k in range(3)]
 
