@@ -76,7 +76,8 @@ def test_shard_command_writes_own_nodes_only(tmp_path: Path, data_root: Path) ->
 # ---------------------------------------------------------------------- the party
 @needs_flwr
 def test_party_needs_its_own_roster_key(tmp_path: Path) -> None:
-    from fedgl.deployment.party import Party, Safety, hello_message
+    from fedgl.deployment.party import Party, hello_message
+    from fedgl.privacy.policy import ClientPolicy
 
     roster = write_keys(tmp_path / "keys", 3)
     manifest = write_shard(tiny_shard(1), tmp_path / "shard")
@@ -88,7 +89,7 @@ def test_party_needs_its_own_roster_key(tmp_path: Path) -> None:
 
     from fedgl.federation.codec import Encoded, decode, encode
 
-    party = Party(manifest, tmp_path / "keys" / "client-1.key", roster, Safety("robust"))
+    party = Party(manifest, tmp_path / "keys" / "client-1.key", roster, ClientPolicy("robust"))
     where = {"op": "message", "phase": "setup", "node_id": 2**64 - 5, "run_id": 7}
     head, body = party.answer(where, encode("party.hello", {"challenge": b"\xab" * 32})
                               .to_bytes())

@@ -35,12 +35,13 @@ FLWR_IMPORT = pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarn
 
 
 def make_party(tmp_path: Path, **kwargs: Any):
-    from fedgl.deployment.party import Party, Safety
+    from fedgl.deployment.party import Party
+    from fedgl.privacy.policy import ClientPolicy
 
     roster = write_keys(tmp_path / "keys", 3)
     manifest = write_shard(tiny_shard(1, test_node=True), tmp_path / "shard")
     return Party(manifest, tmp_path / "keys" / "client-1.key", roster,
-                 kwargs.pop("safety", Safety()), **kwargs)
+                 kwargs.pop("safety", ClientPolicy()), **kwargs)
 
 
 def send(party: Any, msg_type: str, payload: Any, *, phase: str = "setup", run: int = RUN_ID,
@@ -141,9 +142,9 @@ def test_setup_with_an_unreadable_config_or_garbage_bytes_is_refused(tmp_path: P
 
 
 def test_the_server_cannot_lower_the_clients_safety_settings(tmp_path: Path) -> None:
-    from fedgl.deployment.party import Safety
+    from fedgl.privacy.policy import ClientPolicy
 
-    party = make_party(tmp_path, safety=Safety("robust", 0, 2))
+    party = make_party(tmp_path, safety=ClientPolicy("robust", 0, 2))
     send(party, "party.hello", {"challenge": b"\x05" * 32})
     head, _ = send(party, "party.setup", setup_payload(secure_sum="none"))
     assert "runs 'robust'" in head["refused"]
@@ -182,7 +183,8 @@ def test_the_ledger_counts_set_up_messages_in_their_own_phase() -> None:
 def test_dp_release_log_lives_with_the_party(tmp_path: Path) -> None:
     """A DP run that can be resumed needs the party's --state-dir; the party logs each release
     there (never in the server's --out), and a later set-up of the same run reports them."""
-    from fedgl.deployment.party import Party, Safety
+    from fedgl.deployment.party import Party
+    from fedgl.privacy.policy import ClientPolicy
 
     dp = {"dp_epsilon": 1.0, "checkpoint_every": 1, "out": str(tmp_path / "server-out")}
     party = make_party(tmp_path)
@@ -194,7 +196,7 @@ def test_dp_release_log_lives_with_the_party(tmp_path: Path) -> None:
     manifest = tmp_path / "shard" / "client-1.json"
     state = tmp_path / "state"
     for attempt, run in enumerate((RUN_ID, RUN_ID + 1)):
-        party = Party(manifest, tmp_path / "keys" / "client-1.key", roster, Safety(),
+        party = Party(manifest, tmp_path / "keys" / "client-1.key", roster, ClientPolicy(),
                       state_dir=state)
         send(party, "party.hello", {"challenge": b"\x06" * 32}, run=run)
         head, (_, reply) = send(party, "party.setup", {**setup_payload(**dp),

@@ -326,7 +326,8 @@ def test_a_deployed_party_re_releases_the_same_noise_in_every_run(tmp_path):
     """The attack on a deployed party: eight runs (run ids, run tags) of the same DP set-up, the
     party restarted half-way with its --state-dir: the same release name and noisy sums each
     time, ε spent once."""
-    from fedgl.deployment.party import Party, Safety
+    from fedgl.deployment.party import Party
+    from fedgl.privacy.policy import ClientPolicy
     from tests.test_flower_operations import RUN_ID, make_party, send, setup_payload
 
     state = tmp_path / "state"
@@ -335,7 +336,7 @@ def test_a_deployed_party_re_releases_the_same_noise_in_every_run(tmp_path):
     for i in range(8):
         if i == 4:  # a restart of `fedgl client` with the same --state-dir
             party = Party(tmp_path / "shard" / "client-1.json", tmp_path / "keys" / "client-1.key",
-                          tmp_path / "keys" / "roster.json", Safety(), state_dir=state)
+                          tmp_path / "keys" / "roster.json", ClientPolicy(), state_dir=state)
         run = RUN_ID + i
         send(party, "party.hello", {"challenge": b"\x06" * 32}, run=run)
         payload = {**setup_payload(dp_epsilon=1.0), "run_tag": f"r{i}"}

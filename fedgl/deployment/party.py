@@ -122,10 +122,6 @@ def read_identity(path: str | Path) -> Identity:
     return Identity(raw)
 
 
-#: the party's safety settings are its :class:`~fedgl.privacy.policy.ClientPolicy` (the name
-#: ``Safety`` is kept for callers that build it positionally: mode, threshold, min contributors)
-Safety = ClientPolicy
-
 
 class Party:
     """The client role of one organisation (see the module docstring)."""
