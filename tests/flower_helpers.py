@@ -80,6 +80,15 @@ def deployed_run(root: Path, name: str, keys: dict, client_args: list[str],
     return result
 
 
+def assert_same_ledger(deployed: dict, local: dict, *, setup: bool = False) -> None:
+    """Value bytes, wire bytes and message counts of every phase of the local run's ledger
+    equal the deployed run's; the set-up phase only with ``setup`` (a local run asks
+    ``setup.facts``, a deployment's hello and set-up round trips carry the facts)."""
+    for key in ("bytes", "wire_bytes", "messages"):
+        phases = [p for p in local[key] if setup or p != "setup"]
+        assert {p: deployed[key][p] for p in phases} == {p: local[key][p] for p in phases}, key
+
+
 def assert_same_as_local(deployed: dict, keys: dict) -> None:
     """History, value bytes, wire bytes and message counts equal ``fedgl.api.run(**keys)``'s."""
     from fedgl.api import run
@@ -93,10 +102,7 @@ def assert_same_as_local(deployed: dict, keys: dict) -> None:
     nodes = rep["extra"]["flower"].get("nodes")   # absent where no Flower carried the run
     # the local run's phases, its set-up ('setup.facts' to every client) included where the
     # deployed driver asked in-process; over Flower the set-up is the deployment's own
-    for key in ("bytes", "wire_bytes", "messages"):
-        phases = [p for p in local.ledger[key] if nodes is None or p != "setup"]
-        assert {p: rep["ledger"][key][p] for p in phases} == \
-            {p: local.ledger[key][p] for p in phases}, key
+    assert_same_ledger(rep["ledger"], local.ledger, setup=nodes is None)
     n = rep["partition"]["clients"]   # the shards' count, from their facts
     assert local.ledger["messages"]["setup"] == {"up": n, "down": n}
     if nodes is not None:   # each client: one hello, one set-up (whose reply brings the facts)

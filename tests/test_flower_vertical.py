@@ -16,7 +16,12 @@ from fedgl.config import Config
 from fedgl.data.shard_format import read_shard, shard_paths, write_shard
 from fedgl.data.vertical import VerticalClientData, vertical_split
 from fedgl.errors import ConfigError, DataError
-from tests.flower_helpers import deployed_run, needs_flwr, write_deployment_files
+from tests.flower_helpers import (
+    assert_same_ledger,
+    deployed_run,
+    needs_flwr,
+    write_deployment_files,
+)
 
 #: a small deployed GLASU run on Cora (per-client computation, as each party computes alone)
 GLASU_RUN = {"algorithm": "glasu", "dataset": "cora", "clients": 3, "layers": 2, "hidden": 16,
@@ -224,10 +229,7 @@ def assert_vertical_same_as_local(deployed: dict, keys: dict, setups: int = 1) -
     assert timeless(rep["history"]) == timeless(json.loads(json.dumps(local.history)))
     # the local run's phases but its set-up (its 'setup.facts'); a deployment's set-up is its
     # own: each client one hello and one set-up, whose reply brings the facts
-    for key in ("bytes", "wire_bytes", "messages"):
-        phases = [p for p in local.ledger[key] if p != "setup"]
-        assert {p: rep["ledger"][key][p] for p in phases} == \
-            {p: local.ledger[key][p] for p in phases}, key
+    assert_same_ledger(rep["ledger"], local.ledger)
     clients = len(rep["extra"]["flower"]["nodes"])
     assert local.ledger["messages"]["setup"] == {"up": clients, "down": clients}
     assert rep["ledger"]["messages"]["setup"] == {"up": 2 * clients * setups,

@@ -270,7 +270,7 @@ def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) 
     organisation's fedgl place; the config names own:banks) give the result of fedgl run
     --shards; nothing the server wrote holds a raw id."""
     from fedgl.api import run_shards
-    from tests.flower_helpers import deployed_run
+    from tests.flower_helpers import assert_same_ledger, deployed_run
 
     pytest.importorskip("flwr")
     root, truth, dirs = banks
@@ -284,10 +284,7 @@ def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) 
         [{c: h.get(c) for c in columns} for h in local.history]
     # every phase but the set-up: the local run asks 'setup.facts'; a deployment's hello and
     # set-up round trips carry the facts
-    for key in ("bytes", "wire_bytes", "messages"):
-        phases = [p for p in local.ledger[key] if p != "setup"]
-        assert {p: rep["ledger"][key][p] for p in phases} == \
-            {p: local.ledger[key][p] for p in phases}, key
+    assert_same_ledger(rep["ledger"], local.ledger)
     assert rep["ledger"]["messages"]["setup"] == {"up": 6, "down": 6}
     assert deployed["config"]["dataset"] == "own:banks"
     server_files = [p.read_bytes() for p in (root / "out-own").rglob("*") if p.is_file()]

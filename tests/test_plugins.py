@@ -152,6 +152,16 @@ def write_plugin(site: Path, package: str, entry: str, module: str, source: str)
     (site / f"{module}.py").write_text(source)
 
 
+def restore_registry(specs: dict, aliases: dict) -> None:
+    """The registry as it was before a test installed plugins, discovered afresh."""
+    registry._SPECS.clear()
+    registry._SPECS.update(specs)
+    registry._ALIASES.clear()
+    registry._ALIASES.update(aliases)
+    importlib.invalidate_caches()
+    plugin_discovery.discover(refresh=True)
+
+
 @pytest.fixture
 def plugin_site(tmp_path: Path):
     """A folder on sys.path for hand-written plugins; the registry is restored afterwards."""
@@ -169,12 +179,7 @@ def plugin_site(tmp_path: Path):
         for name in set(sys.modules) - before:
             if name.startswith("plug_"):
                 del sys.modules[name]
-        registry._SPECS.clear()
-        registry._SPECS.update(specs)
-        registry._ALIASES.clear()
-        registry._ALIASES.update(aliases)
-        importlib.invalidate_caches()
-        plugin_discovery.discover(refresh=True)
+        restore_registry(specs, aliases)
 
 
 SPEC_SOURCE = GOOD_OPTIONS + '''
@@ -286,12 +291,7 @@ def fedprox_here(fedprox_site: Path, monkeypatch: pytest.MonkeyPatch):
     finally:
         sys.path.remove(str(fedprox_site))
         sys.modules.pop("fedgl_fedprox", None)
-        registry._SPECS.clear()
-        registry._SPECS.update(specs)
-        registry._ALIASES.clear()
-        registry._ALIASES.update(aliases)
-        importlib.invalidate_caches()
-        plugin_discovery.discover(refresh=True)
+        restore_registry(specs, aliases)
 
 
 def fedprox_shards(root: Path) -> Path:

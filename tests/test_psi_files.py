@@ -295,7 +295,7 @@ def test_loopback_glasu_over_psi_placed_shards_equals_run_shards(placed: tuple) 
     their ingest folders; nothing the server wrote and nothing the relay handled holds an id."""
     from fedgl.api import run_shards
     from fedgl.privacy.identity import write_keys
-    from tests.flower_helpers import deployed_run
+    from tests.flower_helpers import assert_same_ledger, deployed_run
 
     pytest.importorskip("flwr")
     root, truth, dirs = placed
@@ -312,10 +312,7 @@ def test_loopback_glasu_over_psi_placed_shards_equals_run_shards(placed: tuple) 
     assert timeless(rep["history"]) == timeless(json.loads(json.dumps(local.history)))
     # every phase but the set-up: the local run asks 'setup.facts'; a deployment's hello and
     # set-up round trips carry the facts (the alignment digest of the placed shards among them)
-    for key in ("bytes", "wire_bytes", "messages"):
-        phases = [p for p in local.ledger[key] if p != "setup"]
-        assert {p: rep["ledger"][key][p] for p in phases} == \
-            {p: local.ledger[key][p] for p in phases}, key
+    assert_same_ledger(rep["ledger"], local.ledger)
     assert rep["ledger"]["messages"]["setup"] == {"up": 6, "down": 6}
     assert deployed["config"]["dataset"] == "own:telco"
     seen = [p.read_bytes() for p in (root / "out-psi").rglob("*") if p.is_file()]

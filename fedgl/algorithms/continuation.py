@@ -12,7 +12,6 @@ runtime and runs the driver the algorithm's spec names. Nothing here imports the
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,13 +33,6 @@ class Continuation:
 def continuation(runtime: Any) -> Continuation:
     """The runtime's continuation (none set: a run that neither checkpoints nor resumes)."""
     return getattr(runtime, "continuation", None) or Continuation()
-
-
-def phase_seconds(ledger: Any, setup_seconds: float, t0: float) -> dict[str, float]:
-    """The result's phase times (no oracle evaluation in a deployed run)."""
-    return {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),
-            "train": ledger.seconds("train"), "eval": ledger.seconds("eval"), "oracle": 0.0,
-            "total": time.perf_counter() - t0}
 
 
 def resume_keeping_setup(runtime: Any, resume: Any, server: Any,
@@ -95,3 +87,24 @@ def log_phase(runtime: Any, phase: str, name: str) -> None:
     if log is not None:
         log.phase_line(name, runtime.ledger.messages(phase, "down"),
                        runtime.ledger.wire_bytes(phase))
+
+
+def flower_rounds(runtime: Any, total: int, server: Any = None) -> tuple[Any, list[dict]]:
+    """The deployed run's :class:`~fedgl.algorithms.watch.Watch` (each round's log line and
+    what Flower and the ledger carried in it) and the list of those per-round bytes it fills
+    (``extra.flower.per_round``); ``server``: see :func:`bytes_now`."""
+    from fedgl.algorithms.watch import Watch
+
+    per_round: list[dict] = []
+    seen: dict[str, int] = {}
+
+    def started(start: int) -> None:   # after the pre-training exchange or the resume
+        seen.update(bytes_now(runtime, server))
+
+    def round_done(t: int, row: dict) -> None:
+        now = bytes_now(runtime, server)
+        per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
+        seen.update(now)
+        log_round(runtime, t, total, row)
+
+    return Watch(started=started, round_done=round_done, startup_round=None), per_round

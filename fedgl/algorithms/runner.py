@@ -19,7 +19,7 @@ import torch
 
 from fedgl.algorithms.base import FedAvgServer, GNNClient
 from fedgl.algorithms.fedavg_driver import drive_fedavg
-from fedgl.algorithms.watch import Watch
+from fedgl.algorithms.watch import progress_watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.config import Config
 from fedgl.data.client_data import split_graph
@@ -201,15 +201,8 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         elif oracle is None:
             oracle = OracleEvaluator(graph, cfg)
 
-        def started(start: int) -> None:
-            progress.start(f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
-            for _ in range(start - 1):
-                progress.advance()
-
-        watch = Watch(started=started, oracle=oracle,
-                      round_done=lambda t, row: progress.advance(_progress_info(row)),
-                      on_round=None if on_round is None else
-                      lambda t, srv: on_round(repeat, t, srv))
+        watch = progress_watch(progress, f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}",
+                               cfg.rounds, repeat=repeat, on_round=on_round, oracle=oracle)
         result = drive_fedavg(server, cfg, repeat=repeat, seed=seed,
                               part_stats=part.stats(graph), t0=t0, resume=_resume,
                               resume_from=resume_from, checkpointer=checkpointer, watch=watch)
@@ -359,9 +352,3 @@ def finish_repeat(repeat: int, seed: int, part_stats: dict, history: list[dict],
 def _num(v: object) -> float:
     return float(v) if isinstance(v, int | float) and not math.isnan(v) else -1.0
 
-
-def _progress_info(row: dict) -> str:
-    parts = [f"loss {row['train_loss']:.3f}"] if not math.isnan(row["train_loss"]) else []
-    if "test_acc" in row:
-        parts.append(f"test {row['test_acc']:.3f}")
-    return " ".join(parts)

@@ -12,7 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from fedgl.algorithms.runner import _progress_info, divergence, finish_repeat, network_columns
+from fedgl.algorithms.runner import divergence, finish_repeat, network_columns
+from fedgl.algorithms.watch import progress_info
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
@@ -54,7 +55,7 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
                 row.update(oracle(weights))
                 oracle_seconds += time.perf_counter() - o0
         history.append(row)
-        progress.advance(_progress_info(row))
+        progress.advance(progress_info(row))
         diverged = divergence(t, weights, row["train_loss"], cfg)
         if diverged is not None:
             break

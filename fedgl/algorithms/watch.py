@@ -6,6 +6,7 @@ driver itself is the same on every runtime."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,3 +33,30 @@ class Watch:
     #: file the runtime's failure events in the history's events (the mini-batch driver's
     #: local runs keep only the resumes there)
     runtime_events: bool = True
+
+
+def progress_info(row: dict) -> str:
+    """A round's progress-line text: its training loss and, when evaluated, test accuracy."""
+    parts = [f"loss {row['train_loss']:.3f}"] if not math.isnan(row["train_loss"]) else []
+    if "test_acc" in row:
+        parts.append(f"test {row['test_acc']:.3f}")
+    return " ".join(parts)
+
+
+def progress_watch(progress: Any, label: str, rounds: int, *, repeat: int,
+                   on_round: Callable[[int, int, Any], None] | None = None, first: int = 1,
+                   **hooks: Any) -> Watch:
+    """A local or Ray run's :class:`Watch`: the progress line ``label`` over ``rounds`` (a
+    resumed run starts it at its first round; ``first``: the number of the driver's first
+    round), one step per finished round, and the caller's ``on_round(repeat, t, server)``;
+    ``hooks``: the Watch's other fields (``oracle``, ``runtime_events``)."""
+
+    def started(start: int) -> None:
+        progress.start(label, rounds)
+        for _ in range(start - first):
+            progress.advance()
+
+    return Watch(started=started,
+                 round_done=lambda t, row: progress.advance(progress_info(row)),
+                 on_round=None if on_round is None else
+                 lambda t, srv: on_round(repeat, t, srv), **hooks)

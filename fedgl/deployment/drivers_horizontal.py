@@ -25,8 +25,8 @@ from typing import Any
 
 from fedgl.algorithms.continuation import (
     Continuation,
-    bytes_now,
     continuation,
+    flower_rounds,
     log_phase,
     log_round,
     resume_keeping_setup,
@@ -47,24 +47,13 @@ def run_fedavg(runtime: Any, cfg: Config, seed: int, t0: float, server_path: str
                                  secagg_threshold=cfg.secagg_threshold,
                                  secure_models=cfg.secure_models)
     cont = continuation(runtime)
-    per_round: list[dict] = []
-    seen: dict[str, int] = {}
-
-    def started(start: int) -> None:   # after the pre-training exchange or the resume
-        seen.update(bytes_now(runtime))
-
-    def round_done(t: int, row: dict) -> None:
-        now = bytes_now(runtime, server)
-        per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
-        seen.update(now)
-        log_round(runtime, t, int(cfg.rounds), row)
+    watch, per_round = flower_rounds(runtime, int(cfg.rounds), server)
 
     def pretrained() -> None:
         if runtime.ledger.messages("pretrain"):
             log_phase(runtime, "pretrain", "pre-training")
 
-    watch = Watch(started=started, pretrained=pretrained, round_done=round_done,
-                  startup_round=None)
+    watch.pretrained = pretrained
     rep = drive_fedavg(server, cfg, repeat=0, seed=seed, part_stats=facts.stats(), t0=t0,
                        resume=lambda srv, progress: resume_keeping_setup(runtime, _resume, srv,
                                                                          progress),

@@ -101,38 +101,25 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, seed: int, t0: float) -> R
     """One deployed GLASU repeat (see the module docstring), set up as a local run sets it up
     (:func:`fedgl.algorithms.glasu.runner.start_server`)."""
     from fedgl.algorithms.continuation import (
-        bytes_now,
         continuation,
-        log_round,
+        flower_rounds,
         resume_keeping_setup,
     )
     from fedgl.algorithms.glasu.runner import _json_params, drive_glasu, glasu_params, start_server
     from fedgl.algorithms.glasu.runner import _resume as resume_glasu
     from fedgl.algorithms.runner import finish_repeat
-    from fedgl.algorithms.watch import Watch
 
     server, facts = start_server(runtime, cfg, seed,
                                  lambda num_classes: glasu_params(cfg, _options(cfg), num_classes))
     params = server.p
     setup_seconds = time.perf_counter() - t0
     cont = continuation(runtime)
-    per_round: list[dict] = []
-    seen: dict[str, int] = {}
-
-    def started(start: int) -> None:   # after the resume
-        seen.update(bytes_now(runtime))
-
-    def round_done(t: int, row: dict) -> None:
-        log_round(runtime, t, int(cfg.rounds), row)
-        now = bytes_now(runtime)
-        per_round.append({"round": t, **{k: now[k] - seen[k] for k in now}})
-        seen.update(now)
-
+    watch, per_round = flower_rounds(runtime, int(cfg.rounds))
     history, events = drive_glasu(
         server, cfg, repeat=0, seed=seed,
         resume=lambda srv, progress: resume_keeping_setup(runtime, resume_glasu, srv, progress),
         resume_from=cont.progress, checkpointer=cont.checkpointer,
-        watch=Watch(started=started, round_done=round_done, startup_round=None),
+        watch=watch,
         aside=lambda step: _aside(runtime, step))
     ledger = runtime.ledger
     seconds = {"setup": setup_seconds, "pretrain": ledger.seconds("pretrain"),

@@ -37,8 +37,8 @@ from fedgl.algorithms.glasu.options import (
     agg_layer_set,
 )
 from fedgl.algorithms.glasu.server import GlasuServer
-from fedgl.algorithms.runner import _progress_info, finish_repeat, network_columns
-from fedgl.algorithms.watch import Watch
+from fedgl.algorithms.runner import finish_repeat, network_columns
+from fedgl.algorithms.watch import Watch, progress_watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import parse_num_neighbors
 from fedgl.data.graph import GraphData
@@ -281,15 +281,8 @@ def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, seed: int,
     """A local or Ray run of :func:`drive_glasu`, with its progress line."""
     repeats = int(getattr(cfg, "repeats", 1))
 
-    def started(start: int) -> None:
-        progress.start(f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds))
-        for _ in range(start - 1):
-            progress.advance()
-
-    watch = Watch(started=started, runtime_events=False,
-                  round_done=lambda t, row: progress.advance(_progress_info(row)),
-                  on_round=None if on_round is None else
-                  lambda t, srv: on_round(repeat, t, srv))
+    watch = progress_watch(progress, f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds),
+                           repeat=repeat, on_round=on_round, runtime_events=False)
     return drive_glasu(server, cfg, repeat=repeat, seed=seed, resume=_resume,
                        resume_from=resume_from, checkpointer=checkpointer, watch=watch)
 

@@ -24,8 +24,7 @@ from fedgl.algorithms.minibatch.client import MiniBatchClient
 from fedgl.algorithms.minibatch.driver import drive_minibatch
 from fedgl.algorithms.minibatch.server import FedSGDServer, Schedule
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
-from fedgl.algorithms.runner import _progress_info
-from fedgl.algorithms.watch import Watch
+from fedgl.algorithms.watch import progress_watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress, check_weights
 from fedgl.data.client_data import split_graph
 from fedgl.data.graph import GraphData
@@ -125,16 +124,10 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
     try:
         oracle = OracleMiniBatch(graph, s) if getattr(cfg, "oracle_eval", False) else None
 
-        def started(start: int) -> None:
-            progress.start(f"{name} repeat {repeat + 1}/{getattr(cfg, 'repeats', 1)}",
-                           int(cfg.rounds))
-            for _ in range(start):
-                progress.advance()
-
-        watch = Watch(started=started, oracle=oracle, runtime_events=False,
-                      round_done=lambda t, row: progress.advance(_progress_info(row)),
-                      on_round=None if on_round is None else
-                      lambda t, srv: on_round(repeat, t, srv))
+        watch = progress_watch(progress,
+                               f"{name} repeat {repeat + 1}/{getattr(cfg, 'repeats', 1)}",
+                               int(cfg.rounds), repeat=repeat, on_round=on_round, first=0,
+                               oracle=oracle, runtime_events=False)
         result, events = drive_minibatch(server, cfg, repeat=repeat, seed=seed,
                                          part_stats=part.stats(graph), t0=t0, resume=_resume,
                                          resume_from=resume_from, checkpointer=checkpointer,
