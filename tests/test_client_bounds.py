@@ -106,7 +106,7 @@ def test_a_resumed_run_still_leaves_the_refused_client_out(small, tmp_path):
     """The checkpoint keeps the clients the server refused: resuming from it re-runs the
     pre-training without the liar (it is never asked again) and continues exactly as the
     uninterrupted run, whose later rounds also go without it."""
-    from fedgl.algorithms.runner import _resume, round_progress
+    from fedgl.algorithms.runner import resume_repeat, round_progress
     from fedgl.checkpoint import Checkpointer, load_checkpoint
 
     cfg = {"hops": 2, "on_client_failure": "drop", "batch_clients": False}
@@ -130,7 +130,7 @@ def test_a_resumed_run_still_leaves_the_refused_client_out(small, tmp_path):
     _, want, _ = next(rounds)   # the uninterrupted run's round 2
 
     resumed = _federation(small, liar, **cfg)
-    start, _, _ = _resume(resumed, progress)
+    start, _, _ = resume_repeat(resumed, progress)
     assert start == 2 and list(resumed.refused) == [LIAR]
     assert resumed.refusal_log == server.refusal_log
     assert server.runtime.local_client(LIAR).uploads == 1

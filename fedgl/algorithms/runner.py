@@ -204,7 +204,7 @@ def run_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
         watch = progress_watch(progress, f"{cfg.algorithm} repeat {repeat + 1}/{cfg.repeats}",
                                cfg.rounds, repeat=repeat, on_round=on_round, oracle=oracle)
         result = drive_fedavg(server, cfg, repeat=repeat, seed=seed,
-                              part_stats=part.stats(graph), t0=t0, resume=_resume,
+                              part_stats=part.stats(graph), t0=t0, resume=resume_repeat,
                               resume_from=resume_from, checkpointer=checkpointer, watch=watch)
         if hasattr(runtime, "placement"):
             result.extra["placement"] = {str(k): v for k, v in runtime.placement().items()}
@@ -277,7 +277,7 @@ def round_progress(server: FedAvgServer, repeat: int, seed: int, round_: int, we
                           {k: list(v) for k, v in releases.items()}, server=state)
 
 
-def _resume(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
+def resume_repeat(server: FedAvgServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
     """Rebuild client state (pre-training re-run without the clients refused before the
     checkpoint, on a scratch ledger so the restored totals equal an uninterrupted run's) and
     restore the server's model, history and ledger."""

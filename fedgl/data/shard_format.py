@@ -59,7 +59,7 @@ def shard_paths(folder: str | Path, client_id: int) -> tuple[Path, Path]:
     return folder / f"client-{client_id}.json", folder / f"client-{client_id}.npz"
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
+def write_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:
         f.write(data)
@@ -90,8 +90,8 @@ def write_shard(shard: ClientData | VerticalClientData, folder: str | Path,
         "npz": npz_path.name, "npz_sha256": hashlib.sha256(data).hexdigest(),
         "source": dict(source or {}),
     }
-    _write_atomic(npz_path, data)
-    _write_atomic(manifest_path, (json.dumps(manifest, indent=2) + "\n").encode())
+    write_atomic(npz_path, data)
+    write_atomic(manifest_path, (json.dumps(manifest, indent=2) + "\n").encode())
     return manifest_path
 
 

@@ -32,7 +32,7 @@ from fedgl.algorithms.continuation import (
     resume_keeping_setup,
 )
 from fedgl.algorithms.fedavg_driver import drive_fedavg
-from fedgl.algorithms.runner import _resume, start_server
+from fedgl.algorithms.runner import resume_repeat, start_server
 from fedgl.algorithms.watch import Watch
 from fedgl.config import Config
 from fedgl.config.registry import load_path
@@ -55,7 +55,7 @@ def run_fedavg(runtime: Any, cfg: Config, seed: int, t0: float, server_path: str
 
     watch.pretrained = pretrained
     rep = drive_fedavg(server, cfg, repeat=0, seed=seed, part_stats=facts.stats(), t0=t0,
-                       resume=lambda srv, progress: resume_keeping_setup(runtime, _resume, srv,
+                       resume=lambda srv, progress: resume_keeping_setup(runtime, resume_repeat, srv,
                                                                          progress),
                        resume_from=cont.progress, checkpointer=cont.checkpointer, watch=watch)
     rep.extra.update(privacy_extra(server, cfg, cont))
@@ -88,7 +88,7 @@ def run_minibatch(runtime: Any, cfg: Config, seed: int, t0: float, schedule_path
     schedule that the spec's function ``schedule_path`` builds), set up as a local run sets it
     up (:func:`fedgl.algorithms.minibatch.runner.start_server`)."""
     from fedgl.algorithms.minibatch.driver import drive_minibatch
-    from fedgl.algorithms.minibatch.runner import _resume as resume_minibatch
+    from fedgl.algorithms.minibatch.runner import resume_repeat as resume_minibatch
     from fedgl.algorithms.minibatch.runner import start_server as start_fedsgd
     from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 

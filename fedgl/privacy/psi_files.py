@@ -46,7 +46,7 @@ from typing import Any
 import numpy as np
 
 from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
-from fedgl.data.shard_format import _write_atomic
+from fedgl.data.shard_format import write_atomic
 from fedgl.errors import DataError
 from fedgl.privacy.psi import VALUE_BYTES, PsiParty, common_rows, intersect_blinded
 
@@ -64,7 +64,7 @@ def write_message(path: Path, msg_type: str, payload: dict[str, Any]) -> Path:
     if path.exists():
         raise DataError(f"'{path}' exists; choose another --out")
     path.parent.mkdir(parents=True, exist_ok=True)
-    _write_atomic(path, encode(msg_type, payload).to_bytes())
+    write_atomic(path, encode(msg_type, payload).to_bytes())
     return path
 
 
@@ -115,7 +115,7 @@ def _save_state(folder: Path, state: dict[str, Any]) -> None:
     np.savez(buf, key=np.frombuffer(state["key"], dtype=np.uint8), order=state["order"],
              budget=np.int64(state["budget"]), parties=np.int64(state["parties"]),
              done=np.bool_(state["done"]))
-    _write_atomic(folder / STATE, buf.getvalue())   # mkstemp: mode 0600
+    write_atomic(folder / STATE, buf.getvalue())   # mkstemp: mode 0600
 
 
 def _load_state(folder: Path) -> dict[str, Any]:
@@ -279,7 +279,7 @@ def intersect(set_files: list[str | Path], out: str | Path) -> dict[str, Any]:
             "positions": placed[j]["positions"], "offsets": offsets,
             "num_classes": int(facts[holders[0]]["num_classes"]), "label_holders": holders,
             "sizes": figures["sizes"], "common": common})
-    _write_atomic(out / "psi.json", (json.dumps(figures, indent=2) + "\n").encode())
+    write_atomic(out / "psi.json", (json.dumps(figures, indent=2) + "\n").encode())
     return figures
 
 

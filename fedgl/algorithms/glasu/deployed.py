@@ -105,8 +105,8 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, seed: int, t0: float) -> R
         flower_rounds,
         resume_keeping_setup,
     )
-    from fedgl.algorithms.glasu.runner import _json_params, drive_glasu, glasu_params, start_server
-    from fedgl.algorithms.glasu.runner import _resume as resume_glasu
+    from fedgl.algorithms.glasu.runner import drive_glasu, glasu_params, json_params, start_server
+    from fedgl.algorithms.glasu.runner import resume_repeat as resume_glasu
     from fedgl.algorithms.runner import finish_repeat
 
     server, facts = start_server(runtime, cfg, seed,
@@ -128,7 +128,7 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, seed: int, t0: float) -> R
     stats = {"setting": "vertical", "clients": len(facts.nodes), "num_nodes": facts.num_nodes,
              "columns": [facts.features[k] for k in sorted(facts.features)]}
     rep = finish_repeat(0, seed, stats, history, ledger.summary(), seconds)
-    rep.extra.update({"setting": "vertical", "mode": "glasu", "params": _json_params(params),
+    rep.extra.update({"setting": "vertical", "mode": "glasu", "params": json_params(params),
                       "runtime": "flower", "communication": "counted by the ledger",
                       "failures": events})
     rep.extra["flower"] = {"per_round": per_round}

@@ -204,7 +204,7 @@ def party_state(server: GlasuServer, round_: int) -> dict:
                         for m, s in saved.items()}}
 
 
-def _resume(server: GlasuServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
+def resume_repeat(server: GlasuServer, state: RepeatProgress) -> tuple[int, list[dict], list[dict]]:
     """Have every client restore its own saved state (checked against the digest the server
     kept), restore the server's stream, the history and the ledger (the set-up exchange already
     re-ran on building the federation; the restored ledger counts it once, as uninterrupted)."""
@@ -283,7 +283,7 @@ def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, seed: int,
 
     watch = progress_watch(progress, f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds),
                            repeat=repeat, on_round=on_round, runtime_events=False)
-    return drive_glasu(server, cfg, repeat=repeat, seed=seed, resume=_resume,
+    return drive_glasu(server, cfg, repeat=repeat, seed=seed, resume=resume_repeat,
                        resume_from=resume_from, checkpointer=checkpointer, watch=watch)
 
 
@@ -332,7 +332,7 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
         result = finish_repeat(repeat, seed, split_stats(parts, graph), history,
                                ledger.summary(), seconds)
         result.extra.update({"setting": "vertical", "mode": name,
-                             "params": _json_params(params),
+                             "params": json_params(params),
                              "runtime": getattr(cfg, "runtime", "local"),
                              "communication": "none (one party)" if params.clients == 1 else
                              "counted by the ledger", "failures": runs[0][1]})
@@ -347,7 +347,7 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
             s.runtime.close()
 
 
-def _json_params(params: GlasuParams) -> dict:
+def json_params(params: GlasuParams) -> dict:
     out = dataclasses.asdict(params)
     out["agg_layers_1based"] = [i + 1 for i in params.agg]
     out.pop("agg")

@@ -129,7 +129,7 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
                                int(cfg.rounds), repeat=repeat, on_round=on_round, first=0,
                                oracle=oracle, runtime_events=False)
         result, events = drive_minibatch(server, cfg, repeat=repeat, seed=seed,
-                                         part_stats=part.stats(graph), t0=t0, resume=_resume,
+                                         part_stats=part.stats(graph), t0=t0, resume=resume_repeat,
                                          resume_from=resume_from, checkpointer=checkpointer,
                                          watch=watch)
         if events:
@@ -139,7 +139,7 @@ def run_minibatch(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progres
         runtime.close()
 
 
-def _resume(server: FedSGDServer, state: RepeatProgress
+def resume_repeat(server: FedSGDServer, state: RepeatProgress
             ) -> tuple[int, list[dict], list[int], list[dict]]:
     """Rebuild what the clients hold beyond one iteration (the structure exchange, PNS caches)
     on a scratch ledger, then restore the server's model, optimiser, counters and ledger."""

@@ -45,7 +45,7 @@ import numpy as np
 
 from fedgl.data.own.secret import PSEUDONYM_BYTES, as_keys, pseudonyms, read_secret, secret_check
 from fedgl.data.own.tables import Table, read_table
-from fedgl.data.shard_format import _write_atomic
+from fedgl.data.shard_format import write_atomic
 from fedgl.errors import DataError
 
 INGEST_FORMAT = "fedgl-ingest/1"
@@ -143,11 +143,11 @@ def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path) -> Path:
     }
     request = _request(manifest, arrays)
     out.mkdir(parents=True, exist_ok=True)
-    _write_npz(out / "ingest.npz", arrays, manifest)
-    _write_json(out / "ingest.json", manifest)
+    write_npz(out / "ingest.npz", arrays, manifest)
+    write_json(out / "ingest.json", manifest)
     req_npz = out / f"request-{spec.client_id}.npz"
-    _write_npz(req_npz, {"own": arrays["own"], "remote": remote}, request)
-    _write_json(out / f"request-{spec.client_id}.json", request)
+    write_npz(req_npz, {"own": arrays["own"], "remote": remote}, request)
+    write_json(out / f"request-{spec.client_id}.json", request)
     return out / f"request-{spec.client_id}.json"
 
 
@@ -354,7 +354,7 @@ def settings_digest(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
 
 
-def _write_npz(path: Path, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> None:
+def write_npz(path: Path, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> None:
     import io
 
     buf = io.BytesIO()
@@ -362,11 +362,11 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray], manifest: dict[str, An
     data = buf.getvalue()
     manifest["npz"] = path.name
     manifest["npz_sha256"] = hashlib.sha256(data).hexdigest()
-    _write_atomic(path, data)
+    write_atomic(path, data)
 
 
-def _write_json(path: Path, manifest: dict[str, Any]) -> None:
-    _write_atomic(path, (json.dumps(manifest, indent=2) + "\n").encode())
+def write_json(path: Path, manifest: dict[str, Any]) -> None:
+    write_atomic(path, (json.dumps(manifest, indent=2) + "\n").encode())
 
 
 def read_npz(folder: Path, manifest_name: str, fmt: str) -> tuple[dict[str, Any],
@@ -454,6 +454,6 @@ def ingest_vertical(spec: IngestSpec, secret_file: str | Path, out: str | Path) 
         raise DataError(f"'{out}' already holds an ingest; choose an empty --out folder")
     meta, arrays = vertical_arrays(spec, read_secret(secret_file))
     out.mkdir(parents=True, exist_ok=True)
-    _write_npz(out / "vertical.npz", arrays, meta)
-    _write_json(out / "vertical.json", meta)
+    write_npz(out / "vertical.npz", arrays, meta)
+    write_json(out / "vertical.json", meta)
     return out / "vertical.json"

@@ -29,7 +29,7 @@ import torch
 
 from fedgl.data.client_data import ClientData
 from fedgl.data.graph import GraphData
-from fedgl.data.own.ingest import INGEST_FORMAT, REQUEST_FORMAT, _write_json, _write_npz, read_npz
+from fedgl.data.own.ingest import INGEST_FORMAT, REQUEST_FORMAT, read_npz, write_json, write_npz
 from fedgl.data.own.secret import as_keys
 from fedgl.data.provenance import own_settings, settings_sha256
 from fedgl.errors import DataError
@@ -107,10 +107,10 @@ def write_positions(folder: str | Path, positions: dict[int, dict[str, np.ndarra
     paths = []
     for c, arrays in positions.items():
         manifest = {"format": POSITIONS_FORMAT, "client_id": c, **facts}
-        _write_npz(folder / f"positions-{c}.npz", arrays, manifest)
-        _write_json(folder / f"positions-{c}.json", manifest)
+        write_npz(folder / f"positions-{c}.npz", arrays, manifest)
+        write_json(folder / f"positions-{c}.json", manifest)
         paths.append(folder / f"positions-{c}.json")
-    _write_json(folder / "federation.json", dict(facts))
+    write_json(folder / "federation.json", dict(facts))
     return paths
 
 
