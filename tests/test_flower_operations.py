@@ -124,6 +124,34 @@ def test_setup_once_per_run_after_that_runs_hello(tmp_path: Path) -> None:
     assert "before this run's 'party.setup'" in head["refused"]
 
 
+def test_every_thread_that_answers_a_message_computes_with_the_runs_torch_threads(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A message is answered on a new thread, and a new thread starts with OpenMP's own thread
+    count: the party sets the run's (here the default 1) on each, before it answers."""
+    import socket
+    import threading
+
+    import torch
+
+    from fedgl.federation.flower.local_link import send_frame
+
+    party = make_party(tmp_path)
+    assert party.compute_threads is None
+    send(party, "party.hello", {"challenge": b"\x02" * 32})
+    send(party, "party.setup", setup_payload(threads=1))
+    assert party.compute_threads == 1
+    calls: list[tuple[int, str]] = []
+    monkeypatch.setattr(torch, "set_num_threads",
+                        lambda n: calls.append((n, threading.current_thread().name)))
+    ours, theirs = socket.socketpair()
+    with ours:
+        send_frame(ours, {"op": "nothing"})
+        worker = threading.Thread(target=party._serve_one, args=(theirs,), name="answers")
+        worker.start()
+        worker.join(10)
+    assert calls == [(1, "answers")]
+
+
 def test_setup_with_an_unreadable_config_or_garbage_bytes_is_refused(tmp_path: Path) -> None:
     party = make_party(tmp_path)
     send(party, "party.hello", {"challenge": b"\x04" * 32})

@@ -144,6 +144,9 @@ class Party:
         self.safety = safety or ClientPolicy()
         self.device = device
         self.threads = threads
+        #: the torch threads of the run set up (its ``threads``, or this party's ``threads``);
+        #: applied on every thread that answers a message
+        self.compute_threads: int | None = None
         self.state_dir = Path(state_dir) if state_dir is not None else None
         #: the party's input record (fedgl.privacy.inputs), for every run it serves: under
         #: --state-dir it survives restarts too; the server's config never chooses where
@@ -205,6 +208,7 @@ class Party:
             import torch
 
             torch.set_num_threads(cfg.threads)
+            self.compute_threads = cfg.threads
         client_cls = load_path(cfg.spec.deployment()[0])
         try:
             role = client_cls(self.shard, copy.deepcopy(cfg), seed)
@@ -354,6 +358,14 @@ class Party:
                 os.unlink(path)
 
     def _serve_one(self, conn: socket.socket) -> None:
+        if self.compute_threads:
+            # each message is answered on a new thread, and a thread starts with OpenMP's own
+            # thread count (every core), whatever the set-up set: without this, each matrix
+            # product of a 1-thread run spins a second OpenMP thread (4 times the CPU seconds
+            # per message on a busy 2-core machine, docs/deployment.md)
+            import torch
+
+            torch.set_num_threads(self.compute_threads)
         try:
             try:
                 header, body = recv_frame(conn, self.frame_limit)
