@@ -97,6 +97,21 @@ class CpuWatch:
         return {k: round(v, 2) for k, v in sorted(out.items())}
 
 
+def count_requests(folder: Path) -> dict[str, dict[str, int]]:
+    """The request counts of benchmarks/flower_requests, summed by role and method."""
+    out: dict[str, dict[str, int]] = {}
+    for path in folder.glob("*.json"):
+        got = json.loads(path.read_text())
+        role = CpuWatch()._role(got["argv"])
+        if role == "other" and any("supernode" in a for a in got["argv"]):
+            role = "client_supernodes"
+        for method, n in got["requests"].items():
+            mine = out.setdefault(role, {})
+            name = method.rsplit("/", 1)[-1]
+            mine[name] = mine.get(name, 0) + n
+    return {role: dict(sorted(m.items(), key=lambda kv: -kv[1])) for role, m in sorted(out.items())}
+
+
 def cpu_seconds(pid: int) -> float:
     """CPU seconds (user + system) of a live process and every process it started."""
     import psutil
@@ -134,6 +149,9 @@ def main() -> None:
                     help="the clients' SuperNode layout: relay (fedgl client's), runner (the "
                          "paced SuperNode beside the relay runner), flower (Flower's own beside "
                          "a runner polling every 0.1 s, the layout before)")
+    ap.add_argument("--count-requests", action="store_true",
+                    help="count every Flower process's HTTP requests by method "
+                         "(benchmarks/flower_requests; costs a little CPU itself)")
     ap.add_argument("--logs", default=None, metavar="DIR",
                     help="copy the SuperLink's and clients' logs here (with FLWR_LOG_LEVEL=DEBUG "
                          "set, Flower's lines carry times)")
@@ -165,6 +183,12 @@ def main() -> None:
         flags += [f"--{'' if v else 'no-'}{k.replace('_', '-')}" for k, v in keys.items()
                   if isinstance(v, bool)]
         os.environ["FEDGL_SUPERNODE"] = args.supernode   # read by each `fedgl client`
+        if args.count_requests:   # every process started from here on counts its requests
+            counter = Path(__file__).resolve().parent / "flower_requests"
+            os.environ["PYTHONPATH"] = os.pathsep.join(
+                p for p in (str(counter), os.environ.get("PYTHONPATH", "")) if p)
+            os.environ["FEDGL_REQUEST_COUNTS"] = str(root / "requests")
+            (root / "requests").mkdir()
         with Loopback(root / "fed", root / "shards", root / "keys", args.clients,
                       client_args) as fed:
             watch = CpuWatch()
@@ -195,6 +219,7 @@ def main() -> None:
                 shutil.copy(log, args.logs)
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-2000:])
+        requests = count_requests(root / "requests") if args.count_requests else None
         rep = json.loads((root / "out" / "result.json").read_text())["repeats"][0]
 
     flower = rep["extra"]["flower"]
@@ -242,6 +267,11 @@ def main() -> None:
         "cpu_seconds_per_exchange": round(sum(during.values()) / max(flower.get("calls") or 1, 1),
                                           3),
         "cpus": os.cpu_count(),
+        # HTTP requests to the SuperLink by role and method (all clients' SuperNodes together)
+        **({"requests": requests,
+            "requests_per_exchange": round(sum(sum(r.values()) for r in requests.values())
+                                           / max(flower.get("calls") or 1, 1), 1)}
+           if requests is not None else {}),
         "load_average": {"start": [round(x, 2) for x in load_start],
                          "end": [round(x, 2) for x in os.getloadavg()]},
     }
