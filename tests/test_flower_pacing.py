@@ -32,6 +32,46 @@ def test_pause_is_a_quarter_of_the_idle_time_between_the_floor_and_the_cap() -> 
     assert pause(100.0, cap=0.5) == 0.5
 
 
+def test_the_server_checks_for_replies_at_a_quarter_of_the_time_waited(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A reply that comes after ``t`` seconds is seen at most ``t / 4`` (and the 10 ms floor)
+    late, with checks at most :data:`PULL_INTERVAL` apart."""
+    from fedgl.federation.flower import runtime
+
+    class Meta:
+        def __init__(self, reply_to: str = "") -> None:
+            self.message_type, self.reply_to_message_id = "query.fit", reply_to
+
+    class Msg:
+        def __init__(self, reply_to: str = "") -> None:
+            self.metadata = Meta(reply_to)
+
+    now, sleeps = [0.0], []
+
+    class Grid:
+        def push_messages(self, messages: list[Any]) -> list[str]:
+            return [f"m{i}" for i in range(len(messages))]
+
+        def pull_messages(self, ids: Any) -> list[Any]:
+            return [Msg(i) for i in ids if now[0] >= ready[i]]
+
+    def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(runtime.time, "sleep", sleep)
+    monkeypatch.setattr(runtime, "quick_object_pulls", runtime.contextmanager(lambda: iter([None])))
+    for last in (0.17, 0.6, 5.0):
+        now[0], sleeps[:] = 0.0, []
+        ready = {"m0": 0.05, "m1": last}
+        seen = runtime.exchange_keyed(Grid(), [Msg(), Msg()], None)
+        assert set(seen.replies) == {"m0", "m1"} and seen.after["m0"] < seen.after["m1"]
+        assert last <= seen.elapsed <= last + max(runtime.FIRST_PULL_INTERVAL, last / 4) + 1e-9
+        assert sleeps[0] == runtime.FIRST_PULL_INTERVAL and max(sleeps) <= runtime.PULL_INTERVAL
+    assert len(sleeps) <= 40   # 5 s: checks every 0.2 s once a quarter of the wait is longer
+
+
 @pytest.fixture
 def flower_loop(monkeypatch: pytest.MonkeyPatch) -> Any:
     """Flower's SuperNode loop module with fakes for the two steps the pacing wraps; every

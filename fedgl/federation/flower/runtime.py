@@ -29,6 +29,7 @@ from flwr.app import Message
 from fedgl.errors import RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
 from fedgl.federation.flower.client_app import META, fedgl_content, flower_type, record_body
+from fedgl.federation.flower.pacing import pause
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
 from fedgl.federation.protocol import ProtocolViolation
@@ -47,9 +48,11 @@ def flower_nbytes(message: Message) -> int | None:
 
 
 #: the longest wait, in seconds, between two checks for replies; the first checks come sooner
-#: (:data:`FIRST_PULL_INTERVAL`, growing by half each time) so that a quick reply is seen quickly
+#: (a quarter of the time waited so far, at least :data:`FIRST_PULL_INTERVAL`:
+#: :func:`~fedgl.federation.flower.pacing.pause`), so that a reply is seen at most a quarter of
+#: the exchange's time late
 PULL_INTERVAL = 0.2
-FIRST_PULL_INTERVAL = 0.02
+FIRST_PULL_INTERVAL = 0.01
 
 
 #: the first wait, in seconds, before the grid asks again for an object of a reply that is still
@@ -110,7 +113,6 @@ def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
     seen = Exchanged(ids)
     waiting = {i for i in ids if i}
     end = None if timeout is None else start + timeout
-    pause = FIRST_PULL_INTERVAL
     while waiting:
         with quick_object_pulls():
             replies = list(grid.pull_messages(waiting))
@@ -129,8 +131,8 @@ def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
         left = None if end is None else end - now
         if left is not None and left <= 0:
             break
-        time.sleep(pause if left is None else min(pause, left))
-        pause = min(pause * 1.5, PULL_INTERVAL)
+        wait = pause(now - start, PULL_INTERVAL, floor=FIRST_PULL_INTERVAL)
+        time.sleep(wait if left is None else min(wait, left))
     seen.elapsed = time.monotonic() - start
     return seen
 
