@@ -216,3 +216,13 @@ def test_a_rider_is_refused_in_a_phase_its_step_is_not_accepted_in():
     assert endpoint.dispatch("toy.fit", {}, "train") == {"scored": 0}
     with pytest.raises(ProtocolViolation, match="'toy.score' is not accepted in phase train"):
         endpoint.dispatch("toy.fit", {"score": 1}, "train")
+
+
+def test_a_riders_reply_field_that_clashes_with_the_carriers_is_an_error_not_an_overwrite():
+    from fedgl.federation.protocol import with_riders
+
+    assert with_riders({"weights": 1, "loss": 0.5}, [{"correct": [1], "total": [2]}]) == {
+        "weights": 1, "loss": 0.5, "correct": [1], "total": [2]}
+    assert with_riders({"loss": 0.5}, []) == {"loss": 0.5}
+    with pytest.raises(ProtocolViolation, match="rider's reply field 'loss'"):
+        with_riders({"weights": 1, "loss": 0.5}, [{"loss": 0.1}])

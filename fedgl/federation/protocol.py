@@ -474,11 +474,18 @@ def rider_payload(carried: Handler | None, payload: Mapping) -> dict:
 
 
 def with_riders(out: Any, first: list[Any]) -> Any:
-    """A reply with its riders' replies: their fields after the handler's own."""
+    """A reply with its riders' replies: their fields after the handler's own. A field that two
+    of them both answer is an error of the handlers' declarations (one would hide the other),
+    never overwritten silently."""
     if not first:
         return out
     merged = dict(out or {})
     for extra in first:
+        clash = sorted(set(merged) & set(extra or {}))
+        if clash:
+            raise ProtocolViolation(f"a rider's reply field {clash[0]!r} is also answered by the "
+                                    "message it rides on; give the rider's reply fields their "
+                                    "own names")
         merged.update(extra or {})
     return merged
 
