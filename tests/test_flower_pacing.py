@@ -137,6 +137,28 @@ def test_install_announces_each_stored_message_and_paces_flowers_waits(flower_lo
                 os.close(fd)
 
 
+def test_a_message_the_relay_could_not_answer_does_not_stop_the_node(flower_loop: Any) -> None:
+    """Flower's loop pushes after every stored message and waits for a reply until one is
+    stored: a message with no task to claim (its run ended) or whose task failed before its
+    reply would stop the node for good. The wrapped pull reports no message instead, and the
+    node polls on."""
+    from fedgl.federation.flower.supernode import install
+
+    answered = [True, False, True]
+    calls: list[Any] = []
+
+    def relay(state: Any) -> bool:
+        calls.append(state)
+        return answered.pop(0)
+
+    install(relay=relay)
+    flower_loop.fake_results.extend([3, 4, 5])
+    assert flower_loop._pull_and_store_message(state="s") == 3   # answered: push follows
+    assert flower_loop._pull_and_store_message(state="s") is None  # not: no push, poll again
+    assert flower_loop._pull_and_store_message(state="s") == 5
+    assert calls == ["s", "s", "s"]
+
+
 def test_a_full_or_closed_pipe_is_no_error() -> None:
     from fedgl.federation.flower.supernode import drain, signal_pipe
 

@@ -41,11 +41,15 @@ def _flower_bin(name: str) -> str:
     return found
 
 
-def _flower_env(flwr_home: Path) -> dict[str, str]:
+def _flower_env(flwr_home: Path, *, task_poll: bool = True) -> dict[str, str]:
+    """The environment of a Flower command; with ``task_poll``, its SuperExec checks for tasks
+    every :data:`TASK_POLL_INTERVAL` s (a SuperNode's, which answers messages), without it
+    every 1 s, Flower's default (a SuperLink's, which only starts a run's ServerApp)."""
     env = dict(os.environ)
     env["FLWR_HOME"] = str(flwr_home)
     env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
-    env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", TASK_POLL_INTERVAL)
+    if task_poll:
+        env.setdefault("FLWR_SUPEREXEC_TASK_POLL_INTERVAL", TASK_POLL_INTERVAL)
     env.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     return env
 

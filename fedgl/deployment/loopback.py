@@ -90,7 +90,7 @@ class Loopback:
             self._spawn("superlink", [_flower_bin("flower-superlink"), *link_tls, "--host",
                                       "127.0.0.1", "--port", str(port),
                                       "--disable-runtime-dependency-installation"],
-                        _flower_env(home))
+                        _flower_env(home, task_poll=False))   # as docs/deployment.md starts it
             self._wait_port(port)
             for k in range(self.clients):
                 auth: list[str] = []

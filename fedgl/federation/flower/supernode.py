@@ -119,9 +119,11 @@ class InProcessRuntime:
 
 def relay_in_process(party: str, token: str | None) -> Any:
     """``relay(state)``: claim the pending ClientApp task of the message just stored and answer
-    it with fedgl's relay in this process; print the exchange's line."""
+    it with fedgl's relay in this process; print the exchange's line. True when a reply was
+    pushed; False when there was no task to claim (a message of a run that has ended) or the
+    task failed before its reply."""
 
-    def relay(state: Any) -> None:
+    def relay(state: Any) -> bool:
         from logging import ERROR
 
         from flwr.proto.runtime_pb2 import AcquireTaskRequest  # pylint: disable=E0611
@@ -134,12 +136,14 @@ def relay_in_process(party: str, token: str | None) -> Any:
         res = acquire_task(AcquireTaskRequest(supported_task_types=[TaskType.CLIENT_APP]),
                            state)
         if not (res.HasField("task") and res.token):
-            return
+            return False
         try:
             print(answer_task(InProcessRuntime(state, res.task), party, token), flush=True)
         except Exception as exc:  # noqa: BLE001 - one task's failure ends no run
             log(ERROR, "fedgl relay: task %d failed: %s: %s", res.task.task_id,
                 type(exc).__name__, exc)
+            return False
+        return True
 
     return relay
 
@@ -161,8 +165,10 @@ def install(task_fd: int | None = None, reply_fd: int | None = None,
         run_id = pull_and_store(*args, **kwargs)
         if run_id is not None:
             clock.mark()
-            if relay is not None:
-                relay(kwargs["state"])
+            if relay is not None and not relay(kwargs["state"]):
+                # no reply will come: Flower's loop would wait for one forever (its push step
+                # waits until a reply is stored), and the node would answer nothing again
+                return None
             signal_pipe(task_fd)
         return run_id
 
