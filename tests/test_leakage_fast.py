@@ -84,14 +84,19 @@ def test_inapplicable_alphabets_fall_back_to_the_reference():
 
 
 def _report_with(decoder, monkeypatch, graph, part, cfg):
+    """The report with every system decoded alone by ``decoder`` (no stacking)."""
     monkeypatch.setattr(vd, "decode", decoder)
+    monkeypatch.setattr(vd, "decode_all", lambda systems: [decoder(*s) for s in systems])
     return leakage_report(graph, part, cfg)
 
 
 def _reference_report(monkeypatch, graph, part, cfg):
     """The report by the references: row-by-row decoding, every connected block (nothing
-    stripped) by the eigenvectors of its Gram matrix."""
+    stripped) by the eigenvectors of its Gram matrix, each system alone (nothing batched)."""
+    import fedgl.privacy.leakage as leakage
+
     with monkeypatch.context() as m:
+        m.setattr(leakage, "_solve_all", lambda systems: [leakage._solve(*s) for s in systems])
         m.setattr(row_space, "found_in_row_space", row_space.found_by_eigh)
         m.setattr(row_space, "strip_free_columns",
                   lambda a, rows, cols: (np.flatnonzero(rows), np.flatnonzero(cols)))

@@ -132,17 +132,26 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     degree of (so ``x_j`` itself). With ``features``, also the value-level attack
     (:mod:`fedgl.privacy.value_decoding`) on the same rows: ``exact_remote_nodes`` and
     ``exact_unresolved``."""
+    pairs = pairs or (_ClosedNeighbourhoods(graph, part) if hops > 0 else None)
+    analysis = _Analysis(features, pairs.closed if pairs is not None else None)
+    out = _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, analysis)
+    analysis.run()
+    return out
+
+
+def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, analysis):
+    """:func:`recoverable_nodes`' rows, each filled in when ``analysis`` has solved its
+    client's system (at the latest by ``analysis.run()``)."""
     import numpy as np
 
     n, k_total = graph.num_nodes, part.num_clients
     empty = {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
              "remote_nodes_unresolved": 0}
-    if features is not None:
+    if analysis.features is not None:
         empty.update(exact_remote_nodes=0, exact_unresolved=0)
     if hops == 0:
         return [dict(empty) for _ in range(k_total)]
     neighbour_rows = hops >= 2 if neighbour_rows is None else neighbour_rows
-    pairs = pairs or _ClosedNeighbourhoods(graph, part)
     out = []
     for k in range(k_total):
         own = pairs.owner == k
@@ -150,13 +159,14 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
         received = counts > 0 if neighbour_rows else own
         keep = received[pairs.rows] & ~mine
         del mine
+        row = dict(empty)
+        out.append(row)
         if int(keep.sum()) > MAX_SYSTEM_ENTRIES:  # too large to decide: counted, not guessed
             seen = np.zeros(n, dtype=bool)
             seen[pairs.cols[keep]] = True
-            row = {**empty, "remote_nodes_unresolved": int(seen.sum())}
-            if features is not None:
+            row["remote_nodes_unresolved"] = int(seen.sum())
+            if analysis.features is not None:
                 row["exact_unresolved"] = int(seen.sum())
-            out.append(row)
             continue
         r, c = pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
         del keep
@@ -164,18 +174,54 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
         if min_contributors > 1:
             ok = ~((counts >= 1) & (counts < min_contributors))
             r, c = r[ok[r]], c[ok[r]]
-        known_degree = np.zeros(n, dtype=bool)
-        if neighbour_rows:
-            known_degree[received] = True
-        col_ids, found, undecided = _solve(r, c)
-        row = {"remote_nodes_recoverable": int(found.sum()),
-               "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum()),
-               "remote_nodes_unresolved": int(undecided.sum())}
-        if features is not None:
-            exact, unresolved = features.attack(r, c, col_ids, found, undecided, pairs.closed)
-            row.update(exact_remote_nodes=exact, exact_unresolved=unresolved)
-        out.append(row)
+        known_degree = received if neighbour_rows else np.zeros(n, dtype=bool)
+
+        def fill(col_ids, found, undecided, attacked, row=row, known_degree=known_degree):
+            row.update(remote_nodes_recoverable=int(found.sum()),
+                       recoverable_with_known_degree=int((found & known_degree[col_ids]).sum()),
+                       remote_nodes_unresolved=int(undecided.sum()))
+            if attacked is not None:
+                row.update(exact_remote_nodes=attacked[0], exact_unresolved=attacked[1])
+        analysis.add(r, c, fill)
     return out
+
+
+#: systems are solved and attacked together until their pairs exceed this many (a batch holds
+#: their pairs, solutions and released rows at once; a larger system is a batch of its own)
+BATCH_ENTRIES = 2_000_000
+
+
+class _Analysis:
+    """Systems of pairs ``(r, c)`` (the rows a party reads, each the sum over its pairs'
+    nodes) analysed in batches: linear algebra on the block-diagonal union of a batch's
+    systems (:func:`_solve_all`), then the value-level attack on all of them in one
+    :func:`fedgl.privacy.value_decoding.decode_all` call, which decodes them as one stacked
+    system. Each system's answer is what it gets alone (both analyses are per block, per
+    row); batching only cuts the per-call work, which dominates on small graphs.
+    :meth:`add` takes a system and the function that receives its answer ``(col_ids, found,
+    undecided, (exact, unresolved) or None)``; a batch runs once its pairs exceed
+    :data:`BATCH_ENTRIES`, and :meth:`run` runs what is left."""
+
+    def __init__(self, features: _Features | None, closed) -> None:
+        self.features, self.closed = features, closed
+        self.pending: list = []
+        self.entries = 0
+
+    def add(self, r, c, done) -> None:
+        self.pending.append((r, c, done))
+        self.entries += r.size
+        if self.entries > BATCH_ENTRIES:
+            self.run()
+
+    def run(self) -> None:
+        batch, self.pending, self.entries = self.pending, [], 0
+        if not batch:
+            return
+        solved = _solve_all([(r, c) for r, c, _ in batch])
+        attacked = [None] * len(batch) if self.features is None else self.features.attack_all(
+            [(r, c, *sol) for (r, c, _), sol in zip(batch, solved, strict=True)], self.closed)
+        for (_, _, done), sol, att in zip(batch, solved, attacked, strict=True):
+            done(*sol, att)
 
 
 class _Features:
@@ -217,35 +263,47 @@ class _Features:
             out += x >= level
         return out
 
-    def attack(self, r, c, col_ids, found, undecided, closed) -> tuple[int, int]:
-        """(exact nodes, unresolved nodes) among the columns of the system of released rows
-        ``Σ_{(i, j)} d̃_j^{-1/2} x_j`` over the pairs (r, c). The nodes ``found`` by linear
-        algebra count as exact (their coefficients are known); unresolved are the nodes not
-        exact that a bound left open (``undecided`` by linear algebra, or in a row the decoder
-        did not enumerate)."""
+    def attack_all(self, systems, closed) -> list[tuple[int, int]]:
+        """Per system ``(r, c, col_ids, found, undecided)``: (exact nodes, unresolved nodes)
+        among the columns of the system of released rows ``Σ_{(i, j)} d̃_j^{-1/2} x_j`` over
+        the pairs (r, c). The nodes ``found`` by linear algebra count as exact (their
+        coefficients are known); unresolved are the nodes not exact that a bound left open
+        (``undecided`` by linear algebra, or in a row the decoder did not enumerate). The
+        systems are decoded by one :func:`fedgl.privacy.value_decoding.decode_all` call."""
         import numpy as np
         import scipy.sparse as sp
 
-        from fedgl.privacy.value_decoding import decode
+        from fedgl.privacy import value_decoding as vd
 
-        if self.alphabet is None or not r.size:
-            return int(found.sum()), int(undecided.sum())
-        row_ids, r_idx = np.unique(r, return_inverse=True)
-        c_idx = np.searchsorted(col_ids, c)
-        if max(len(row_ids), len(col_ids)) * self.x.shape[1] > MAX_DECODE_CELLS:
-            return int(found.sum()), int((~found).sum())
-        coef = closed[col_ids].astype(np.float64) ** -0.5
-        a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)), shape=(len(row_ids), len(col_ids)))
-        values = a @ self._rows(col_ids)  # the released rows (noiseless)
-        if sp.issparse(values):
-            values = values.tocsr()
-        a.sort_indices()
-        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found,
-                     self._truth(col_ids[found]))
-        decoded = np.flatnonzero(got.nodes & ~found)
-        exact = found.copy()
-        exact[decoded] = (got.levels[decoded] == self._truth(col_ids[decoded])).all(axis=1)
-        return int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum())
+        out: list = []
+        decode, truths = [], []
+        for r, c, col_ids, found, undecided in systems:
+            if self.alphabet is None or not r.size:
+                out.append((int(found.sum()), int(undecided.sum())))
+                continue
+            row_ids, r_idx = np.unique(r, return_inverse=True)
+            c_idx = np.searchsorted(col_ids, c)
+            if max(len(row_ids), len(col_ids)) * self.x.shape[1] > MAX_DECODE_CELLS:
+                out.append((int(found.sum()), int((~found).sum())))
+                continue
+            coef = closed[col_ids].astype(np.float64) ** -0.5
+            a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)),
+                              shape=(len(row_ids), len(col_ids)))
+            values = a @ self._rows(col_ids)  # the released rows (noiseless)
+            if sp.issparse(values):
+                values = values.tocsr()
+            a.sort_indices()
+            decode.append((a.indptr, a.indices, coef, values, self.alphabet, found,
+                           self._truth(col_ids[found])))
+            truths.append((len(out), col_ids, found, undecided))
+            out.append(None)
+        for got, (at, col_ids, found, undecided) in zip(vd.decode_all(decode), truths,
+                                                         strict=True):
+            decoded = np.flatnonzero(got.nodes & ~found)
+            exact = found.copy()
+            exact[decoded] = (got.levels[decoded] == self._truth(col_ids[decoded])).all(axis=1)
+            out[at] = (int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum()))
+        return out
 
 
 def _solve(r, c):
@@ -297,6 +355,26 @@ def _solve(r, c):
     return col_ids, found, undecided
 
 
+def _solve_all(systems):
+    """:func:`_solve` of each system ``(r, c)``, computed on their block-diagonal union: the
+    rows and nodes of system ``s`` offset by ``s·N`` (``N`` above every index), so that no row
+    or block mixes two systems. Exact: the peeling decides rows one at a time, the stripping
+    rows and columns one at a time, and the row-space test runs per connected block, each
+    block one system's with its rows and columns in the same order as alone (the offsets
+    keep it); only the number of sparse passes and calls shrinks."""
+    import numpy as np
+
+    if len(systems) == 1:
+        return [_solve(*systems[0])]
+    big = 1 + max((int(max(r.max(), c.max())) for r, c in systems if r.size), default=0)
+    r = np.concatenate([r + s * big for s, (r, _) in enumerate(systems)])
+    c = np.concatenate([c + s * big for s, (_, c) in enumerate(systems)])
+    col_ids, found, undecided = _solve(r, c)
+    cut = np.searchsorted(col_ids, np.arange(len(systems) + 1, dtype=np.int64) * big)
+    return [(col_ids[cut[s]:cut[s + 1]] - s * big, found[cut[s]:cut[s + 1]],
+             undecided[cut[s]:cut[s + 1]]) for s in range(len(systems))]
+
+
 def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
     """Per-client counts of received rows by how many remote nodes they aggregate, of the
     remote nodes whose features the client can reconstruct exactly (linear algebra, and the
@@ -312,8 +390,11 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str,
     wide = neighbour_rows(cfg)
     pairs = _ClosedNeighbourhoods(graph, part) if cfg.hops > 0 else None
     features = _Features(graph) if cfg.hops > 0 else None
-    solved = recoverable_nodes(graph, part, cfg.hops, m, pairs, neighbour_rows=wide,
-                               features=features)
+    # the clients' systems and the server's analysed together, in batches (_Analysis)
+    analysis = _Analysis(features, pairs.closed if pairs is not None else None)
+    solved = _client_rows(graph, part, cfg.hops, m, pairs, wide, analysis)
+    server = _server_rows(graph, part, cfg, pairs, analysis)
+    analysis.run()
     for k, remote in enumerate(remote_counts(graph, part, cfg.hops, pairs,
                                              neighbour_rows=wide)):
         single = int((remote == 1).sum())
@@ -352,7 +433,7 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str,
                 "tolerance": TOLERANCE, "max_combinations": MAX_COMBINATIONS},
             "dp_noised": cfg.dp_epsilon is not None,
             "per_client": per_client, "total": total,
-            "server_view": server_view(graph, part, cfg, pairs, features)}
+            "server_view": server}
 
 
 _SERVER_READS = {
@@ -374,6 +455,17 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
     ``robust`` (no dropout): the full sums ``S[i]`` of the rows the plan sends (two or more
     contributing clients, at least one receiver). HE: nothing. The same analyses as for the
     clients run on these systems: linear algebra and the value-level attack."""
+    needed = cfg.hops > 0 and cfg.secure_sum != "he"
+    pairs = pairs or (_ClosedNeighbourhoods(graph, part) if needed else None)
+    analysis = _Analysis((features or _Features(graph)) if needed else None,
+                         pairs.closed if pairs is not None else None)
+    out = _server_rows(graph, part, cfg, pairs, analysis)
+    analysis.run()
+    return out
+
+
+def _server_rows(graph, part, cfg, pairs, analysis) -> dict[str, Any]:
+    """:func:`server_view`'s figures, complete once ``analysis`` has run the systems added."""
     import numpy as np
 
     mode = cfg.secure_sum
@@ -384,8 +476,6 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
         if cfg.hops == 0:
             out["reads"] = "nothing: 0-hop has no pre-training exchange"
         return out
-    pairs = pairs or _ClosedNeighbourhoods(graph, part)
-    features = features or _Features(graph)
     if mode == "none":
         systems = []
         single = np.zeros(graph.num_nodes, dtype=bool)
@@ -397,15 +487,16 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
         out["nodes_in_single_contributor_rows"] = int(single.sum())
     else:
         systems = [_masked_rows(pairs, part, cfg)]
+
+    def fill(col_ids, found, undecided, attacked):
+        out["nodes_recoverable"] += int(found.sum())
+        out["nodes_exact"] += attacked[0]
+        out["nodes_unresolved"] += attacked[1]
     for r, c in systems:
         if r.size > MAX_SYSTEM_ENTRIES:
             out["nodes_unresolved"] += int(np.unique(c).size)
             continue
-        col_ids, found, undecided = _solve(r, c)
-        exact, unresolved = features.attack(r, c, col_ids, found, undecided, pairs.closed)
-        out["nodes_recoverable"] += int(found.sum())
-        out["nodes_exact"] += exact
-        out["nodes_unresolved"] += unresolved
+        analysis.add(r, c, fill)
     return out
 
 
