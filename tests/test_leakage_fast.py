@@ -258,17 +258,6 @@ def test_feature_levels_are_the_alphabets_indices(monkeypatch):
             assert rows.dtype == np.float64
 
 
-def test_pairs_sorted_without_one_integer_decode_the_same(monkeypatch):
-    """Where ``key·n + node`` could overflow, the pairs are sorted by a lexsort: the same."""
-    import fedgl.privacy.sparse_decoding as sd
-
-    systems = [_system(300 + seed, levels=[(0.0, 1.0), (0.0, 0.5, 1.0)][seed % 2])
-               for seed in range(4)]
-    monkeypatch.setattr(sd, "_PAIR_LIMIT", 0)
-    for system in systems:
-        _same(decode_sparse(*system), vd.decode_reference(*system))
-
-
 def test_the_report_is_the_same_with_features_converted_per_system(monkeypatch):
     import fedgl.privacy.leakage as leakage
 

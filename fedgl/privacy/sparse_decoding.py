@@ -57,8 +57,6 @@ from fedgl.privacy import value_decoding as vd
 _STAGES = (4, 8)
 #: up to this many assignments, the subset sums are sorted directly, not merged unknown by unknown
 _DIRECT = 64
-#: a (row-cell, contributor) pair is sorted as the one integer ``key·n + node`` below this
-_PAIR_LIMIT = 2 ** 62
 #: elements of the per-chunk arrays of the enumeration (groups x assignments x unknowns)
 _CHUNK = 4_000_000
 
@@ -87,76 +85,85 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
         return None
     entry_row = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(indptr))
     rows_of = _node_rows(entry_row, members, n)
-    known = np.zeros((n, f), dtype=bool)
+    # each row's contributors that are not seeded, ascending: the only possible unknowns
+    order = np.lexsort((members, entry_row))
+    order = order[~seeded[members[order]]]
+    f_node, f_row = members[order], entry_row[order]
+    f_ptr = np.concatenate([[0], np.cumsum(np.bincount(f_row, minlength=n_rows))])
+    known = np.ones((n, f), dtype=bool)
     lev = np.zeros((n, f), dtype=np.int8)
     v = sp.csr_matrix(values, dtype=np.float64)
     v.sum_duplicates()                       # canonical: row-major keys, sorted and distinct
     # step 0: the all-lowest rule on every row-cell at the seeded state, on the non-zeros of
     # the residual ``values - Σ_seeded c_j a_{x_j}`` (both sparse; the sum in row order)
     if seeded.any():
-        known[seeded] = True
-        lev[seeded] = seed_levels
+        s_levels = np.asarray(seed_levels, dtype=np.int8).reshape(-1, f)
+        lev[seeded] = s_levels
         s_nodes = np.flatnonzero(seeded)
+        s_row, s_col = np.nonzero(s_levels)
+        x_seeded = sp.csr_matrix((levels[s_levels[s_row, s_col]], (s_row, s_col)),
+                                 shape=(len(s_nodes), f))
         a = sp.csr_matrix((coef[members], members, indptr), shape=(n_rows, n))
-        res0 = (v - a[:, s_nodes] @ sp.csr_matrix(levels[lev[s_nodes]])).tocsr()
+        res0 = (v - a[:, s_nodes] @ x_seeded).tocsr()
         res0.sum_duplicates()
     else:
         res0 = v
     big = np.abs(res0.data) > tol
     o_ptr = np.concatenate([[0], np.cumsum(big)])[res0.indptr]
-    open_cells = sp.csr_matrix((np.ones(int(big.sum()), dtype=np.int32), res0.indices[big],
-                                o_ptr), shape=(n_rows, f))
-    o_key = (np.repeat(np.arange(n_rows, dtype=np.int64) * f, np.diff(res0.indptr))
-             + res0.indices)[big]
+    o_col = res0.indices[big].astype(np.int64)
+    open_cells = sp.csr_matrix((np.ones(len(o_col), dtype=np.int32), o_col, o_ptr),
+                               shape=(n_rows, f))
+    o_row = np.repeat(np.arange(n_rows, dtype=np.int64), np.diff(o_ptr))
     o_res = res0.data[big]
     del res0, v
-    per_node = (sp.csr_matrix((np.ones(len(members), dtype=np.int32), (members, entry_row)),
+    # the unknown cells: a free node's cells whose every row is open in that column
+    per_node = (sp.csr_matrix((np.ones(len(f_node), dtype=np.int32), (f_node, f_row)),
                               shape=(n, n_rows)) @ open_cells).tocoo()
-    keep = (per_node.data == row_count[per_node.row]) & ~seeded[per_node.row]
-    unknown = np.sort(per_node.row[keep].astype(np.int64) * f + per_node.col[keep])
-    del per_node, open_cells
-    known[:] = True
-    known[unknown // f, unknown % f] = False
+    keep = per_node.data == row_count[per_node.row]
+    known[per_node.row[keep], per_node.col[keep]] = False
+    left = int(keep.sum())
+    del per_node, open_cells, keep
+    known_flat, lev_flat = known.reshape(-1), lev.reshape(-1)
     ptr, node_rows = rows_of
-    # the row-cells with an unknown cell (all open at step 0), each with its unknown
-    # contributors in ascending order: a pair (row-cell key i·f + column, node) for every
-    # unknown cell and every row of its node, sorted by (key, node) as one integer
-    uj, ucol = unknown // f, unknown % f
-    count = ptr[uj + 1] - ptr[uj]
-    pair_key = node_rows[_ranges(ptr[uj], ptr[uj + 1])] * f + np.repeat(ucol, count)
-    if n_rows * f * n < _PAIR_LIMIT:
-        pair = np.sort(pair_key * n + np.repeat(uj, count))
-        pair_key, u_members = pair // n, pair % n
-    else:                                   # the pair as one integer would overflow
-        pair = np.repeat(uj, count)
-        order = np.lexsort((pair, pair_key))
-        pair_key, u_members = pair_key[order], pair[order]
-    first = np.ones(len(pair_key), dtype=bool)
-    first[1:] = pair_key[1:] != pair_key[:-1]
-    u_key = pair_key[first]                                  # sorted, distinct
-    u_ptr = np.concatenate([np.flatnonzero(first), [len(pair_key)]])
-    u_res = _lookup(o_key, o_res, u_key)     # each row-cell's residual at the seeded state
-    left = unknown.size
-    del unknown, uj, ucol, count, pair, pair_key, first, o_key, o_res
-    system = (u_ptr, u_members, u_key, u_res)
+    # the row-cells with an unknown cell (all open at step 0), in key order ``i·f + column``,
+    # each with its unknown contributors in ascending order: per open row-cell, its row's
+    # free contributors whose cell in that column is unknown
+    count = f_ptr[o_row + 1] - f_ptr[o_row]
+    cand = f_node[_ranges(f_ptr[o_row], f_ptr[o_row + 1])]
+    cell = np.repeat(np.arange(len(o_row), dtype=np.int64), count)
+    unk = ~known_flat[cand * f + o_col[cell]]
+    u_members, cell = cand[unk], cell[unk]
+    del cand, unk, count
+    first = np.flatnonzero(np.concatenate([[True], cell[1:] != cell[:-1]])) if cell.size \
+        else np.zeros(0, dtype=np.int64)
+    u_key = o_row[cell[first]] * f + o_col[cell[first]]       # sorted, distinct
+    u_res = o_res[cell[first]]              # each row-cell's residual at the seeded state
+    u_ptr = np.append(first, len(cell))
+    del cell, first, o_row, o_col, o_res
+    # per row-cell, kept current as cells are decided: its residual (less the decided cells'
+    # contributions), its unknown contributors' count and the sum of their coefficients
+    u_left = np.diff(u_ptr)
+    u_weight = np.add.reduceat(coef[u_members], u_ptr[:-1]) if len(u_key) else np.zeros(0)
+    system = (u_ptr, u_members, u_key, u_res, u_weight, u_left)
     # row-cells (positions in u_key) with a cell above the bound, and those left for a later
     # stage, as masks, with the positions ever set in each (to list them)
     capped = np.zeros(len(u_key), dtype=bool)
     pending = np.zeros(len(u_key), dtype=bool)
     n_pending = 0
     capped_seen, pending_seen = [], []
-    known_flat, lev_flat = known.reshape(-1), lev.reshape(-1)
-    dirty = np.arange(len(u_key), dtype=np.int64)
+    dirty = reset = np.arange(len(u_key), dtype=np.int64)
     stage = 0
     while left:
         limit = _STAGES[stage] if stage < len(_STAGES) else None
         new_key, new_level, newly_capped, deferred = _pass(dirty, limit, known_flat, lev_flat,
                                                            system, coef, levels, tol, f)
-        capped[dirty] = False
+        # the row-cells touched since the last pass are re-assessed (those left without an
+        # unknown are neither capped nor pending any more)
+        capped[reset] = False
         capped[newly_capped] = True
         capped_seen.append(newly_capped)
-        n_pending -= int(pending[dirty].sum())
-        pending[dirty] = False
+        n_pending -= int(pending[reset].sum())
+        pending[reset] = False
         pending[deferred] = True
         pending_seen.append(deferred)
         n_pending += len(deferred)
@@ -164,7 +171,7 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
             if not n_pending:
                 break
             dirty = _distinct(np.concatenate(pending_seen))   # the cheaper rules are exhausted
-            dirty = dirty[pending[dirty]]
+            dirty = reset = dirty[pending[dirty]]
             stage, pending_seen = stage + 1, [dirty]
             continue
         # the same cell decided twice in a pass: the levels must agree (a safeguard)
@@ -173,12 +180,9 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
             return None
         new_key = _distinct(new_key)
         known_flat[new_key] = True
-        nj, ncol = new_key // f, new_key % f
         left -= new_key.size
-        touched = _distinct(node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f
-                            + np.repeat(ncol, ptr[nj + 1] - ptr[nj]))
-        dirty = np.minimum(np.searchsorted(u_key, touched), len(u_key) - 1)
-        dirty = dirty[u_key[dirty] == touched]     # (every one is there: its cell was unknown)
+        reset = _update(new_key, lev_flat[new_key], system, (ptr, node_rows), coef, levels, f)
+        dirty = reset[u_left[reset] > 0]
         stage = 0
     if left and capped_seen:
         at = _distinct(np.concatenate(capped_seen))
@@ -218,67 +222,73 @@ def _ranges(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.arange(int(counts.sum()), dtype=np.int64) + offsets
 
 
-def _lookup(keys: np.ndarray, vals: np.ndarray, at: np.ndarray) -> np.ndarray:
-    """``vals`` at the keys ``at`` of the sorted distinct ``keys``, 0 where absent."""
-    if not keys.size:
-        return np.zeros(len(at))
-    pos = np.minimum(np.searchsorted(keys, at), len(keys) - 1)
-    return np.where(keys[pos] == at, vals[pos], 0.0)
+def _update(new_key, new_level, system, rows_of, coef, levels, f) -> np.ndarray:
+    """The decided cells ``new_key`` (keys ``j·f + column``, distinct, with their levels) leave
+    every row-cell of their node in their column: one unknown fewer, their coefficient off
+    the unknowns' sum, ``c_j · a_level`` off the residual. Returns those row-cells (positions
+    in the keys, distinct); each is there, as its cell was unknown."""
+    u_key, u_res, u_weight, u_left = system[2:]
+    ptr, node_rows = rows_of
+    nj, ncol = new_key // f, new_key % f
+    count = ptr[nj + 1] - ptr[nj]
+    keys = node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f + np.repeat(ncol, count)
+    order = np.argsort(keys, kind="stable")
+    pos = np.searchsorted(u_key, keys[order])       # ascending needles: a cheap search
+    c = np.repeat(coef[nj], count)[order]
+    first = np.flatnonzero(np.concatenate([[True], pos[1:] != pos[:-1]]))
+    at = pos[first]
+    u_left[at] -= np.diff(np.append(first, len(pos)))
+    u_weight[at] -= np.add.reduceat(c, first)
+    u_res[at] -= np.add.reduceat(c * levels[np.repeat(new_level, count)[order]], first)
+    return at
 
 
 def _pass(dirty, limit, known_flat, lev_flat, system, coef, levels, tol, f):
     """One application of the rules to every row-cell in ``dirty`` (positions in the keys
     ``i·f + column`` of the row-cells with an unknown cell, ``system = (pointers, unknown
-    contributors, keys, residuals at the seeded state)``) that has an unknown cell, the
-    enumeration only up to ``limit`` unknowns (None: the bound). A row-cell's residual is its
-    residual at the seeded state less its contributors decoded since (those above the lowest
-    level, 0: unknown cells hold 0). Returns (keys ``j·f + column`` of the newly known cells,
-    their levels, the visited row-cells with a cell above the enumeration bound, those left
-    for a later stage); a cell decided by two row-cells appears twice (the caller checks that
-    their levels agree)."""
-    u_ptr, u_members, u_key, u_res = system
-    empty = np.zeros(0, dtype=np.int64)
-    sizes = u_ptr[dirty + 1] - u_ptr[dirty]
-    t_node = u_members[_ranges(u_ptr[dirty], u_ptr[dirty + 1])]   # ascending within a cell
-    t_cell = np.repeat(np.arange(len(dirty)), sizes)
-    t_key = t_node * f + np.repeat(u_key[dirty] % f, sizes)
-    t_known = known_flat[t_key]
-    t_lev = lev_flat[t_key]
-    nz = np.flatnonzero(t_lev)
-    part = np.bincount(t_cell[nz], weights=coef[t_node[nz]] * levels[t_lev[nz]],
-                       minlength=len(dirty))
-    unk = np.flatnonzero(~t_known)
-    t_cell = t_cell[unk]
-    p_all = np.bincount(t_cell, minlength=len(dirty))
-    cell_ids = np.flatnonzero(p_all)
-    if not cell_ids.size:
-        return empty, np.zeros(0, dtype=np.int8), empty, empty
-    t_node, t_key = t_node[unk], t_key[unk]
-    p = p_all[cell_ids]
-    starts = np.cumsum(p) - p
-    c_pos = dirty[cell_ids]
-    c_row, c_col = u_key[c_pos] // f, u_key[c_pos] % f
-    weight = np.add.reduceat(coef[t_node], starts)
-    res = u_res[c_pos] - part[cell_ids]
+    contributors at the seeded state, keys, current residuals, unknowns' coefficient sums,
+    unknowns' counts)``), each with an unknown cell, the enumeration only up to ``limit``
+    unknowns (None: the bound). The rules read the row-cell's current residual (its residual
+    at the seeded state less its contributors decided since), its unknowns' count and their
+    coefficients' sum; only the row-cells a rule applies to gather their unknown contributors.
+    Returns (keys ``j·f + column`` of the newly known cells, their levels, the visited
+    row-cells with a cell above the enumeration bound, those left for a later stage); a cell
+    decided by two row-cells appears twice (the caller checks that their levels agree)."""
+    u_ptr, u_members, u_key, u_res, u_weight, u_left = system
+    p = u_left[dirty]
+    res = u_res[dirty]
     low = np.abs(res) <= tol
-    high = ~low & (np.abs(res - weight * levels[-1]) <= tol)
+    high = ~low & (np.abs(res - u_weight[dirty] * levels[-1]) <= tol)
     small = len(levels) ** p.astype(np.float64) <= vd.MAX_COMBINATIONS
     rest = ~low & ~high
-    cell_of = np.repeat(np.arange(len(cell_ids)), p)
+    later = rest & small & (p > (limit if limit is not None else p.max(initial=0)))
+    act = np.flatnonzero(low | high | (rest & small & ~later))
+    capped, deferred = dirty[rest & ~small], dirty[later]
+    if not act.size:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8), capped, deferred
+    # the unknown contributors of the row-cells acted on (ascending within a row-cell)
+    c_pos = dirty[act]
+    c_col = u_key[c_pos] % f
+    t_node = u_members[_ranges(u_ptr[c_pos], u_ptr[c_pos + 1])]
+    t_key = t_node * f + np.repeat(c_col, u_ptr[c_pos + 1] - u_ptr[c_pos])
+    unk = ~known_flat[t_key]
+    t_node, t_key = t_node[unk], t_key[unk]
+    p, low, high = p[act], low[act], high[act]
+    starts = np.cumsum(p) - p
+    cell_of = np.repeat(np.arange(len(act)), p)
     by_low, by_high = low[cell_of], high[cell_of]
     new_key = [t_key[by_low], t_key[by_high]]
     new_level = [np.zeros(int(by_low.sum()), dtype=np.int8),
                  np.full(int(by_high.sum()), len(levels) - 1, dtype=np.int8)]
-    later = rest & small & (p > (limit if limit is not None else p.max()))
-    enum = np.flatnonzero(rest & small & ~later)
+    enum = np.flatnonzero(~low & ~high)
+    c_row, res = u_key[c_pos] // f, res[act]
     for q in _distinct(p[enum]):
         cells = enum[p[enum] == q]
         key, level = _enumerate(cells, int(q), starts, c_row, c_col, res, t_node, coef,
                                 levels, tol, f)
         new_key.append(key)
         new_level.append(level)
-    return (np.concatenate(new_key), np.concatenate(new_level), c_pos[rest & ~small],
-            c_pos[later])
+    return np.concatenate(new_key), np.concatenate(new_level), capped, deferred
 
 
 def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f):
