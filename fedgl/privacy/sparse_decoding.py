@@ -145,6 +145,7 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     u_left = np.diff(u_ptr)
     u_weight = np.add.reduceat(coef[u_members], u_ptr[:-1]) if len(u_key) else np.zeros(0)
     system = (u_ptr, u_members, u_key, u_res, u_weight, u_left)
+    classes = np.unique(coef, return_inverse=True)[::-1]     # (class of each node, values)
     # row-cells (positions in u_key) with a cell above the bound, and those left for a later
     # stage, as masks, with the positions ever set in each (to list them)
     capped = np.zeros(len(u_key), dtype=bool)
@@ -156,7 +157,7 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     while left:
         limit = _STAGES[stage] if stage < len(_STAGES) else None
         new_key, new_level, newly_capped, deferred = _pass(dirty, limit, known_flat, lev_flat,
-                                                           system, coef, levels, tol, f)
+                                                           system, classes, levels, tol, f)
         # the row-cells touched since the last pass are re-assessed (those left without an
         # unknown are neither capped nor pending any more)
         capped[reset] = False
@@ -243,7 +244,7 @@ def _update(new_key, new_level, system, rows_of, coef, levels, f) -> np.ndarray:
     return at
 
 
-def _pass(dirty, limit, known_flat, lev_flat, system, coef, levels, tol, f):
+def _pass(dirty, limit, known_flat, lev_flat, system, classes, levels, tol, f):
     """One application of the rules to every row-cell in ``dirty`` (positions in the keys
     ``i·f + column`` of the row-cells with an unknown cell, ``system = (pointers, unknown
     contributors at the seeded state, keys, current residuals, unknowns' coefficient sums,
@@ -281,22 +282,26 @@ def _pass(dirty, limit, known_flat, lev_flat, system, coef, levels, tol, f):
     new_level = [np.zeros(int(by_low.sum()), dtype=np.int8),
                  np.full(int(by_high.sum()), len(levels) - 1, dtype=np.int8)]
     enum = np.flatnonzero(~low & ~high)
-    c_row, res = u_key[c_pos] // f, res[act]
+    res = res[act]
     for q in _distinct(p[enum]):
         cells = enum[p[enum] == q]
-        key, level = _enumerate(cells, int(q), starts, c_row, c_col, res, t_node, coef,
-                                levels, tol, f)
+        key, level = _enumerate(cells, int(q), starts, c_col, res, t_node, classes, levels,
+                                tol, f)
         new_key.append(key)
         new_level.append(level)
     return np.concatenate(new_key), np.concatenate(new_level), capped, deferred
 
 
-def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f):
+def _enumerate(cells, q, starts, c_col, res, t_node, classes, levels, tol, f):
     """The enumeration rule on row-cells with ``q`` unknown contributors each: group the cells
-    by (row, unknown contributors), sort each group's ``L^q`` subset sums, and decide the cells
-    on which every assignment in the residual's tolerance cluster agrees."""
+    by their unknowns' coefficients (in the unknowns' order; ``classes`` = (each node's
+    coefficient class, the classes' values): FedGCN's ``d̃^{-1/2}`` take few values), sort each
+    group's ``L^q`` subset sums once, and decide the cells on which every assignment in the
+    residual's tolerance cluster agrees. The sums, their clusters and the levels each cluster
+    allows depend on the coefficients alone, so cells with the same coefficients share them."""
     nodes = t_node[starts[cells][:, None] + np.arange(q)]            # cells x q, ascending
-    groups, group_of = _unique_rows(np.column_stack([c_row[cells], nodes]))
+    groups, group_of = _unique_ids(classes[0][nodes], len(classes[1]))
+    group_coef = classes[1][groups]
     grid = vd._grid(len(levels), q)
     step = max(1, _CHUNK // len(grid))
     keys, lvls = [], []
@@ -307,13 +312,26 @@ def _enumerate(cells, q, starts, c_row, c_col, res, t_node, coef, levels, tol, f
         if g0 >= g1:
             break
         mine = order[bounds[b]:bounds[b + 1]]
-        key, lvl = _decide(groups[g0:g1, 1:], group_of[mine] - g0, cells[mine], nodes[mine],
-                           grid, c_col, res, coef, levels, tol, f)
+        key, lvl = _decide(group_coef[g0:g1], group_of[mine] - g0, cells[mine], nodes[mine],
+                           grid, c_col, res, levels, tol, f)
         keys.append(key)
         lvls.append(lvl)
     if not keys:
         return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int8)
     return np.concatenate(keys), np.concatenate(lvls)
+
+
+def _unique_ids(ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`_unique_rows` of rows of ids in ``[0, k)``: as one integer per row (base ``k``)
+    where that fits, which orders the rows as the lexicographic sort does."""
+    q = ids.shape[1]
+    if not len(ids) or float(k) ** q >= 2.0 ** 62:
+        return _unique_rows(ids)
+    key = ids[:, 0].astype(np.int64)
+    for t in range(1, q):
+        key = key * k + ids[:, t]
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return ids[first], inverse.reshape(-1)
 
 
 def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -353,12 +371,12 @@ def _sorted_sums(levels: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndar
     return sums, rows
 
 
-def _decide(group_nodes, g, cells, nodes, grid, c_col, res, coef, levels, tol, f):
+def _decide(group_coef, g, cells, nodes, grid, c_col, res, levels, tol, f):
     """Decide the cells of one chunk of groups (see :func:`_enumerate`): a cell is decided in
     the unknowns on which every assignment of its residual's cluster agrees, provided the
     window ``[v - tol, v + tol]`` lies in one cluster (the reference's rule)."""
     size, q = grid.shape
-    sums, order = _sorted_sums(levels, coef[group_nodes])             # groups x L^q
+    sums, order = _sorted_sums(levels, group_coef)                    # groups x L^q
     cluster = np.concatenate([np.zeros((len(sums), 1), dtype=np.int32),
                               np.cumsum(np.diff(sums, axis=1) > tol, axis=1, dtype=np.int32)],
                              axis=1)
