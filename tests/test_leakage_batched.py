@@ -143,3 +143,43 @@ def test_the_union_of_systems_solves_each_as_alone(seed):
             assert np.array_equal(a, b)
         found += int(got[1].sum())
     assert found > 0
+
+
+@pytest.mark.parametrize("kw", [{"hops": 2}, {"hops": 1},
+                                {"hops": 2, "secure_sum": "mask", "min_contributors": 2}])
+def test_the_report_is_the_same_on_any_number_of_threads(monkeypatch, kw):
+    """The systems dealt into shares analysed on threads: the same report as on one thread,
+    and the shares really run on the report's threads."""
+    import threading
+
+    from fedgl.config import Config
+    from fedgl.privacy.leakage import leakage_report
+    from tests.test_leakage_fast import _small_binary_graph
+
+    graph, part = _small_binary_graph(sum(map(ord, str(kw))) + 1)
+    cfg = Config.from_dict({"clients": 4, **kw})
+    one = leakage_report(graph, part, cfg, 1)
+    assert one["total"]["exact_remote_nodes"] > 0
+    names = []
+    real = leakage._solve_all
+
+    def spy(systems):
+        names.append(threading.current_thread().name)
+        return real(systems)
+    monkeypatch.setattr(leakage, "_solve_all", spy)
+    systems = 4 + (1 if kw.get("secure_sum") == "mask" else 4)   # the clients', the server's
+    for workers in (2, 3, 16):
+        names.clear()
+        assert leakage_report(graph, part, cfg, workers) == one
+        assert len(names) == min(workers, systems)
+        assert all(name.startswith("fedgl-leakage") for name in names)
+
+
+def test_shares_cover_every_system_once_and_balance():
+    sizes = [5, 1, 9, 3, 3, 7, 0, 2]
+    for workers in (1, 2, 3, 8, 20):
+        shares = leakage._shares(sizes, workers)
+        assert sorted(i for s in shares for i in s) == list(range(len(sizes)))
+        assert len(shares) == min(workers, len(sizes)) and all(s == sorted(s) for s in shares)
+        loads = [sum(sizes[i] for i in s) for s in shares]
+        assert max(loads) - min(loads) <= max(sizes)

@@ -197,13 +197,16 @@ class _Analysis:
     systems (:func:`_solve_all`), then the value-level attack on all of them in one
     :func:`fedgl.privacy.value_decoding.decode_all` call, which decodes them as one stacked
     system. Each system's answer is what it gets alone (both analyses are per block, per
-    row); batching only cuts the per-call work, which dominates on small graphs.
+    row); batching only cuts the per-call work, which dominates on small graphs. With
+    ``workers`` > 1 a batch is dealt into that many shares of about equal pairs, each
+    analysed on its own thread (the work is NumPy, SciPy and LAPACK kernels, which release
+    the GIL); the answers do not depend on the split.
     :meth:`add` takes a system and the function that receives its answer ``(col_ids, found,
     undecided, (exact, unresolved) or None)``; a batch runs once its pairs exceed
     :data:`BATCH_ENTRIES`, and :meth:`run` runs what is left."""
 
-    def __init__(self, features: _Features | None, closed) -> None:
-        self.features, self.closed = features, closed
+    def __init__(self, features: _Features | None, closed, workers: int = 1) -> None:
+        self.features, self.closed, self.workers = features, closed, max(1, workers)
         self.pending: list = []
         self.entries = 0
 
@@ -217,11 +220,52 @@ class _Analysis:
         batch, self.pending, self.entries = self.pending, [], 0
         if not batch:
             return
+        shares = _shares([r.size for r, _, _ in batch], self.workers)
+        if len(shares) > 1:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(len(shares), thread_name_prefix="fedgl-leakage") as pool:
+                answers = list(pool.map(lambda share: self._analyse([batch[s] for s in share]),
+                                        shares))
+        else:
+            answers = [self._analyse(batch)]
+        for share, answer in zip(shares, answers, strict=True):
+            for s, (sol, att) in zip(share, answer, strict=True):
+                batch[s][2](*sol, att)
+
+    def _analyse(self, batch) -> list:
         solved = _solve_all([(r, c) for r, c, _ in batch])
         attacked = [None] * len(batch) if self.features is None else self.features.attack_all(
             [(r, c, *sol) for (r, c, _), sol in zip(batch, solved, strict=True)], self.closed)
-        for (_, _, done), sol, att in zip(batch, solved, attacked, strict=True):
-            done(*sol, att)
+        return list(zip(solved, attacked, strict=True))
+
+
+def _shares(sizes: list[int], workers: int) -> list[list[int]]:
+    """Indices dealt into at most ``workers`` shares of about equal total size (largest
+    first, each to the smallest share), each share ascending; no empty share."""
+    loads = [0] * min(workers, len(sizes))
+    shares: list[list[int]] = [[] for _ in loads]
+    for s in sorted(range(len(sizes)), key=lambda s: -sizes[s]):
+        k = loads.index(min(loads))
+        shares[k].append(s)
+        loads[k] += sizes[s]
+    return [sorted(share) for share in shares if share]
+
+
+def available_workers() -> int:
+    """Threads for the report's analyses: the CPUs this process may run on, at most
+    :data:`MAX_WORKERS`."""
+    import os
+
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:     # not on Linux
+        cpus = os.cpu_count() or 1
+    return max(1, min(MAX_WORKERS, cpus))
+
+
+#: threads :func:`available_workers` offers at most
+MAX_WORKERS = 4
 
 
 class _Features:
@@ -375,23 +419,29 @@ def _solve_all(systems):
              undecided[cut[s]:cut[s + 1]]) for s in range(len(systems))]
 
 
-def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
+def leakage_report(graph: GraphData, part: Partition, cfg: Config,
+                   workers: int | None = None) -> dict[str, Any]:
     """Per-client counts of received rows by how many remote nodes they aggregate, of the
     remote nodes whose features the client can reconstruct exactly (linear algebra, and the
     value-level attack), and what the server reads (:func:`server_view`). SciPy's BLAS runs
-    on one thread meanwhile (:func:`fedgl.privacy.row_space.single_threaded_blas`)."""
+    on one thread meanwhile (:func:`fedgl.privacy.row_space.single_threaded_blas`), and the
+    systems are analysed on up to ``workers`` threads (None: the CPUs this process may use,
+    :func:`available_workers`; see :class:`_Analysis`). The report does not depend on
+    ``workers``."""
     with row_space.single_threaded_blas():
-        return _leakage_report(graph, part, cfg)
+        return _leakage_report(graph, part, cfg,
+                               available_workers() if workers is None else workers)
 
 
-def _leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
+def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
+                    workers: int) -> dict[str, Any]:
     m = cfg.min_contributors
     per_client = []
     wide = neighbour_rows(cfg)
     pairs = _ClosedNeighbourhoods(graph, part) if cfg.hops > 0 else None
     features = _Features(graph) if cfg.hops > 0 else None
     # the clients' systems and the server's analysed together, in batches (_Analysis)
-    analysis = _Analysis(features, pairs.closed if pairs is not None else None)
+    analysis = _Analysis(features, pairs.closed if pairs is not None else None, workers)
     solved = _client_rows(graph, part, cfg.hops, m, pairs, wide, analysis)
     server = _server_rows(graph, part, cfg, pairs, analysis)
     analysis.run()

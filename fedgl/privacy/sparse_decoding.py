@@ -128,12 +128,14 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     # the row-cells with an unknown cell (all open at step 0), in key order ``i·f + column``,
     # each with its unknown contributors in ascending order: per open row-cell, its row's
     # free contributors whose cell in that column is unknown
+    small = np.int32 if n * f < 2 ** 31 else np.int64     # the candidates' keys j·f + column
     count = f_ptr[o_row + 1] - f_ptr[o_row]
-    cand = f_node[_ranges(f_ptr[o_row], f_ptr[o_row + 1])]
-    cell = np.repeat(np.arange(len(o_row), dtype=np.int64), count)
-    unk = ~known_flat[cand * f + o_col[cell]]
-    u_members, cell = cand[unk], cell[unk]
-    del cand, unk, count
+    c_start = np.cumsum(count) - count
+    cand = f_node.astype(small)[_ranges(f_ptr[o_row], f_ptr[o_row + 1])]
+    at = np.flatnonzero(~known_flat[cand * f + np.repeat(o_col.astype(small), count)])
+    u_members = cand[at].astype(np.int64)
+    cell = np.searchsorted(c_start, at, side="right") - 1      # each kept one's open row-cell
+    del cand, at, count, c_start
     first = np.flatnonzero(np.concatenate([[True], cell[1:] != cell[:-1]])) if cell.size \
         else np.zeros(0, dtype=np.int64)
     u_key = o_row[cell[first]] * f + o_col[cell[first]]       # sorted, distinct
@@ -233,7 +235,7 @@ def _update(new_key, new_level, system, rows_of, coef, levels, f) -> np.ndarray:
     nj, ncol = new_key // f, new_key % f
     count = ptr[nj + 1] - ptr[nj]
     keys = node_rows[_ranges(ptr[nj], ptr[nj + 1])] * f + np.repeat(ncol, count)
-    order = np.argsort(keys, kind="stable")
+    order = np.argsort(keys)       # NumPy's default sort (vectorised), many times the stable
     pos = np.searchsorted(u_key, keys[order])       # ascending needles: a cheap search
     c = np.repeat(coef[nj], count)[order]
     first = np.flatnonzero(np.concatenate([[True], pos[1:] != pos[:-1]]))
@@ -305,7 +307,7 @@ def _enumerate(cells, q, starts, c_col, res, t_node, classes, levels, tol, f):
     grid = vd._grid(len(levels), q)
     step = max(1, _CHUNK // len(grid))
     keys, lvls = [], []
-    order = np.argsort(group_of, kind="stable")
+    order = np.argsort(group_of)
     bounds = np.searchsorted(group_of[order], np.arange(0, len(groups) + step, step))
     for b in range(len(bounds) - 1):
         g0, g1 = b * step, min((b + 1) * step, len(groups))
@@ -330,8 +332,12 @@ def _unique_ids(ids: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     key = ids[:, 0].astype(np.int64)
     for t in range(1, q):
         key = key * k + ids[:, t]
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
-    return ids[first], inverse.reshape(-1)
+    order = np.argsort(key)
+    new = np.ones(len(key), dtype=bool)
+    new[1:] = key[order[1:]] != key[order[:-1]]
+    inverse = np.empty(len(key), dtype=np.int64)
+    inverse[order] = np.cumsum(new) - 1
+    return ids[order[new]], inverse
 
 
 def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -401,7 +407,19 @@ def _decide(group_coef, g, cells, nodes, grid, c_col, res, levels, tol, f):
     k1c, k2c = np.minimum(k1, size - 1), np.clip(k2, 0, size - 1)
     c_id = cluster[g, k1c]
     ok &= c_id == cluster[g, k2c]
-    cells, g, nodes, c_id, k1c = cells[ok], g[ok], nodes[ok], c_id[ok], k1c[ok]
+    cells, g, nodes, c_id = cells[ok], g[ok], nodes[ok], c_id[ok]
+    if n_groups * size <= 4 * len(cells):
+        # few assignments for many cells: every cluster of every group once (the lowest and
+        # highest level of each unknown over its assignments), then each cell's own
+        new = np.ones((n_groups, size), dtype=bool)
+        new[:, 1:] = cluster[:, 1:] != cluster[:, :-1]
+        at = np.flatnonzero(new.reshape(-1))
+        members = grid[order.reshape(-1)]                             # assignments x q
+        lo = np.minimum.reduceat(members, at, axis=0)
+        same = lo == np.maximum.reduceat(members, at, axis=0)
+        which = np.concatenate([[0], np.cumsum(cluster[:, -1] + 1)[:-1]])[g] + c_id
+        s, t = np.nonzero(same[which])
+        return nodes[s, t] * f + c_col[cells[s]], lo[which[s], t].astype(np.int8)
     # each distinct (group, cluster) of the cells once: its first and last position in the
     # group (cluster ids ascend), and the lowest and highest level of each unknown over it
     c_key = (np.arange(n_groups, dtype=np.int64)[:, None] * size + cluster).reshape(-1)

@@ -39,7 +39,7 @@ from fedgl.privacy.sparse_decoding import decode_sparse
 
 #: cells (nodes x feature columns, summed over the systems) of one stack: the decoder holds a
 #: known flag and a level index (a byte each) per cell
-MAX_STACK_CELLS = 32_000_000
+MAX_STACK_CELLS = 16_000_000
 
 
 def decode_stacked(systems: Sequence[tuple[Any, ...]]) -> list[vd.Decoded]:
@@ -55,17 +55,22 @@ def decode_stacked(systems: Sequence[tuple[Any, ...]]) -> list[vd.Decoded]:
     return out  # type: ignore[return-value]
 
 
-def _groups(systems: Sequence[tuple[Any, ...]]) -> list[list[int]]:
+def _cells(system: tuple[Any, ...]) -> int:
+    return len(system[2]) * system[3].shape[1]
+
+
+def _groups(systems: Sequence[tuple[Any, ...]], budget: int | None = None) -> list[list[int]]:
     """Consecutive runs of stackable systems (sparse values, the same alphabet and columns)
-    of at most :data:`MAX_STACK_CELLS` cells; any other system alone."""
+    of at most ``budget`` cells (:data:`MAX_STACK_CELLS`); any other system alone."""
+    budget = MAX_STACK_CELLS if budget is None else budget
     groups: list[list[int]] = []
     cells, key = 0, None
     for s, system in enumerate(systems):
-        _, _, coef, values, alphabet, _, _ = _full(system)
-        size = len(coef) * values.shape[1]
+        _, _, _, values, alphabet, _, _ = _full(system)
+        size = _cells(system)
         this = (values.shape[1], tuple(np.asarray(alphabet, dtype=np.float64).tolist())) \
             if sp.issparse(values) else None
-        if this is None or this != key or cells + size > MAX_STACK_CELLS or not groups:
+        if this is None or this != key or cells + size > budget or not groups:
             groups.append([s])
             cells, key = size, this
         else:
