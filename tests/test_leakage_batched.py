@@ -46,7 +46,7 @@ def _systems(seed, levels):
 @pytest.mark.parametrize("seed", range(4))
 def test_a_stack_decodes_each_system_as_alone(levels, seed):
     systems = _systems(seed, levels)
-    together = stacked.decode_stacked(systems)
+    together = list(stacked.decode_stacked(systems))
     assert len(together) == len(systems)
     decided = 0
     for system, got in zip(systems, together, strict=True):
@@ -66,7 +66,7 @@ def test_the_stack_is_one_decoder_call(monkeypatch):
         return decode_sparse(*args)
     monkeypatch.setattr(stacked, "decode_sparse", counted)
     systems = _systems(7, (0.0, 1.0))
-    together = stacked.decode_stacked(systems)
+    together = list(stacked.decode_stacked(systems))
     assert calls == [sum(len(s[2]) for s in systems)]
     for system, got in zip(systems, together, strict=True):
         _same(got, vd.decode_reference(*system))

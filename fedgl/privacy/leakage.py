@@ -347,6 +347,7 @@ class _Features:
             exact = found.copy()
             exact[decoded] = (got.levels[decoded] == self._truth(col_ids[decoded])).all(axis=1)
             out[at] = (int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum()))
+            del got, decoded, exact    # (the decoder frees a stack once its results are gone)
         return out
 
 

@@ -59,6 +59,8 @@ _STAGES = (4, 8)
 _DIRECT = 64
 #: elements of the per-chunk arrays of the enumeration (groups x assignments x unknowns)
 _CHUNK = 4_000_000
+#: (open row-cell, contributor) candidates examined at once for the unknown contributors
+_CANDIDATES = 1_000_000
 
 
 def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
@@ -128,14 +130,7 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
     # the row-cells with an unknown cell (all open at step 0), in key order ``i·f + column``,
     # each with its unknown contributors in ascending order: per open row-cell, its row's
     # free contributors whose cell in that column is unknown
-    small = np.int32 if n * f < 2 ** 31 else np.int64     # the candidates' keys j·f + column
-    count = f_ptr[o_row + 1] - f_ptr[o_row]
-    c_start = np.cumsum(count) - count
-    cand = f_node.astype(small)[_ranges(f_ptr[o_row], f_ptr[o_row + 1])]
-    at = np.flatnonzero(~known_flat[cand * f + np.repeat(o_col.astype(small), count)])
-    u_members = cand[at].astype(np.int64)
-    cell = np.searchsorted(c_start, at, side="right") - 1      # each kept one's open row-cell
-    del cand, at, count, c_start
+    u_members, cell = _unknown_contributors(o_row, o_col, f_ptr, f_node, known_flat, f)
     first = np.flatnonzero(np.concatenate([[True], cell[1:] != cell[:-1]])) if cell.size \
         else np.zeros(0, dtype=np.int64)
     u_key = o_row[cell[first]] * f + o_col[cell[first]]       # sorted, distinct
@@ -198,6 +193,31 @@ def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
         starts, ends = indptr[capped_rows], indptr[capped_rows + 1]
         flagged[members[_ranges(starts, ends)]] = True
     return vd.Decoded(known, lev, nodes, flagged & ~nodes)
+
+
+def _unknown_contributors(o_row, o_col, f_ptr, f_node, known_flat, f):
+    """Per open row-cell (``o_row``, ``o_col``, in key order), its row's free contributors
+    (``f_ptr``, ``f_node``: ascending per row) whose cell in that column is unknown: (the
+    contributors, the index of each one's row-cell), in row-cell order. In chunks of at most
+    :data:`_CANDIDATES` candidates, so that the temporaries stay small."""
+    small = np.int32 if len(known_flat) < 2 ** 31 else np.int64    # keys j·f + column
+    count = f_ptr[o_row + 1] - f_ptr[o_row]
+    ends = np.cumsum(count)
+    members, cells = [], []
+    lo = 0
+    while lo < len(o_row):
+        hi = max(lo + 1, int(np.searchsorted(ends, ends[lo] - count[lo] + _CANDIDATES,
+                                             side="right")))
+        cand = f_node[_ranges(f_ptr[o_row[lo:hi]], f_ptr[o_row[lo:hi] + 1])].astype(small)
+        at = np.flatnonzero(~known_flat[cand * f + np.repeat(o_col[lo:hi].astype(small),
+                                                             count[lo:hi])])
+        members.append(cand[at].astype(np.int64))
+        start = ends[lo:hi] - count[lo:hi] - (ends[lo] - count[lo])
+        cells.append(np.searchsorted(start, at, side="right") - 1 + lo)
+        lo = hi
+    if not members:
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    return np.concatenate(members), np.concatenate(cells)
 
 
 def _node_rows(entry_row: np.ndarray, members: np.ndarray, n: int) -> tuple[np.ndarray, ...]:

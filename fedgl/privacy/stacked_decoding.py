@@ -28,7 +28,7 @@ the reference where it fails.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,20 +39,19 @@ from fedgl.privacy.sparse_decoding import decode_sparse
 
 #: cells (nodes x feature columns, summed over the systems) of one stack: the decoder holds a
 #: known flag and a level index (a byte each) per cell
-MAX_STACK_CELLS = 16_000_000
+MAX_STACK_CELLS = 4_000_000
 
 
-def decode_stacked(systems: Sequence[tuple[Any, ...]]) -> list[vd.Decoded]:
+def decode_stacked(systems: Sequence[tuple[Any, ...]]) -> Iterator[vd.Decoded]:
     """:func:`fedgl.privacy.value_decoding.decode` of each system, computed on stacks of
-    systems (module docstring); the results in the systems' order."""
-    out: list[vd.Decoded | None] = [None] * len(systems)
+    systems (module docstring), yielded in the systems' order, one stack at a time: a stack's
+    arrays are freed once the caller has dropped its systems' results."""
     for group in _groups(systems):
         decoded = _decode_group([systems[s] for s in group]) if len(group) > 1 else None
         if decoded is None:
             decoded = [vd.decode(*systems[s]) for s in group]
-        for s, d in zip(group, decoded, strict=True):
-            out[s] = d
-    return out  # type: ignore[return-value]
+        while decoded:
+            yield decoded.pop(0)
 
 
 def _cells(system: tuple[Any, ...]) -> int:
