@@ -313,14 +313,17 @@ class _Features:
         the pairs (r, c). The nodes ``found`` by linear algebra count as exact (their
         coefficients are known); unresolved are the nodes not exact that a bound left open
         (``undecided`` by linear algebra, or in a row the decoder did not enumerate). The
-        systems are decoded by one :func:`fedgl.privacy.value_decoding.decode_all` call."""
+        systems are decoded together by :func:`fedgl.privacy.value_decoding.decode_all`, a
+        stack's worth at a time (:data:`fedgl.privacy.stacked_decoding.MAX_STACK_CELLS`), so
+        that only those systems' released rows are held at once."""
         import numpy as np
         import scipy.sparse as sp
 
-        from fedgl.privacy import value_decoding as vd
+        from fedgl.privacy import stacked_decoding
 
         out: list = []
-        decode, truths = [], []
+        pending: list = []
+        cells = 0
         for r, c, col_ids, found, undecided in systems:
             if self.alphabet is None or not r.size:
                 out.append((int(found.sum()), int(undecided.sum())))
@@ -337,18 +340,36 @@ class _Features:
             if sp.issparse(values):
                 values = values.tocsr()
             a.sort_indices()
-            decode.append((a.indptr, a.indices, coef, values, self.alphabet, found,
-                           self._truth(col_ids[found])))
-            truths.append((len(out), col_ids, found, undecided))
+            pending.append(((a.indptr, a.indices, coef, values, self.alphabet, found,
+                             self._truth(col_ids[found])), (len(out), col_ids, found, undecided)))
             out.append(None)
-        for got, (at, col_ids, found, undecided) in zip(vd.decode_all(decode), truths,
-                                                         strict=True):
+            cells += len(col_ids) * self.x.shape[1]
+            if cells >= stacked_decoding.MAX_STACK_CELLS:
+                self._score(pending, out)
+                pending, cells = [], 0
+        self._score(pending, out)
+        return out
+
+    def _score(self, pending, out) -> None:
+        """Decode the ``pending`` systems in one call and write each one's (exact,
+        unresolved) at its place in ``out``."""
+        import numpy as np
+
+        from fedgl.privacy import value_decoding as vd
+
+        if not pending:
+            return
+        decoded_all = vd.decode_all([system for system, _ in pending])
+        for got, (_, (at, col_ids, found, undecided)) in zip(decoded_all, pending, strict=True):
             decoded = np.flatnonzero(got.nodes & ~found)
             exact = found.copy()
-            exact[decoded] = (got.levels[decoded] == self._truth(col_ids[decoded])).all(axis=1)
+            step = max(1, (1 << 20) // max(1, self.x.shape[1]))   # a few MB at a time
+            for k in range(0, len(decoded), step):
+                part = decoded[k:k + step]
+                exact[part] = (got.levels[part] == self._truth(col_ids[part])).all(axis=1)
             out[at] = (int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum()))
-            del got, decoded, exact    # (the decoder frees a stack once its results are gone)
-        return out
+            del got, decoded, exact    # the decoder frees a stack once its results are gone
+        pending.clear()
 
 
 def _solve(r, c):

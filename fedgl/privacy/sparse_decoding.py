@@ -60,7 +60,7 @@ _DIRECT = 64
 #: elements of the per-chunk arrays of the enumeration (groups x assignments x unknowns)
 _CHUNK = 4_000_000
 #: (open row-cell, contributor) candidates examined at once for the unknown contributors
-_CANDIDATES = 1_000_000
+_CANDIDATES = 250_000
 
 
 def decode_sparse(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
@@ -282,7 +282,7 @@ def _pass(dirty, limit, known_flat, lev_flat, system, classes, levels, tol, f):
     res = u_res[dirty]
     low = np.abs(res) <= tol
     high = ~low & (np.abs(res - u_weight[dirty] * levels[-1]) <= tol)
-    small = len(levels) ** p.astype(np.float64) <= vd.MAX_COMBINATIONS
+    small = p <= _most_unknowns(len(levels))
     rest = ~low & ~high
     later = rest & small & (p > (limit if limit is not None else p.max(initial=0)))
     act = np.flatnonzero(low | high | (rest & small & ~later))
@@ -305,13 +305,26 @@ def _pass(dirty, limit, known_flat, lev_flat, system, classes, levels, tol, f):
                  np.full(int(by_high.sum()), len(levels) - 1, dtype=np.int8)]
     enum = np.flatnonzero(~low & ~high)
     res = res[act]
-    for q in _distinct(p[enum]):
-        cells = enum[p[enum] == q]
+    enum = enum[np.argsort(p[enum])]
+    sizes = p[enum]
+    bounds = np.flatnonzero(np.concatenate([[True], sizes[1:] != sizes[:-1], [True]])) \
+        if enum.size else np.zeros(0, dtype=np.int64)
+    for b0, b1 in zip(bounds[:-1], bounds[1:], strict=False):
+        cells, q = enum[b0:b1], sizes[b0]
         key, level = _enumerate(cells, int(q), starts, c_col, res, t_node, classes, levels,
                                 tol, f)
         new_key.append(key)
         new_level.append(level)
     return np.concatenate(new_key), np.concatenate(new_level), capped, deferred
+
+
+def _most_unknowns(n_levels: int) -> int:
+    """The most unknowns ``q`` with ``L^q ≤`` :data:`fedgl.privacy.value_decoding.MAX_COMBINATIONS`
+    (the enumeration bound, as the reference tests it)."""
+    q = 0
+    while float(n_levels) ** (q + 1) <= vd.MAX_COMBINATIONS:
+        q += 1
+    return q
 
 
 def _enumerate(cells, q, starts, c_col, res, t_node, classes, levels, tol, f):
