@@ -10,6 +10,7 @@ import pytest
 import scipy.sparse as sp
 
 import fedgl.privacy.leakage as leakage
+import fedgl.privacy.leakage_batches as leakage_batches
 import fedgl.privacy.stacked_decoding as stacked
 import fedgl.privacy.value_decoding as vd
 from fedgl.privacy.sparse_decoding import decode_sparse
@@ -178,7 +179,7 @@ def test_the_report_is_the_same_on_any_number_of_threads(monkeypatch, kw):
 def test_shares_cover_every_system_once_and_balance():
     sizes = [5, 1, 9, 3, 3, 7, 0, 2]
     for workers in (1, 2, 3, 8, 20):
-        shares = leakage._shares(sizes, workers)
+        shares = leakage_batches.shares(sizes, workers)
         assert sorted(i for s in shares for i in s) == list(range(len(sizes)))
         assert len(shares) == min(workers, len(sizes)) and all(s == sorted(s) for s in shares)
         loads = [sum(sizes[i] for i in s) for s in shares]

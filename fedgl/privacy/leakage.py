@@ -44,6 +44,7 @@ from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.privacy import row_space
+from fedgl.privacy.leakage_batches import Batches, available_workers
 from fedgl.privacy.value_decoding import MAX_COMBINATIONS, TOLERANCE
 
 ANALYSIS_LABEL = ("analysis outside the federation (full graph + partition); "
@@ -133,7 +134,7 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     (:mod:`fedgl.privacy.value_decoding`) on the same rows: ``exact_remote_nodes`` and
     ``exact_unresolved``."""
     pairs = pairs or (_ClosedNeighbourhoods(graph, part) if hops > 0 else None)
-    analysis = _Analysis(features, pairs.closed if pairs is not None else None)
+    analysis = _analysis(features, pairs.closed if pairs is not None else None)
     out = _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, analysis)
     analysis.run()
     return out
@@ -147,7 +148,7 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
     n, k_total = graph.num_nodes, part.num_clients
     empty = {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
              "remote_nodes_unresolved": 0}
-    if analysis.features is not None:
+    if analysis.attack is not None:
         empty.update(exact_remote_nodes=0, exact_unresolved=0)
     if hops == 0:
         return [dict(empty) for _ in range(k_total)]
@@ -165,7 +166,7 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
             seen = np.zeros(n, dtype=bool)
             seen[pairs.cols[keep]] = True
             row["remote_nodes_unresolved"] = int(seen.sum())
-            if analysis.features is not None:
+            if analysis.attack is not None:
                 row["exact_unresolved"] = int(seen.sum())
             continue
         r, c = pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
@@ -186,86 +187,12 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
     return out
 
 
-#: systems are solved and attacked together until their pairs exceed this many (a batch holds
-#: their pairs, solutions and released rows at once; a larger system is a batch of its own)
-BATCH_ENTRIES = 2_000_000
-
-
-class _Analysis:
-    """Systems of pairs ``(r, c)`` (the rows a party reads, each the sum over its pairs'
-    nodes) analysed in batches: linear algebra on the block-diagonal union of a batch's
-    systems (:func:`_solve_all`), then the value-level attack on all of them in one
-    :func:`fedgl.privacy.value_decoding.decode_all` call, which decodes them as one stacked
-    system. Each system's answer is what it gets alone (both analyses are per block, per
-    row); batching only cuts the per-call work, which dominates on small graphs. With
-    ``workers`` > 1 a batch is dealt into that many shares of about equal pairs, each
-    analysed on its own thread (the work is NumPy, SciPy and LAPACK kernels, which release
-    the GIL); the answers do not depend on the split.
-    :meth:`add` takes a system and the function that receives its answer ``(col_ids, found,
-    undecided, (exact, unresolved) or None)``; a batch runs once its pairs exceed
-    :data:`BATCH_ENTRIES`, and :meth:`run` runs what is left."""
-
-    def __init__(self, features: _Features | None, closed, workers: int = 1) -> None:
-        self.features, self.closed, self.workers = features, closed, max(1, workers)
-        self.pending: list = []
-        self.entries = 0
-
-    def add(self, r, c, done) -> None:
-        self.pending.append((r, c, done))
-        self.entries += r.size
-        if self.entries > BATCH_ENTRIES:
-            self.run()
-
-    def run(self) -> None:
-        batch, self.pending, self.entries = self.pending, [], 0
-        if not batch:
-            return
-        shares = _shares([r.size for r, _, _ in batch], self.workers)
-        if len(shares) > 1:
-            from concurrent.futures import ThreadPoolExecutor
-
-            with ThreadPoolExecutor(len(shares), thread_name_prefix="fedgl-leakage") as pool:
-                answers = list(pool.map(lambda share: self._analyse([batch[s] for s in share]),
-                                        shares))
-        else:
-            answers = [self._analyse(batch)]
-        for share, answer in zip(shares, answers, strict=True):
-            for s, (sol, att) in zip(share, answer, strict=True):
-                batch[s][2](*sol, att)
-
-    def _analyse(self, batch) -> list:
-        solved = _solve_all([(r, c) for r, c, _ in batch])
-        attacked = [None] * len(batch) if self.features is None else self.features.attack_all(
-            [(r, c, *sol) for (r, c, _), sol in zip(batch, solved, strict=True)], self.closed)
-        return list(zip(solved, attacked, strict=True))
-
-
-def _shares(sizes: list[int], workers: int) -> list[list[int]]:
-    """Indices dealt into at most ``workers`` shares of about equal total size (largest
-    first, each to the smallest share), each share ascending; no empty share."""
-    loads = [0] * min(workers, len(sizes))
-    shares: list[list[int]] = [[] for _ in loads]
-    for s in sorted(range(len(sizes)), key=lambda s: -sizes[s]):
-        k = loads.index(min(loads))
-        shares[k].append(s)
-        loads[k] += sizes[s]
-    return [sorted(share) for share in shares if share]
-
-
-def available_workers() -> int:
-    """Threads for the report's analyses: the CPUs this process may run on, at most
-    :data:`MAX_WORKERS`."""
-    import os
-
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:     # not on Linux
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_WORKERS, cpus))
-
-
-#: threads :func:`available_workers` offers at most
-MAX_WORKERS = 4
+def _analysis(features: _Features | None, closed, workers: int = 1) -> Batches:
+    """The systems' analyses in batches (:class:`fedgl.privacy.leakage_batches.Batches`):
+    :func:`_solve_all`, then ``features``' value-level attack (none without features)."""
+    attack = None if features is None else (lambda systems: features.attack_all(systems,
+                                                                                 closed))
+    return Batches(_solve_all, attack, workers)
 
 
 class _Features:
@@ -448,7 +375,7 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config,
     value-level attack), and what the server reads (:func:`server_view`). SciPy's BLAS runs
     on one thread meanwhile (:func:`fedgl.privacy.row_space.single_threaded_blas`), and the
     systems are analysed on up to ``workers`` threads (None: the CPUs this process may use,
-    :func:`available_workers`; see :class:`_Analysis`). The report does not depend on
+    :func:`fedgl.privacy.leakage_batches.available_workers`). The report does not depend on
     ``workers``."""
     with row_space.single_threaded_blas():
         return _leakage_report(graph, part, cfg,
@@ -462,8 +389,8 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
     wide = neighbour_rows(cfg)
     pairs = _ClosedNeighbourhoods(graph, part) if cfg.hops > 0 else None
     features = _Features(graph) if cfg.hops > 0 else None
-    # the clients' systems and the server's analysed together, in batches (_Analysis)
-    analysis = _Analysis(features, pairs.closed if pairs is not None else None, workers)
+    # the clients' systems and the server's analysed together, in batches (_analysis)
+    analysis = _analysis(features, pairs.closed if pairs is not None else None, workers)
     solved = _client_rows(graph, part, cfg.hops, m, pairs, wide, analysis)
     server = _server_rows(graph, part, cfg, pairs, analysis)
     analysis.run()
@@ -529,7 +456,7 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
     clients run on these systems: linear algebra and the value-level attack."""
     needed = cfg.hops > 0 and cfg.secure_sum != "he"
     pairs = pairs or (_ClosedNeighbourhoods(graph, part) if needed else None)
-    analysis = _Analysis((features or _Features(graph)) if needed else None,
+    analysis = _analysis((features or _Features(graph)) if needed else None,
                          pairs.closed if pairs is not None else None)
     out = _server_rows(graph, part, cfg, pairs, analysis)
     analysis.run()

@@ -5,8 +5,11 @@ and the configuration, never the trained model or a message, so it can start as 
 partition exists. Its kernels (NumPy, SciPy, LAPACK on one thread) release the GIL, so on a
 thread it mostly uses the core time that training leaves idle, and the run's wall time grows by
 far less than the report's own. A thread, not a forked process: a process that already runs
-threads must not fork. The report is the experimenter's analysis outside the federation: no
-party sees it, and its result is the same wherever it runs (``tests/test_leakage_in_run.py``).
+threads must not fork. Beside training, the report's own analysis threads
+(:func:`fedgl.privacy.leakage.leakage_report`'s ``workers``) are as many as the spare CPUs;
+after the repeat, as many as the process may use. The report is the experimenter's analysis
+outside the federation: no party sees it, and its result is the same wherever it runs
+(``tests/test_leakage_in_run.py``).
 
 It runs beside training only where a core is spare: more CPUs than PyTorch's intra-op threads
 and a load average below the difference (:func:`spare_core`). Where training's threads already

@@ -29,16 +29,21 @@ only unknown cells are those of nodes whose every row is non-zero in that column
 fraction. That step reads only the non-zeros of the released values (given dense or sparse)
 and of the seeded nodes' contributions, ``r⁰ = v - Σ_seeded c_j a_{x_j}``.
 
-Then each row-cell that holds an unknown cell keeps its unknown contributors (ascending) and
-its residual at the seeded state ``r⁰``; a pass visits the row-cells touched by the cells
-decoded in the previous pass, reads their residual as ``r⁰`` less the contributors decoded
-since (those above level 0), and applies the rules there. The enumeration sorts each group's
-subset sums (directly for a few, else by merging the sums so far shifted by each level,
-``L`` sorted runs per unknown) and finds every cell's window in its own group with one
-``searchsorted`` over the groups' sorted sums laid end to end as complex keys
-``group + i·sum`` (NumPy orders complex numbers lexicographically: the same comparisons as
-within the group). The residuals are the reference's up to rounding in the last bits (a
-different order of the same additions), far inside the tolerance.
+Then each row-cell that holds an unknown cell keeps its unknown contributors at step 0
+(ascending: per open row-cell, its row's unseeded contributors whose cell is unknown) and,
+kept current as cells are decided, its residual ``r = r⁰ - Σ_{decided j} c_j a_{x_j}``, its
+count ``p`` of unknowns and their coefficient sum ``w``. A pass visits the row-cells touched
+by the cells decided in the previous pass that still hold an unknown, applies the all-lowest
+(``|r| ≤ tol``) and all-highest (``|r - w·a_max| ≤ tol``) rules and the enumeration bound from
+``(r, p, w)`` alone, and gathers the unknown contributors only of the row-cells a rule acts on.
+The enumeration groups row-cells by their unknowns' coefficients (FedGCN's ``d̃^{-1/2}`` take
+few values, so many row-cells share one group), sorts each group's ``L^q`` subset sums once
+(directly for a few, else by merging the sums so far shifted by each level, ``L`` sorted runs
+per unknown) and finds every cell's window in its own group with one ``searchsorted`` over the
+groups' sorted sums laid end to end as complex keys ``group + i·sum`` (NumPy orders complex
+numbers lexicographically: the same comparisons as within the group). The residuals are the
+reference's up to rounding in the last bits (a different order of the same additions), far
+inside the tolerance.
 
 When the fast form does not apply (lowest level not 0, a single level, the all-lowest rule
 disabled, a node in no row) or two rules disagree (impossible for exact sums; a safeguard),
