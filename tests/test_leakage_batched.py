@@ -172,8 +172,10 @@ def test_the_report_is_the_same_on_any_number_of_threads(monkeypatch, kw):
     for workers in (2, 3, 16):
         names.clear()
         assert leakage_report(graph, part, cfg, workers) == one
-        assert len(names) == min(workers, systems)
-        assert all(name.startswith("fedgl-leakage") for name in names)
+        assert len(names) == min(workers, systems)     # one share per thread, the first here
+        here = threading.current_thread().name
+        assert names.count(here) == 1
+        assert all(name.startswith("fedgl-leakage") for name in names if name != here)
 
 
 def test_shares_cover_every_system_once_and_balance():
@@ -184,3 +186,13 @@ def test_shares_cover_every_system_once_and_balance():
         assert len(shares) == min(workers, len(sizes)) and all(s == sorted(s) for s in shares)
         loads = [sum(sizes[i] for i in s) for s in shares]
         assert max(loads) - min(loads) <= max(sizes)
+
+
+def test_the_default_threads_are_the_idle_cpus(monkeypatch):
+    """One thread, and one more per CPU the load average leaves idle, at most MAX_WORKERS."""
+    import os
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(6)), raising=False)
+    for load, want in ((0.2, 4), (3.5, 3), (4.9, 2), (6.0, 1), (40.0, 1)):
+        monkeypatch.setattr(os, "getloadavg", lambda load=load: (load, load, load))
+        assert leakage_batches.available_workers() == min(want, leakage_batches.MAX_WORKERS)

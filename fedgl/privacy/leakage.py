@@ -374,7 +374,7 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config,
     remote nodes whose features the client can reconstruct exactly (linear algebra, and the
     value-level attack), and what the server reads (:func:`server_view`). SciPy's BLAS runs
     on one thread meanwhile (:func:`fedgl.privacy.row_space.single_threaded_blas`), and the
-    systems are analysed on up to ``workers`` threads (None: the CPUs this process may use,
+    systems are analysed on up to ``workers`` threads (None: one, and one per idle CPU,
     :func:`fedgl.privacy.leakage_batches.available_workers`). The report does not depend on
     ``workers``."""
     with row_space.single_threaded_blas():

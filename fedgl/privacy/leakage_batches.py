@@ -9,9 +9,10 @@ system (:mod:`fedgl.privacy.stacked_decoding`); batching only cuts the per-call 
 dominates on small graphs.
 
 With ``workers`` > 1 a batch is dealt into that many shares of about equal pairs (largest
-first, each to the smallest share), each analysed on its own thread: the work is NumPy, SciPy
-and LAPACK kernels, which release the GIL, so on a machine with idle cores the report's wall
-time falls (on a busy one it stays about the same). The answers do not depend on the split.
+first, each to the smallest share), the first analysed on the calling thread and each other on
+a thread of its own: the work is NumPy, SciPy and LAPACK kernels, which release the GIL, so on
+a machine with idle cores the report's wall time falls; by default (:func:`available_workers`)
+only idle CPUs get a thread. The answers do not depend on the split.
 """
 
 from __future__ import annotations
@@ -50,12 +51,14 @@ class Batches:
         if not batch:
             return
         parts = shares([r.size for r, _, _ in batch], self.workers)
-        if len(parts) > 1:
+        if len(parts) > 1:      # the first share on this thread, the others on new ones
             from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(len(parts), thread_name_prefix="fedgl-leakage") as pool:
-                answers = list(pool.map(lambda part: self._analyse([batch[s] for s in part]),
-                                        parts))
+            with ThreadPoolExecutor(len(parts) - 1, thread_name_prefix="fedgl-leakage") as pool:
+                others = [pool.submit(self._analyse, [batch[s] for s in part])
+                          for part in parts[1:]]
+                answers = [self._analyse([batch[s] for s in parts[0]])]
+                answers += [future.result() for future in others]
         else:
             answers = [self._analyse(batch)]
         for part, answer in zip(parts, answers, strict=True):
@@ -82,12 +85,17 @@ def shares(sizes: list[int], workers: int) -> list[list[int]]:
 
 
 def available_workers() -> int:
-    """Threads for the report's analyses: the CPUs this process may run on, at most
-    :data:`MAX_WORKERS`."""
+    """Threads for the report's analyses: one, and one more for each CPU this process may run
+    on that the load average leaves idle, at most :data:`MAX_WORKERS` (on a busy machine extra
+    threads only contend for the same cores)."""
     import os
 
     try:
         cpus = len(os.sched_getaffinity(0))
     except AttributeError:     # not on Linux
         cpus = os.cpu_count() or 1
-    return max(1, min(MAX_WORKERS, cpus))
+    try:
+        idle = int(cpus - os.getloadavg()[0])
+    except OSError:            # no load average
+        idle = 0
+    return max(1, min(MAX_WORKERS, cpus, 1 + idle))

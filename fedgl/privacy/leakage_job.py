@@ -7,7 +7,7 @@ thread it mostly uses the core time that training leaves idle, and the run's wal
 far less than the report's own. A thread, not a forked process: a process that already runs
 threads must not fork. Beside training, the report's own analysis threads
 (:func:`fedgl.privacy.leakage.leakage_report`'s ``workers``) are as many as the spare CPUs;
-after the repeat, as many as the process may use. The report is the experimenter's analysis
+after the repeat, one and one per idle CPU. The report is the experimenter's analysis
 outside the federation: no party sees it, and its result is the same wherever it runs
 (``tests/test_leakage_in_run.py``).
 
