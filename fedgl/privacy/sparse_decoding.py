@@ -395,18 +395,18 @@ def _unique_rows(m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def _sorted_sums(levels: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Every group's ``L^q`` subset sums ``Σ_k c[g, k] · levels[a_k]``, sorted, and the
     assignments' rows in :func:`fedgl.privacy.value_decoding._grid` (the first unknown most
-    significant) in that order. Up to :data:`_DIRECT` assignments directly; above, one unknown
-    at a time: the sums so far, shifted by each level, are ``L`` sorted runs that a stable
-    sort merges in linear time (ties keep any order: what is read from the sorted sums, counts
-    and clusters, does not depend on it)."""
-    n_levels = len(levels)
-    if n_levels ** c.shape[1] <= _DIRECT:       # a few sums: computed and sorted at once
-        sums = levels[vd._grid(n_levels, c.shape[1])] @ c.T
-        rows = np.argsort(sums.T, axis=1, kind="stable")
-        return np.take_along_axis(sums.T, rows, axis=1), rows
-    sums = np.zeros((len(c), 1))
-    rows = np.zeros((len(c), 1), dtype=np.int64)
-    for k in range(c.shape[1]):
+    significant) in that order. The first unknowns (up to :data:`_DIRECT` assignments)
+    directly; then one unknown at a time: the sums so far, shifted by each level, are ``L``
+    sorted runs that a stable sort merges in linear time (ties keep any order: what is read
+    from the sorted sums, counts and clusters, does not depend on it)."""
+    n_levels, q = len(levels), c.shape[1]
+    first = q
+    while first > 1 and n_levels ** first > _DIRECT:
+        first -= 1
+    sums = (levels[vd._grid(n_levels, first)] @ c[:, :first].T).T     # groups x L^first
+    rows = np.argsort(sums, axis=1)
+    sums = np.take_along_axis(sums, rows, axis=1)
+    for k in range(first, q):
         ext = np.concatenate([sums + c[:, k:k + 1] * lv for lv in levels], axis=1)
         ext_rows = np.concatenate([rows * n_levels + lv for lv in range(n_levels)], axis=1)
         o = np.argsort(ext, axis=1, kind="stable")
