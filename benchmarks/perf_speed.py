@@ -7,10 +7,11 @@ interpreters with ``PYTHONPATH`` set to each checkout:
     --beta 10000 --rounds 100 --local-steps 3 --lr 0.5 --seed 0`` under ``/usr/bin/time -v``
     (wall seconds, peak RSS), the same with ``--no-leakage-report``, and the run's own seconds
     from ``result.json`` (pre-training, training, evaluation, oracle) and its final accuracy;
-(b) the leakage report alone (``leakage_report`` on the same graph and partition): wall and
-    CPU seconds, the CPU seconds inside the value-level decoder
-    (``fedgl.privacy.value_decoding.decode``), and whether both checkouts give the same
-    report.
+(b) the leakage report alone (``leakage_report`` on the same graph and partition, with its
+    default threads): wall and CPU seconds (all threads), the CPU seconds inside the
+    value-level decoder (``fedgl.privacy.value_decoding.decode_all``, or ``decode`` where a
+    checkout has no ``decode_all``; summed over threads), and whether both checkouts give the
+    same report.
 
 Every figure carries the load average (``os.getloadavg()``) read just before it, and each
 figure of this checkout is printed beside the baseline's as a ratio; per dataset, the report's
@@ -50,13 +51,28 @@ from fedgl.data.datasets import load_graph
 from fedgl.data.shards import make_partition
 from fedgl.privacy.leakage import leakage_report
 import fedgl.privacy.value_decoding as vd
-decode_cpu, decode = [0.0], vd.decode
-def timed_decode(*args, **kw):   # the value-level decoder's share (called by the report)
-    t = time.process_time()
-    out = decode(*args, **kw)
-    decode_cpu[0] += time.process_time() - t
-    return out
-vd.decode = timed_decode
+decode_cpu = []
+# the value-level decoder's share (called by the report): CPU seconds of the calling thread
+# inside it, summed over threads (the report may analyse systems on several threads); where
+# it yields its results (one stack at a time), inside each step of the iteration
+name = "decode_all" if hasattr(vd, "decode_all") else "decode"
+real = getattr(vd, name)
+def stepped(it):
+    while True:
+        t = time.thread_time()
+        try:
+            x = next(it)
+        except StopIteration:
+            decode_cpu.append(time.thread_time() - t)
+            return
+        decode_cpu.append(time.thread_time() - t)   # (append: safe from several threads)
+        yield x
+def timed(*args, **kw):
+    t = time.thread_time()
+    out = real(*args, **kw)
+    decode_cpu.append(time.thread_time() - t)
+    return stepped(iter(out)) if hasattr(out, "__next__") else out
+setattr(vd, name, timed)
 cfg = as_config(None, algorithm="fedgcn", hops=2, dataset={ds!r}, clients=10, beta=10000.0,
                 seed=0)
 graph = load_graph(cfg)
@@ -65,7 +81,7 @@ load = os.getloadavg()[0]
 wall, cpu = time.perf_counter(), time.process_time()
 rep = leakage_report(graph, part, cfg)
 print(json.dumps({{"wall_s": time.perf_counter() - wall, "cpu_s": time.process_time() - cpu,
-                  "decode_cpu_s": decode_cpu[0], "load": load, "report": rep}}))
+                  "decode_cpu_s": sum(decode_cpu), "load": load, "report": rep}}))
 """
 
 

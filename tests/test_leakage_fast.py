@@ -84,14 +84,19 @@ def test_inapplicable_alphabets_fall_back_to_the_reference():
 
 
 def _report_with(decoder, monkeypatch, graph, part, cfg):
+    """The report with every system decoded alone by ``decoder`` (no stacking)."""
     monkeypatch.setattr(vd, "decode", decoder)
+    monkeypatch.setattr(vd, "decode_all", lambda systems: [decoder(*s) for s in systems])
     return leakage_report(graph, part, cfg)
 
 
 def _reference_report(monkeypatch, graph, part, cfg):
     """The report by the references: row-by-row decoding, every connected block (nothing
-    stripped) by the eigenvectors of its Gram matrix."""
+    stripped) by the eigenvectors of its Gram matrix, each system alone (nothing batched)."""
+    import fedgl.privacy.leakage as leakage
+
     with monkeypatch.context() as m:
+        m.setattr(leakage, "_solve_all", lambda systems: [leakage._solve(*s) for s in systems])
         m.setattr(row_space, "found_in_row_space", row_space.found_by_eigh)
         m.setattr(row_space, "strip_free_columns",
                   lambda a, rows, cols: (np.flatnonzero(rows), np.flatnonzero(cols)))
@@ -251,17 +256,6 @@ def test_feature_levels_are_the_alphabets_indices(monkeypatch):
             rows = feats._rows(nodes)
             assert np.array_equal(rows.toarray() if sp.issparse(rows) else rows, x[nodes])
             assert rows.dtype == np.float64
-
-
-def test_pairs_sorted_without_one_integer_decode_the_same(monkeypatch):
-    """Where ``key·n + node`` could overflow, the pairs are sorted by a lexsort: the same."""
-    import fedgl.privacy.sparse_decoding as sd
-
-    systems = [_system(300 + seed, levels=[(0.0, 1.0), (0.0, 0.5, 1.0)][seed % 2])
-               for seed in range(4)]
-    monkeypatch.setattr(sd, "_PAIR_LIMIT", 0)
-    for system in systems:
-        _same(decode_sparse(*system), vd.decode_reference(*system))
 
 
 def test_the_report_is_the_same_with_features_converted_per_system(monkeypatch):

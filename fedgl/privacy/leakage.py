@@ -44,6 +44,7 @@ from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 from fedgl.privacy import row_space
+from fedgl.privacy.leakage_batches import Batches, available_workers
 from fedgl.privacy.value_decoding import MAX_COMBINATIONS, TOLERANCE
 
 ANALYSIS_LABEL = ("analysis outside the federation (full graph + partition); "
@@ -132,17 +133,26 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
     degree of (so ``x_j`` itself). With ``features``, also the value-level attack
     (:mod:`fedgl.privacy.value_decoding`) on the same rows: ``exact_remote_nodes`` and
     ``exact_unresolved``."""
+    pairs = pairs or (_ClosedNeighbourhoods(graph, part) if hops > 0 else None)
+    analysis = _analysis(features, pairs.closed if pairs is not None else None)
+    out = _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, analysis)
+    analysis.run()
+    return out
+
+
+def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, analysis):
+    """:func:`recoverable_nodes`' rows, each filled in when ``analysis`` has solved its
+    client's system (at the latest by ``analysis.run()``)."""
     import numpy as np
 
     n, k_total = graph.num_nodes, part.num_clients
     empty = {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
              "remote_nodes_unresolved": 0}
-    if features is not None:
+    if analysis.attack is not None:
         empty.update(exact_remote_nodes=0, exact_unresolved=0)
     if hops == 0:
         return [dict(empty) for _ in range(k_total)]
     neighbour_rows = hops >= 2 if neighbour_rows is None else neighbour_rows
-    pairs = pairs or _ClosedNeighbourhoods(graph, part)
     out = []
     for k in range(k_total):
         own = pairs.owner == k
@@ -150,13 +160,14 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
         received = counts > 0 if neighbour_rows else own
         keep = received[pairs.rows] & ~mine
         del mine
+        row = dict(empty)
+        out.append(row)
         if int(keep.sum()) > MAX_SYSTEM_ENTRIES:  # too large to decide: counted, not guessed
             seen = np.zeros(n, dtype=bool)
             seen[pairs.cols[keep]] = True
-            row = {**empty, "remote_nodes_unresolved": int(seen.sum())}
-            if features is not None:
+            row["remote_nodes_unresolved"] = int(seen.sum())
+            if analysis.attack is not None:
                 row["exact_unresolved"] = int(seen.sum())
-            out.append(row)
             continue
         r, c = pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
         del keep
@@ -164,18 +175,24 @@ def recoverable_nodes(graph: GraphData, part: Partition, hops: int,
         if min_contributors > 1:
             ok = ~((counts >= 1) & (counts < min_contributors))
             r, c = r[ok[r]], c[ok[r]]
-        known_degree = np.zeros(n, dtype=bool)
-        if neighbour_rows:
-            known_degree[received] = True
-        col_ids, found, undecided = _solve(r, c)
-        row = {"remote_nodes_recoverable": int(found.sum()),
-               "recoverable_with_known_degree": int((found & known_degree[col_ids]).sum()),
-               "remote_nodes_unresolved": int(undecided.sum())}
-        if features is not None:
-            exact, unresolved = features.attack(r, c, col_ids, found, undecided, pairs.closed)
-            row.update(exact_remote_nodes=exact, exact_unresolved=unresolved)
-        out.append(row)
+        known_degree = received if neighbour_rows else np.zeros(n, dtype=bool)
+
+        def fill(col_ids, found, undecided, attacked, row=row, known_degree=known_degree):
+            row.update(remote_nodes_recoverable=int(found.sum()),
+                       recoverable_with_known_degree=int((found & known_degree[col_ids]).sum()),
+                       remote_nodes_unresolved=int(undecided.sum()))
+            if attacked is not None:
+                row.update(exact_remote_nodes=attacked[0], exact_unresolved=attacked[1])
+        analysis.add(r, c, fill)
     return out
+
+
+def _analysis(features: _Features | None, closed, workers: int = 1) -> Batches:
+    """The systems' analyses in batches (:class:`fedgl.privacy.leakage_batches.Batches`):
+    :func:`_solve_all`, then ``features``' value-level attack (none without features)."""
+    attack = None if features is None else (lambda systems: features.attack_all(systems,
+                                                                                 closed))
+    return Batches(_solve_all, attack, workers)
 
 
 class _Features:
@@ -217,35 +234,69 @@ class _Features:
             out += x >= level
         return out
 
-    def attack(self, r, c, col_ids, found, undecided, closed) -> tuple[int, int]:
-        """(exact nodes, unresolved nodes) among the columns of the system of released rows
-        ``Σ_{(i, j)} d̃_j^{-1/2} x_j`` over the pairs (r, c). The nodes ``found`` by linear
-        algebra count as exact (their coefficients are known); unresolved are the nodes not
-        exact that a bound left open (``undecided`` by linear algebra, or in a row the decoder
-        did not enumerate)."""
+    def attack_all(self, systems, closed) -> list[tuple[int, int]]:
+        """Per system ``(r, c, col_ids, found, undecided)``: (exact nodes, unresolved nodes)
+        among the columns of the system of released rows ``Σ_{(i, j)} d̃_j^{-1/2} x_j`` over
+        the pairs (r, c). The nodes ``found`` by linear algebra count as exact (their
+        coefficients are known); unresolved are the nodes not exact that a bound left open
+        (``undecided`` by linear algebra, or in a row the decoder did not enumerate). The
+        systems are decoded together by :func:`fedgl.privacy.value_decoding.decode_all`, a
+        stack's worth at a time (:data:`fedgl.privacy.stacked_decoding.MAX_STACK_CELLS`), so
+        that only those systems' released rows are held at once."""
         import numpy as np
         import scipy.sparse as sp
 
-        from fedgl.privacy.value_decoding import decode
+        from fedgl.privacy import stacked_decoding
 
-        if self.alphabet is None or not r.size:
-            return int(found.sum()), int(undecided.sum())
-        row_ids, r_idx = np.unique(r, return_inverse=True)
-        c_idx = np.searchsorted(col_ids, c)
-        if max(len(row_ids), len(col_ids)) * self.x.shape[1] > MAX_DECODE_CELLS:
-            return int(found.sum()), int((~found).sum())
-        coef = closed[col_ids].astype(np.float64) ** -0.5
-        a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)), shape=(len(row_ids), len(col_ids)))
-        values = a @ self._rows(col_ids)  # the released rows (noiseless)
-        if sp.issparse(values):
-            values = values.tocsr()
-        a.sort_indices()
-        got = decode(a.indptr, a.indices, coef, values, self.alphabet, found,
-                     self._truth(col_ids[found]))
-        decoded = np.flatnonzero(got.nodes & ~found)
-        exact = found.copy()
-        exact[decoded] = (got.levels[decoded] == self._truth(col_ids[decoded])).all(axis=1)
-        return int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum())
+        out: list = []
+        pending: list = []
+        cells = 0
+        for r, c, col_ids, found, undecided in systems:
+            if self.alphabet is None or not r.size:
+                out.append((int(found.sum()), int(undecided.sum())))
+                continue
+            row_ids, r_idx = np.unique(r, return_inverse=True)
+            c_idx = np.searchsorted(col_ids, c)
+            if max(len(row_ids), len(col_ids)) * self.x.shape[1] > MAX_DECODE_CELLS:
+                out.append((int(found.sum()), int((~found).sum())))
+                continue
+            coef = closed[col_ids].astype(np.float64) ** -0.5
+            a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)),
+                              shape=(len(row_ids), len(col_ids)))
+            values = a @ self._rows(col_ids)  # the released rows (noiseless)
+            if sp.issparse(values):
+                values = values.tocsr()
+            a.sort_indices()
+            pending.append(((a.indptr, a.indices, coef, values, self.alphabet, found,
+                             self._truth(col_ids[found])), (len(out), col_ids, found, undecided)))
+            out.append(None)
+            cells += len(col_ids) * self.x.shape[1]
+            if cells >= stacked_decoding.MAX_STACK_CELLS:
+                self._score(pending, out)
+                pending, cells = [], 0
+        self._score(pending, out)
+        return out
+
+    def _score(self, pending, out) -> None:
+        """Decode the ``pending`` systems in one call and write each one's (exact,
+        unresolved) at its place in ``out``."""
+        import numpy as np
+
+        from fedgl.privacy import value_decoding as vd
+
+        if not pending:
+            return
+        decoded_all = vd.decode_all([system for system, _ in pending])
+        for got, (_, (at, col_ids, found, undecided)) in zip(decoded_all, pending, strict=True):
+            decoded = np.flatnonzero(got.nodes & ~found)
+            exact = found.copy()
+            step = max(1, (1 << 20) // max(1, self.x.shape[1]))   # a few MB at a time
+            for k in range(0, len(decoded), step):
+                part = decoded[k:k + step]
+                exact[part] = (got.levels[part] == self._truth(col_ids[part])).all(axis=1)
+            out[at] = (int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum()))
+            del got, decoded, exact    # the decoder frees a stack once its results are gone
+        pending.clear()
 
 
 def _solve(r, c):
@@ -297,23 +348,52 @@ def _solve(r, c):
     return col_ids, found, undecided
 
 
-def leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
+def _solve_all(systems):
+    """:func:`_solve` of each system ``(r, c)``, computed on their block-diagonal union: the
+    rows and nodes of system ``s`` offset by ``s·N`` (``N`` above every index), so that no row
+    or block mixes two systems. Exact: the peeling decides rows one at a time, the stripping
+    rows and columns one at a time, and the row-space test runs per connected block, each
+    block one system's with its rows and columns in the same order as alone (the offsets
+    keep it); only the number of sparse passes and calls shrinks."""
+    import numpy as np
+
+    if len(systems) == 1:
+        return [_solve(*systems[0])]
+    big = 1 + max((int(max(r.max(), c.max())) for r, c in systems if r.size), default=0)
+    r = np.concatenate([r + s * big for s, (r, _) in enumerate(systems)])
+    c = np.concatenate([c + s * big for s, (_, c) in enumerate(systems)])
+    col_ids, found, undecided = _solve(r, c)
+    cut = np.searchsorted(col_ids, np.arange(len(systems) + 1, dtype=np.int64) * big)
+    return [(col_ids[cut[s]:cut[s + 1]] - s * big, found[cut[s]:cut[s + 1]],
+             undecided[cut[s]:cut[s + 1]]) for s in range(len(systems))]
+
+
+def leakage_report(graph: GraphData, part: Partition, cfg: Config,
+                   workers: int | None = None) -> dict[str, Any]:
     """Per-client counts of received rows by how many remote nodes they aggregate, of the
     remote nodes whose features the client can reconstruct exactly (linear algebra, and the
     value-level attack), and what the server reads (:func:`server_view`). SciPy's BLAS runs
-    on one thread meanwhile (:func:`fedgl.privacy.row_space.single_threaded_blas`)."""
+    on one thread meanwhile (:func:`fedgl.privacy.row_space.single_threaded_blas`), and the
+    systems are analysed on up to ``workers`` threads (None: one, and one per idle CPU,
+    :func:`fedgl.privacy.leakage_batches.available_workers`). The report does not depend on
+    ``workers``."""
     with row_space.single_threaded_blas():
-        return _leakage_report(graph, part, cfg)
+        return _leakage_report(graph, part, cfg,
+                               available_workers() if workers is None else workers)
 
 
-def _leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
+def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
+                    workers: int) -> dict[str, Any]:
     m = cfg.min_contributors
     per_client = []
     wide = neighbour_rows(cfg)
     pairs = _ClosedNeighbourhoods(graph, part) if cfg.hops > 0 else None
     features = _Features(graph) if cfg.hops > 0 else None
-    solved = recoverable_nodes(graph, part, cfg.hops, m, pairs, neighbour_rows=wide,
-                               features=features)
+    # the clients' systems and the server's analysed together, in batches (_analysis)
+    analysis = _analysis(features, pairs.closed if pairs is not None else None, workers)
+    solved = _client_rows(graph, part, cfg.hops, m, pairs, wide, analysis)
+    server = _server_rows(graph, part, cfg, pairs, analysis)
+    analysis.run()
     for k, remote in enumerate(remote_counts(graph, part, cfg.hops, pairs,
                                              neighbour_rows=wide)):
         single = int((remote == 1).sum())
@@ -352,7 +432,7 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str,
                 "tolerance": TOLERANCE, "max_combinations": MAX_COMBINATIONS},
             "dp_noised": cfg.dp_epsilon is not None,
             "per_client": per_client, "total": total,
-            "server_view": server_view(graph, part, cfg, pairs, features)}
+            "server_view": server}
 
 
 _SERVER_READS = {
@@ -374,6 +454,17 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
     ``robust`` (no dropout): the full sums ``S[i]`` of the rows the plan sends (two or more
     contributing clients, at least one receiver). HE: nothing. The same analyses as for the
     clients run on these systems: linear algebra and the value-level attack."""
+    needed = cfg.hops > 0 and cfg.secure_sum != "he"
+    pairs = pairs or (_ClosedNeighbourhoods(graph, part) if needed else None)
+    analysis = _analysis((features or _Features(graph)) if needed else None,
+                         pairs.closed if pairs is not None else None)
+    out = _server_rows(graph, part, cfg, pairs, analysis)
+    analysis.run()
+    return out
+
+
+def _server_rows(graph, part, cfg, pairs, analysis) -> dict[str, Any]:
+    """:func:`server_view`'s figures, complete once ``analysis`` has run the systems added."""
     import numpy as np
 
     mode = cfg.secure_sum
@@ -384,8 +475,6 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
         if cfg.hops == 0:
             out["reads"] = "nothing: 0-hop has no pre-training exchange"
         return out
-    pairs = pairs or _ClosedNeighbourhoods(graph, part)
-    features = features or _Features(graph)
     if mode == "none":
         systems = []
         single = np.zeros(graph.num_nodes, dtype=bool)
@@ -397,15 +486,16 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
         out["nodes_in_single_contributor_rows"] = int(single.sum())
     else:
         systems = [_masked_rows(pairs, part, cfg)]
+
+    def fill(col_ids, found, undecided, attacked):
+        out["nodes_recoverable"] += int(found.sum())
+        out["nodes_exact"] += attacked[0]
+        out["nodes_unresolved"] += attacked[1]
     for r, c in systems:
         if r.size > MAX_SYSTEM_ENTRIES:
             out["nodes_unresolved"] += int(np.unique(c).size)
             continue
-        col_ids, found, undecided = _solve(r, c)
-        exact, unresolved = features.attack(r, c, col_ids, found, undecided, pairs.closed)
-        out["nodes_recoverable"] += int(found.sum())
-        out["nodes_exact"] += exact
-        out["nodes_unresolved"] += unresolved
+        analysis.add(r, c, fill)
     return out
 
 

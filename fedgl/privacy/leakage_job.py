@@ -5,8 +5,11 @@ and the configuration, never the trained model or a message, so it can start as 
 partition exists. Its kernels (NumPy, SciPy, LAPACK on one thread) release the GIL, so on a
 thread it mostly uses the core time that training leaves idle, and the run's wall time grows by
 far less than the report's own. A thread, not a forked process: a process that already runs
-threads must not fork. The report is the experimenter's analysis outside the federation: no
-party sees it, and its result is the same wherever it runs (``tests/test_leakage_in_run.py``).
+threads must not fork. Beside training, the report's own analysis threads
+(:func:`fedgl.privacy.leakage.leakage_report`'s ``workers``) are as many as the spare CPUs;
+after the repeat, one and one per idle CPU. The report is the experimenter's analysis
+outside the federation: no party sees it, and its result is the same wherever it runs
+(``tests/test_leakage_in_run.py``).
 
 It runs beside training only where a core is spare: more CPUs than PyTorch's intra-op threads
 and a load average below the difference (:func:`spare_core`). Where training's threads already
@@ -64,18 +67,21 @@ def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
     return h.hexdigest()
 
 
-def cached_report(graph: GraphData, part: Partition, cfg: Config) -> dict[str, Any]:
+def cached_report(graph: GraphData, part: Partition, cfg: Config,
+                  workers: int | None = None) -> dict[str, Any]:
     """The report, from this process's cache when the same inputs were reported before (a copy:
-    the caller may change it)."""
+    the caller may change it); computed with ``workers`` decoding threads (None: the
+    report's default; the report does not depend on them)."""
+    args = (graph, part, cfg) if workers is None else (graph, part, cfg, workers)
     if graph.num_nodes > OVERLAP_MAX_NODES:
-        return leakage.leakage_report(graph, part, cfg)
+        return leakage.leakage_report(*args)
     key = report_digest(graph, part, cfg)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return copy.deepcopy(hit)
-    out = leakage.leakage_report(graph, part, cfg)
+    out = leakage.leakage_report(*args)
     with _CACHE_LOCK:
         _CACHE[key] = copy.deepcopy(out)
         while len(_CACHE) > CACHE_SIZE:
@@ -95,6 +101,8 @@ class PendingReport:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         if graph.num_nodes <= OVERLAP_MAX_NODES and spare_core():
+            # beside training: the report's decoding threads on the spare CPUs only
+            self._args = (graph, part, cfg, max(1, spare_cpus()))
             self._thread = threading.Thread(target=self._run, name="fedgl-leakage-report",
                                             daemon=True)
             self._thread.start()
@@ -121,11 +129,16 @@ class PendingReport:
             self._thread.join()
 
 
-def spare_core() -> bool:
-    """True when a CPU is left over by PyTorch's intra-op threads and by the load average."""
+def spare_cpus() -> int:
+    """The CPUs PyTorch's intra-op threads leave over (may be 0 or less)."""
     import torch
 
-    spare = (os.cpu_count() or 1) - torch.get_num_threads()
+    return (os.cpu_count() or 1) - torch.get_num_threads()
+
+
+def spare_core() -> bool:
+    """True when a CPU is left over by PyTorch's intra-op threads and by the load average."""
+    spare = spare_cpus()
     return spare >= 1 and os.getloadavg()[0] <= spare - 1 + 0.5
 
 

@@ -26,6 +26,7 @@ of what an attacker learns, never a guess.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -89,6 +90,15 @@ def decode(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray, values: An
     if fast is not None:
         return fast
     return decode_reference(indptr, members, coef, values, alphabet, seed, seed_levels)
+
+
+def decode_all(systems: Sequence[tuple[Any, ...]]) -> Iterable[Decoded]:
+    """:func:`decode` of each system (a tuple of its arguments), in order; computed on stacks
+    of systems by :func:`fedgl.privacy.stacked_decoding.decode_stacked` (the same result,
+    each pass over every system's open cells at once), yielded one stack at a time."""
+    from fedgl.privacy.stacked_decoding import decode_stacked
+
+    return decode_stacked(systems)
 
 
 def decode_reference(indptr: np.ndarray, members: np.ndarray, coef: np.ndarray,
