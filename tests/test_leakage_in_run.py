@@ -100,3 +100,80 @@ def test_repeats_of_one_graph_and_partition_share_one_report(monkeypatch):
         assert leakage_job.cached_report(graph, part, ccfg) == real(graph, part, ccfg)
     assert len(calls) == 5
     assert len(leakage_job._CACHE) == leakage_job.CACHE_SIZE
+
+
+def _process_path(monkeypatch) -> list:
+    """Small graphs take the separate process here too; the processes started, recorded."""
+    monkeypatch.setattr(leakage_job, "PROCESS_MIN_CELLS", 0)
+    monkeypatch.setattr(leakage_job, "idle_cpu", lambda: True)
+    monkeypatch.setattr(leakage_job, "_CACHE", type(leakage_job._CACHE)())
+    started = []
+    real = leakage_job.ReportProcess.start.__func__
+
+    def start(cls, *args):
+        started.append(real(cls, *args))
+        return started[-1]
+
+    monkeypatch.setattr(leakage_job.ReportProcess, "start", classmethod(start))
+    return started
+
+
+def test_the_report_is_the_same_in_a_process_of_its_own(monkeypatch):
+    """Where a CPU is idle, the report of a large enough graph is computed by
+    ``python -m fedgl.privacy.leakage_worker`` beside training: the same report, the process
+    ended and its temporary folder gone when the repeat returns; a second repeat of the same
+    inputs takes the cached report and starts none."""
+    import os
+
+    started = _process_path(monkeypatch)
+    run = fedgl.run(algorithm="fedgcn", **{**SMALL, "repeats": 1})
+    assert run.repeats[0].extra["leakage"] == _direct()
+    assert len(started) == 1 and started[0].proc.returncode == 0
+    assert not os.path.exists(started[0].folder)
+    fedgl.run(algorithm="fedgcn", **SMALL)
+    assert len(started) == 1
+
+
+def test_a_report_process_that_fails_leaves_the_report_to_the_run(monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    monkeypatch.setattr(leakage_job, "PROCESS_MIN_CELLS", 0)
+    monkeypatch.setattr(leakage_job, "idle_cpu", lambda: True)
+    monkeypatch.setattr(leakage_job, "_CACHE", type(leakage_job._CACHE)())
+
+    def failing(cls, *args):
+        proc = subprocess.Popen([sys.executable, "-c", "import sys; sys.exit(1)"],
+                                stderr=subprocess.PIPE)
+        return cls(tempfile.mkdtemp(prefix="fedgl-leakage-"), proc)
+
+    monkeypatch.setattr(leakage_job.ReportProcess, "start", classmethod(failing))
+    assert fedgl.run(algorithm="fedgcn", **SMALL).repeats[0].extra["leakage"] == _direct()
+
+
+def test_a_failed_repeat_stops_the_report_process(monkeypatch):
+    import os
+
+    import fedgl.algorithms.runner as runner
+
+    started = _process_path(monkeypatch)
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("training broke")
+
+    monkeypatch.setattr(runner, "drive_fedavg", broken)
+    with pytest.raises(RuntimeError, match="training broke"):
+        fedgl.run(algorithm="fedgcn", **SMALL)
+    assert len(started) == 1 and started[0].proc.poll() is not None
+    assert not os.path.exists(started[0].folder)
+
+
+def test_the_worker_refuses_bad_arguments_in_one_line(tmp_path, capsys):
+    from fedgl.privacy.leakage_worker import main
+
+    assert main([]) == 2
+    assert main([str(tmp_path / "absent.pkl"), str(tmp_path / "out.pkl")]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[0].startswith("usage:") and err[1].startswith("fedgl leakage worker: ")
+    assert not (tmp_path / "out.pkl").exists()

@@ -1,4 +1,5 @@
-"""The leakage report beside the repeat: computed on a thread while the parties train.
+"""The leakage report beside the repeat: computed in a process or on a thread while the parties
+train.
 
 The report (:func:`fedgl.privacy.leakage.leakage_report`) reads only the graph, the partition
 and the configuration, never the trained model or a message, so it can start as soon as the
@@ -11,13 +12,23 @@ after the repeat, one and one per idle CPU. The report is the experimenter's ana
 outside the federation: no party sees it, and its result is the same wherever it runs
 (``tests/test_leakage_in_run.py``).
 
-It runs beside training only where a core is spare: more CPUs than PyTorch's intra-op threads
-and a load average below the difference (:func:`spare_core`). Where training's threads already
-fill every core, a third busy thread stalls them (PyTorch's OpenMP workers wait on each other at
-every operation, and the GIL changes hands): on the 2-core development machine the run with the
-report beside it took longer than with the report after it (docs/performance.md), so there it
-runs after the repeat. On a graph of more than :data:`OVERLAP_MAX_NODES` nodes it also runs
-after the repeat, once the parties are gone, so that its memory does not add to theirs.
+Where a CPU is idle (a CPU more than PyTorch's intra-op threads, and the load average leaving
+at least half a CPU) and the graph has at least :data:`PROCESS_MIN_CELLS` feature cells (Cora
+has 3.9 million), the report is computed by a process of its own
+(:mod:`fedgl.privacy.leakage_worker`, started with the graph, the partition and the
+configuration in a private temporary folder): it runs on the idle CPU without the run's GIL,
+so the run's wall time grows by the process's hand-over only (on the 2-core development
+machine, Cora's default run: 0.09 to 0.27 s for a report of about 0.9 s, docs/performance.md).
+A process that fails leaves the report to the run itself, the same report.
+
+Otherwise it runs on a thread beside training only where a core is spare: more CPUs than
+PyTorch's intra-op threads and a load average below the difference (:func:`spare_core`). Where
+training's threads already fill every core, a third busy thread stalls them (PyTorch's OpenMP
+workers wait on each other at every operation, and the GIL changes hands): on the 2-core
+development machine the run with the report beside it took longer than with the report after it
+(docs/performance.md), so there it runs after the repeat. On a graph of more than
+:data:`OVERLAP_MAX_NODES` nodes it also runs after the repeat, once the parties are gone, so
+that its memory does not add to theirs.
 
 Repeats and sweep cells of one graph and partition share one report: the process keeps the last
 :data:`CACHE_SIZE` reports of small graphs, keyed by :func:`report_digest` (the features, the
@@ -67,6 +78,26 @@ def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
     return h.hexdigest()
 
 
+def cached(graph: GraphData, part: Partition, cfg: Config) -> bool:
+    """True when this process has reported on the same inputs before."""
+    if graph.num_nodes > OVERLAP_MAX_NODES:
+        return False
+    with _CACHE_LOCK:
+        return report_digest(graph, part, cfg) in _CACHE
+
+
+def remember(graph: GraphData, part: Partition, cfg: Config, report: dict[str, Any],
+             *_: Any) -> None:
+    """Keep ``report`` (computed elsewhere) as the report of these inputs."""
+    if graph.num_nodes > OVERLAP_MAX_NODES:
+        return
+    key = report_digest(graph, part, cfg)
+    with _CACHE_LOCK:
+        _CACHE[key] = copy.deepcopy(report)
+        while len(_CACHE) > CACHE_SIZE:
+            _CACHE.popitem(last=False)
+
+
 def cached_report(graph: GraphData, part: Partition, cfg: Config,
                   workers: int | None = None) -> dict[str, Any]:
     """The report, from this process's cache when the same inputs were reported before (a copy:
@@ -90,17 +121,23 @@ def cached_report(graph: GraphData, part: Partition, cfg: Config,
 
 
 class PendingReport:
-    """The leakage report of one repeat: started on a thread (small graph, spare core) or
-    deferred to :meth:`result`.
+    """The leakage report of one repeat: from the cache; started in a process of its own
+    (a graph large enough that the report costs more than the process's start, a CPU idle);
+    on a thread (small graph, spare core); or deferred to :meth:`result`.
     :meth:`result` returns it (or raises what the report raised); :meth:`close` waits for the
-    thread, so that none outlives the repeat."""
+    thread or stops the process, so that none outlives the repeat."""
 
     def __init__(self, graph: GraphData, part: Partition, cfg: Config) -> None:
-        self._args = (graph, part, cfg)
+        self._args: tuple = (graph, part, cfg)
         self._out: dict[str, Any] | None = None
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
-        if graph.num_nodes <= OVERLAP_MAX_NODES and spare_core():
+        self._process: ReportProcess | None = None
+        small = graph.num_nodes <= OVERLAP_MAX_NODES
+        if small and graph.num_nodes * graph.x.shape[1] >= PROCESS_MIN_CELLS and \
+                idle_cpu() and not cached(graph, part, cfg):
+            self._process = ReportProcess.start(graph, part, cfg)
+        if self._process is None and small and spare_core():
             # beside training: the report's decoding threads on the spare CPUs only
             self._args = (graph, part, cfg, max(1, spare_cpus()))
             self._thread = threading.Thread(target=self._run, name="fedgl-leakage-report",
@@ -114,7 +151,13 @@ class PendingReport:
             self._error = err
 
     def result(self) -> dict[str, Any]:
-        """The report (waits for the thread, or computes it now when it was deferred)."""
+        """The report (waits for the thread or the process, or computes it now when it was
+        deferred or its process failed)."""
+        if self._process is not None:
+            out, self._process = self._process.result(), None
+            if out is not None:
+                remember(*self._args, out)
+                return out
         if self._thread is None:
             return cached_report(*self._args)
         self._thread.join()
@@ -124,9 +167,84 @@ class PendingReport:
         return self._out
 
     def close(self) -> None:
-        """Wait for the thread, if one runs (a failed repeat does not leave it behind)."""
+        """Wait for the thread or stop the process, if one runs (a failed repeat leaves
+        neither behind)."""
         if self._thread is not None:
             self._thread.join()
+        if self._process is not None:
+            self._process.stop()
+            self._process = None
+
+
+#: a graph gets its report in a process of its own from this many feature cells (nodes x
+#: columns; Cora 3.9 million): below it the report costs less than the process's start
+PROCESS_MIN_CELLS = 1_000_000
+
+
+class ReportProcess:
+    """The report computed by ``python -m fedgl.privacy.leakage_worker`` beside the run: its
+    inputs pickled to a private temporary folder, its answer read back from it."""
+
+    def __init__(self, folder: str, proc: Any) -> None:
+        self.folder, self.proc = folder, proc
+
+    @classmethod
+    def start(cls, graph: GraphData, part: Partition, cfg: Config) -> ReportProcess | None:
+        """The process started, or None where it could not be (the caller computes the
+        report itself)."""
+        import pickle
+        import subprocess
+        import sys
+        import tempfile
+
+        folder = tempfile.mkdtemp(prefix="fedgl-leakage-")   # mode 0700
+        try:
+            with open(os.path.join(folder, "in.pkl"), "wb") as f:
+                pickle.dump((graph, part, cfg.to_dict()), f, protocol=pickle.HIGHEST_PROTOCOL)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "fedgl.privacy.leakage_worker",
+                 os.path.join(folder, "in.pkl"), os.path.join(folder, "out.pkl")],
+                stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                env={**os.environ, "OMP_NUM_THREADS": "1"})
+        except (OSError, pickle.PicklingError, TypeError, AttributeError):
+            _remove(folder)
+            return None
+        return cls(folder, proc)
+
+    def result(self) -> dict[str, Any] | None:
+        """The report, or None where the process failed (its line is dropped: the caller
+        computes the report itself, the same report)."""
+        import pickle
+
+        try:
+            self.proc.communicate()
+            if self.proc.returncode != 0:
+                return None
+            with open(os.path.join(self.folder, "out.pkl"), "rb") as f:
+                return pickle.load(f)  # noqa: S301 - written by our own worker, mode 0600
+        except (OSError, EOFError, pickle.UnpicklingError):
+            return None
+        finally:
+            _remove(self.folder)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.communicate()
+        _remove(self.folder)
+
+
+def _remove(folder: str) -> None:
+    import shutil
+
+    shutil.rmtree(folder, ignore_errors=True)
+
+
+def idle_cpu() -> bool:
+    """True when a CPU is left over by PyTorch's intra-op threads and the load average leaves
+    at least half a CPU idle."""
+    spare = spare_cpus()
+    return spare >= 1 and os.getloadavg()[0] <= (os.cpu_count() or 1) - 0.5
 
 
 def spare_cpus() -> int:
