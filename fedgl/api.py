@@ -232,7 +232,7 @@ def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bo
     else:
         shards, name, label_holders, provenance = _aligned_in_process(folders)
     forced = {"dataset": f"own:{name}", "clients": len(shards), "label_holders": label_holders}
-    defaults = Config().to_dict()
+    defaults = as_config(None, algorithm=given.algorithm).to_dict()   # GLASU's own defaults
     chosen = given.to_dict()
     differ = [f"{k} {chosen[k]!r} (shards: {v!r})" for k, v in forced.items()
               if k in chosen and chosen[k] != v and chosen[k] != defaults.get(k, chosen[k])]

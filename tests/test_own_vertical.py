@@ -224,3 +224,28 @@ def test_blinding_with_threads_gives_the_same_values() -> None:
     assert one.blind(values)["values"] == many.blind(values)["values"]
     with pytest.raises(ValueError, match="at least 1"):
         PsiParty(0, ids, 3, threads=0)
+
+
+def test_run_shards_over_two_vertical_ingests_takes_the_clients_from_them(tmp_path: Path) -> None:
+    """Two parties, GLASU's defaults otherwise (3 clients): the shards decide the clients, as
+    docs/own-data.md's two-party command runs; a setting the user chose that differs is
+    refused in one line."""
+    import json
+
+    from fedgl.cli import main
+
+    write_parties(tmp_path)
+    assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
+    for k in range(2):
+        labels = ["--label-column", "label", "--split-column", "split"] if k == 0 else []
+        assert main(["ingest", "--vertical", "--nodes", str(tmp_path / f"nodes{k}.csv"),
+                     "--edges", str(tmp_path / f"edges{k}.csv"), "--client-id", str(k),
+                     *labels, "--name", "telco", "--secret", str(tmp_path / "secret"),
+                     "--out", str(tmp_path / f"party{k}")]) == 0
+    parties = [str(tmp_path / f"party{k}") for k in range(2)]
+    assert main(["run", "--shards", *parties, "--algorithm", "glasu", "--rounds", "2",
+                 "--no-progress", "--out", str(tmp_path / "res")]) == 0
+    result = json.loads((tmp_path / "res" / "result.json").read_text())
+    assert result["config"]["clients"] == 2
+    assert main(["run", "--shards", *parties, "--algorithm", "glasu", "--rounds", "2",
+                 "--clients", "5", "--no-progress", "--out", str(tmp_path / "res5")]) == 2
