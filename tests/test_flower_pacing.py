@@ -22,10 +22,10 @@ pytestmark = needs_flwr
 def test_pause_is_a_quarter_of_the_idle_time_between_the_floor_and_the_cap() -> None:
     from fedgl.federation.flower.pacing import FLOOR, RATIO, pause
 
-    assert (RATIO, FLOOR) == (0.25, 0.01)
+    assert (RATIO, FLOOR) == (0.25, 0.03)
     assert pause(0.0, cap=3.0) == FLOOR
     assert pause(-5.0, cap=3.0) == FLOOR          # a clock step back waits the floor
-    assert pause(0.02, cap=3.0) == FLOOR          # 0.005 < floor
+    assert pause(0.1, cap=3.0) == FLOOR           # 0.025 < floor
     assert pause(1.0, cap=3.0) == 0.25
     assert pause(8.0, cap=3.0) == 2.0
     assert pause(100.0, cap=3.0) == 3.0           # never longer than Flower's own wait
