@@ -178,6 +178,20 @@ def test_a_psi_party_refuses_what_an_honest_server_never_sends() -> None:
     assert len(party.common) == 2
 
 
+def ingest_parties(tmp_path: Path, parties: int) -> None:
+    """A secret, then ``fedgl ingest --vertical`` of the first ``parties`` tables of
+    :func:`write_parties` (labels at party 0) into ``party<k>``."""
+    from fedgl.cli import main
+
+    assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
+    for k in range(parties):
+        labels = ["--label-column", "label", "--split-column", "split"] if k == 0 else []
+        assert main(["ingest", "--vertical", "--nodes", str(tmp_path / f"nodes{k}.csv"),
+                     "--edges", str(tmp_path / f"edges{k}.csv"), "--client-id", str(k),
+                     *labels, "--name", "telco", "--secret", str(tmp_path / "secret"),
+                     "--out", str(tmp_path / f"party{k}")]) == 0
+
+
 @pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
 def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path) -> None:
     """fedgl ingest --vertical per party (pseudonyms only), then fedgl run --shards: PSI in
@@ -187,13 +201,7 @@ def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path) -> No
     from fedgl.cli import main
 
     truth = write_parties(tmp_path)
-    assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
-    for k in range(3):
-        labels = ["--label-column", "label", "--split-column", "split"] if k == 0 else []
-        assert main(["ingest", "--vertical", "--nodes", str(tmp_path / f"nodes{k}.csv"),
-                     "--edges", str(tmp_path / f"edges{k}.csv"), "--client-id", str(k),
-                     *labels, "--name", "telco", "--secret", str(tmp_path / "secret"),
-                     "--out", str(tmp_path / f"party{k}")]) == 0
+    ingest_parties(tmp_path, 3)
     written = b"".join(p.read_bytes() for k in range(3) for p in (tmp_path / f"party{k}").iterdir())
     assert not any(s.encode() in written for s in truth["universe"])   # pseudonyms only
     assert main(["run", "--shards", *[str(tmp_path / f"party{k}") for k in range(3)],
@@ -235,13 +243,7 @@ def test_run_shards_over_two_vertical_ingests_takes_the_clients_from_them(tmp_pa
     from fedgl.cli import main
 
     write_parties(tmp_path)
-    assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
-    for k in range(2):
-        labels = ["--label-column", "label", "--split-column", "split"] if k == 0 else []
-        assert main(["ingest", "--vertical", "--nodes", str(tmp_path / f"nodes{k}.csv"),
-                     "--edges", str(tmp_path / f"edges{k}.csv"), "--client-id", str(k),
-                     *labels, "--name", "telco", "--secret", str(tmp_path / "secret"),
-                     "--out", str(tmp_path / f"party{k}")]) == 0
+    ingest_parties(tmp_path, 2)
     parties = [str(tmp_path / f"party{k}") for k in range(2)]
     assert main(["run", "--shards", *parties, "--algorithm", "glasu", "--rounds", "2",
                  "--no-progress", "--out", str(tmp_path / "res")]) == 0
