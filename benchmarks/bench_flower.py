@@ -42,16 +42,24 @@ def vm_hwm_mb(pid: int) -> float | None:
     return None
 
 
+#: a process's role in a loopback run, by what its command line holds (the first that matches)
+ROLES = (("flwr-serverapp", "serverapp"), ("flower-superexec", "superexec"),
+         ("flower-superlink", "superlink"), ("flwr run", "flwr_run"),
+         ("fedgl.cli server", "fedgl_server"), ("flower.supernode", "client_supernodes"),
+         ("flower-supernode", "client_supernodes"), ("fedgl.cli client", "client_parties"))
+
+
+def role_of(cmdline: list[str]) -> str:
+    line = " ".join(cmdline)
+    return next((role for key, role in ROLES if key in line), "other")
+
+
 class CpuWatch:
     """CPU seconds (user + system) of process trees, sampled every ``every`` s on a thread and
     kept per process at its last sample, so that processes which exit before the end (the
     ServerApp) are counted too (to within one sample). ``by_role()``: seconds per role, a
-    process's role read from its command line."""
-
-    ROLES = (("flwr-serverapp", "serverapp"), ("flower-superexec", "superexec"),
-             ("flower-superlink", "superlink"), ("flwr run", "flwr_run"),
-             ("fedgl.cli server", "fedgl_server"), ("flower.supernode", "client_supernodes"),
-             ("fedgl.cli client", "client_parties"))
+    process's role read from its command line when first seen (an exiting process's command
+    line reads empty)."""
 
     def __init__(self, every: float = 0.25) -> None:
         import threading
@@ -61,10 +69,6 @@ class CpuWatch:
         self.every = every
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def _role(self, cmdline: list[str]) -> str:
-        line = " ".join(cmdline)
-        return next((role for key, role in self.ROLES if key in line), "other")
 
     def sample(self) -> None:
         import psutil
@@ -76,7 +80,8 @@ class CpuWatch:
                     with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
                         t = p.cpu_times()
                         key = (p.pid, p.create_time())
-                        self.last[key] = (self._role(p.cmdline()), t.user + t.system)
+                        role = self.last[key][0] if key in self.last else role_of(p.cmdline())
+                        self.last[key] = (role, t.user + t.system)
 
     def _run(self) -> None:
         while not self._stop.wait(self.every):
@@ -102,9 +107,7 @@ def count_requests(folder: Path) -> dict[str, dict[str, int]]:
     out: dict[str, dict[str, int]] = {}
     for path in folder.glob("*.json"):
         got = json.loads(path.read_text())
-        role = CpuWatch()._role(got["argv"])
-        if role == "other" and any("supernode" in a for a in got["argv"]):
-            role = "client_supernodes"
+        role = role_of(got["argv"])
         for method, n in got["requests"].items():
             mine = out.setdefault(role, {})
             name = method.rsplit("/", 1)[-1]

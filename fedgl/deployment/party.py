@@ -204,11 +204,11 @@ class Party:
             overrides["state_dir"] = None
         if overrides:
             cfg = cfg.replace(**overrides)
+        self.compute_threads = cfg.threads or None   # this run's, not an earlier run's
         if cfg.threads:
             import torch
 
             torch.set_num_threads(cfg.threads)
-            self.compute_threads = cfg.threads
         client_cls = load_path(cfg.spec.deployment()[0])
         try:
             role = client_cls(self.shard, copy.deepcopy(cfg), seed)

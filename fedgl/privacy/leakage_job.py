@@ -78,20 +78,16 @@ def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
     return h.hexdigest()
 
 
-def cached(graph: GraphData, part: Partition, cfg: Config) -> bool:
-    """True when this process has reported on the same inputs before."""
-    if graph.num_nodes > OVERLAP_MAX_NODES:
-        return False
-    with _CACHE_LOCK:
-        return report_digest(graph, part, cfg) in _CACHE
+def cache_key(graph: GraphData, part: Partition, cfg: Config) -> str | None:
+    """The key of these inputs' report in this process's cache (None: a graph too large to
+    cache, whose feature matrix is not hashed)."""
+    return None if graph.num_nodes > OVERLAP_MAX_NODES else report_digest(graph, part, cfg)
 
 
-def remember(graph: GraphData, part: Partition, cfg: Config, report: dict[str, Any],
-             *_: Any) -> None:
-    """Keep ``report`` (computed elsewhere) as the report of these inputs."""
-    if graph.num_nodes > OVERLAP_MAX_NODES:
+def remember(key: str | None, report: dict[str, Any]) -> None:
+    """Keep (a copy of) ``report`` as the report of the inputs ``key`` names."""
+    if key is None:
         return
-    key = report_digest(graph, part, cfg)
     with _CACHE_LOCK:
         _CACHE[key] = copy.deepcopy(report)
         while len(_CACHE) > CACHE_SIZE:
@@ -99,24 +95,23 @@ def remember(graph: GraphData, part: Partition, cfg: Config, report: dict[str, A
 
 
 def cached_report(graph: GraphData, part: Partition, cfg: Config,
-                  workers: int | None = None) -> dict[str, Any]:
+                  workers: int | None = None, *, key: str | None = None) -> dict[str, Any]:
     """The report, from this process's cache when the same inputs were reported before (a copy:
     the caller may change it); computed with ``workers`` decoding threads (None: the
-    report's default; the report does not depend on them)."""
+    report's default; the report does not depend on them). ``key``: the inputs'
+    :func:`cache_key` where the caller has it already."""
     args = (graph, part, cfg) if workers is None else (graph, part, cfg, workers)
-    if graph.num_nodes > OVERLAP_MAX_NODES:
+    if key is None:
+        key = cache_key(graph, part, cfg)
+    if key is None:
         return leakage.leakage_report(*args)
-    key = report_digest(graph, part, cfg)
     with _CACHE_LOCK:
         hit = _CACHE.get(key)
         if hit is not None:
             _CACHE.move_to_end(key)
             return copy.deepcopy(hit)
     out = leakage.leakage_report(*args)
-    with _CACHE_LOCK:
-        _CACHE[key] = copy.deepcopy(out)
-        while len(_CACHE) > CACHE_SIZE:
-            _CACHE.popitem(last=False)
+    remember(key, out)
     return out
 
 
@@ -133,9 +128,10 @@ class PendingReport:
         self._error: BaseException | None = None
         self._thread: threading.Thread | None = None
         self._process: ReportProcess | None = None
-        small = graph.num_nodes <= OVERLAP_MAX_NODES
+        self._key = cache_key(graph, part, cfg)   # hashed once: its features may be large
+        small = self._key is not None
         if small and graph.num_nodes * graph.x.shape[1] >= PROCESS_MIN_CELLS and \
-                idle_cpu() and not cached(graph, part, cfg):
+                idle_cpu() and self._key not in _CACHE:
             self._process = ReportProcess.start(graph, part, cfg)
         if self._process is None and small and spare_core():
             # beside training: the report's decoding threads on the spare CPUs only
@@ -146,7 +142,7 @@ class PendingReport:
 
     def _run(self) -> None:
         try:
-            self._out = cached_report(*self._args)
+            self._out = cached_report(*self._args, key=self._key)
         except BaseException as err:  # re-raised by result(), in the run's thread
             self._error = err
 
@@ -156,10 +152,10 @@ class PendingReport:
         if self._process is not None:
             out, self._process = self._process.result(), None
             if out is not None:
-                remember(*self._args, out)
+                remember(self._key, out)
                 return out
         if self._thread is None:
-            return cached_report(*self._args)
+            return cached_report(*self._args, key=self._key)
         self._thread.join()
         if self._error is not None:
             raise self._error
@@ -221,7 +217,7 @@ class ReportProcess:
             if self.proc.returncode != 0:
                 return None
             with open(os.path.join(self.folder, "out.pkl"), "rb") as f:
-                return pickle.load(f)  # noqa: S301 - written by our own worker, mode 0600
+                return pickle.load(f)  # noqa: S301 - our worker's, in our 0700 folder
         except (OSError, EOFError, pickle.UnpicklingError):
             return None
         finally:

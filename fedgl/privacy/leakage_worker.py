@@ -30,7 +30,7 @@ def main(argv: list[str]) -> int:
         from fedgl.privacy.leakage import leakage_report
 
         with open(source, "rb") as f:
-            graph, part, config = pickle.load(f)  # noqa: S301 - our own file, mode 0600
+            graph, part, config = pickle.load(f)  # noqa: S301 - the parent's file, in its 0700 folder
         report = leakage_report(graph, part, Config.from_dict(config), workers=1)
         with open(target + ".part", "wb") as f:
             pickle.dump(report, f, protocol=pickle.HIGHEST_PROTOCOL)
