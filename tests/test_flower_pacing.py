@@ -276,3 +276,127 @@ def test_an_unknown_supernode_layout_is_refused_in_one_line(
     assert capsys.readouterr().err.strip() == (
         "fedgl: error: FEDGL_SUPERNODE='fast' is not a SuperNode layout; unset it (or use one "
         "of relay, runner, flower)")
+
+
+def test_an_anticipation_waits_for_the_least_recent_lower_bound() -> None:
+    from fedgl.federation.flower.pacing import ANTICIPATE_CAP, KEEP, SHRINK, Anticipation
+
+    a = Anticipation()
+    assert a.first_wait() == 0.0                  # nothing remembered: poll at once
+    a.found(0.12, 0.0)                            # a poll at 0.12 s found nothing
+    assert a.first_wait() == 0.12
+    a.found(0.30, 0.12)
+    assert a.first_wait() == 0.12                 # the least of the recent bounds
+    a.found(None, 0.12)                           # the first poll found it: it may come sooner
+    assert a.first_wait() == SHRINK * 0.12
+    for _ in range(KEEP):
+        a.found(5.0, 0.1)                         # long waits push the short ones out ...
+    assert a.first_wait() == ANTICIPATE_CAP       # ... but a first poll never waits longer
+
+
+def test_the_server_first_checks_about_when_the_first_reply_came_before(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With an anticipation, an exchange like the last ones checks for replies about when its
+    first reply came in them: a few checks instead of a dozen and more, each reply still seen at
+    most the floor (or a quarter of the time since the first check) late."""
+    from fedgl.federation.flower import runtime
+    from fedgl.federation.flower.pacing import Anticipation
+
+    class Meta:
+        def __init__(self, reply_to: str = "") -> None:
+            self.message_type, self.reply_to_message_id = "query.fit", reply_to
+
+    class Msg:
+        def __init__(self, reply_to: str = "") -> None:
+            self.metadata = Meta(reply_to)
+
+    now, checks = [0.0], []
+
+    class Grid:
+        def push_messages(self, messages: list[Any]) -> list[str]:
+            return [f"m{i}" for i in range(len(messages))]
+
+        def pull_messages(self, ids: Any) -> list[Any]:
+            checks.append(now[0])
+            return [Msg(i) for i in ids if now[0] >= ready[i]]
+
+    def sleep(seconds: float) -> None:
+        now[0] += seconds
+
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(runtime.time, "sleep", sleep)
+    monkeypatch.setattr(runtime, "quick_object_pulls", runtime.contextmanager(lambda: iter([None])))
+    ready = {"m0": 0.30, "m1": 0.32}
+    anticipation = Anticipation()
+    counts = []
+    for _ in range(4):
+        now[0], checks[:] = 0.0, []
+        seen = runtime.exchange_keyed(Grid(), [Msg(), Msg()], None, anticipation=anticipation)
+        assert set(seen.replies) == {"m0", "m1"}
+        assert 0.32 <= seen.elapsed <= 0.32 + 0.3 / 4 + 1e-9
+        counts.append(len(checks))
+    assert counts[0] >= 12 and max(counts[1:]) <= 4, counts   # 15 checks, then 4
+    assert 0.2 < checks[0] < 0.30                 # later than the first check, before the reply
+
+    # a reply that now comes far sooner than before is seen at most the cap late
+    ready = {"m0": 0.01, "m1": 0.01}
+    now[0], checks[:] = 0.0, []
+    seen = runtime.exchange_keyed(Grid(), [Msg(), Msg()], None, anticipation=anticipation)
+    assert seen.elapsed <= 0.5 + 1e-9 and len(checks) == 1
+
+
+def test_the_supernode_first_polls_about_when_the_next_message_came_before(
+        flower_loop: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """After a reply, Flower's loop polls the SuperLink at once; the paced SuperNode first waits
+    about as long as the next message took to come after the recent replies (the latest poll
+    that found nothing, remembered), then polls from the floor again."""
+    from fedgl.federation.flower import pacing, supernode
+
+    now, slept = [0.0], []
+
+    class Clock:
+        @staticmethod
+        def monotonic() -> float:
+            return now[0]
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            slept.append(seconds)
+            now[0] += seconds
+
+    monkeypatch.setattr(supernode, "time", Clock)
+    monkeypatch.setattr(pacing, "time", Clock)
+    clock = supernode.install()
+    monkeypatch.setattr(clock, "sleep", Clock.sleep)
+    flower_loop._push_messages(state=None)
+    assert slept == []                                  # nothing learned yet: poll at once
+    for polled_at, result in ((0.05, None), (0.15, None), (0.20, 7)):
+        now[0] = polled_at
+        flower_loop.fake_results.append(result)
+        flower_loop._pull_and_store_message(state=None)
+    now[0] = 0.25                                       # the reply to message 7 is pushed
+    flower_loop._push_messages(state=None)
+    assert slept == [pytest.approx(0.15 - 0.0)]         # its first poll comes 0.15 s later ...
+    assert clock.since == now[0]                        # ... and the paced polls start there
+
+
+def test_the_party_warms_up_torch_so_that_its_first_fit_imports_nothing() -> None:
+    """The first optimizer a process builds imports torch's compiler stack (about a CPU second):
+    after :func:`~fedgl.deployment.party.warm_up` (``fedgl client`` runs it as it starts), the
+    first fit's optimizer imports no module."""
+    import subprocess
+    import sys
+
+    probe = ("import sys, torch\n"
+             "from fedgl.deployment.party import warm_up\n"
+             "warm_up()\n"
+             "before = set(sys.modules)\n"
+             "torch.optim.Adam([torch.zeros(2, requires_grad=True)], lr=0.1)\n"
+             "torch.optim.SGD([torch.zeros(2, requires_grad=True)], lr=0.1)\n"
+             "print(sorted(set(sys.modules) - before))\n")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         timeout=120, check=True)
+    assert out.stdout.strip() == "[]", out.stdout
+    cold = subprocess.run([sys.executable, "-c", probe.replace("warm_up()\n", "")],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert "torch._dynamo" in cold.stdout          # what the warm-up spares the first fit

@@ -164,6 +164,8 @@ def cmd_client(args: Any) -> int:
 def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout: str,
                   private: Path) -> int:
     """:func:`cmd_client` once its input is checked: ``private`` is its scratch folder."""
+    from fedgl.deployment.party import warm_up
+
     sock_path = private / "party.sock"
     flwr_home = Path(args.flwr_home) if args.flwr_home else private / "flwr"
     flwr_home.mkdir(parents=True, exist_ok=True)
@@ -172,6 +174,7 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
     server = threading.Thread(target=party.serve, args=(sock_path, stop, relay_token),
                               daemon=True)
     server.start()
+    threading.Thread(target=warm_up, daemon=True).start()   # while the SuperNode starts
     runtime = f"127.0.0.1:{args.runtime_port or free_port()}"
     flower_args = [*tls, "--superlink", superlink, "--isolation", "process", "--host",
                    "127.0.0.1", "--port", runtime.rpartition(":")[2]]

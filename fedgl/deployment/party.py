@@ -95,6 +95,17 @@ def hello_message(challenge: bytes, node_id: int, run_id: int, roster: Roster) -
     return frame(HELLO_CONTEXT, challenge, str(node_id), str(run_id), roster.digest())
 
 
+def warm_up() -> None:
+    """Pay torch's lazy imports now rather than inside a run: the first optimizer a process
+    builds imports torch's compiler stack (``torch._dynamo``, about 1 CPU second on the 2-core
+    development machine), which the party's first fit would otherwise pay while the server and
+    the other organisations wait (docs/deployment.md). ``fedgl client`` calls it on a thread as
+    it starts; nothing of a run is touched."""
+    import torch
+
+    torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=0.0)
+
+
 def read_roster(path: str | Path) -> Roster:
     try:
         data = json.loads(Path(path).read_text())

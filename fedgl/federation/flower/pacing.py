@@ -19,17 +19,55 @@ The floor is 30 ms: the next message of a run never comes within tens of millise
 reply (the server first collects every client's reply), so quicker polls found nothing and only
 cost the SuperLink a request each (a Cora FedGCN 100-round loopback run: 3.9 polls per message
 at 30 ms, 6.2 at 10 ms; docs/deployment.md).
+
+In a run the same wait recurs: a SuperNode waits about as long after each reply for the next
+message, the server about as long for the first reply to each message of a type. An
+:class:`Anticipation` remembers, for the last :data:`KEEP` waits, the latest moment a poll found
+nothing (a lower bound of when the awaited thing came) and makes the next wait's first poll no
+sooner than the least of them (at most :data:`ANTICIPATE_CAP`); the paced polls follow. A steady
+wait then costs about two polls (one just before the thing comes, one just after) instead of
+four to six, and a thing that comes sooner than the recent ones is seen at most
+:data:`ANTICIPATE_CAP` late.
 """
 
 from __future__ import annotations
 
 import time
+from collections import deque
 from typing import Any
 
 #: the fraction of the time already waited that the next wait lasts
 RATIO = 0.25
 #: the shortest wait, in seconds
 FLOOR = 0.03
+
+
+#: how many recent waits an :class:`Anticipation` remembers
+KEEP = 4
+#: the longest first wait an :class:`Anticipation` makes, in seconds
+ANTICIPATE_CAP = 0.5
+#: where the first poll already found what it waited for, the bound remembered is this share of
+#: the first wait (the thing may have come sooner: a wait that shrinks is learned)
+SHRINK = 0.8
+
+
+class Anticipation:
+    """When to poll first for something that recently took a while to come.
+
+    ``first_wait()`` is the least of the last :data:`KEEP` lower bounds (0 before any, at most
+    :data:`ANTICIPATE_CAP`); ``found(last_empty, first_wait)`` records one: ``last_empty`` is
+    when (seconds since the wait began) the latest poll that found nothing began, None where
+    the first poll, after ``first_wait`` seconds, found it (then ``SHRINK * first_wait``)."""
+
+    def __init__(self) -> None:
+        self.bounds: deque[float] = deque(maxlen=KEEP)
+
+    def first_wait(self) -> float:
+        return min(ANTICIPATE_CAP, min(self.bounds)) if self.bounds else 0.0
+
+    def found(self, last_empty: float | None, first_wait: float) -> None:
+        bound = SHRINK * first_wait if last_empty is None else last_empty
+        self.bounds.append(max(0.0, bound))
 
 
 def pause(idle: float, cap: float, *, ratio: float = RATIO, floor: float = FLOOR) -> float:

@@ -29,7 +29,7 @@ from flwr.app import Message
 from fedgl.errors import RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
 from fedgl.federation.flower.client_app import META, fedgl_content, flower_type, record_body
-from fedgl.federation.flower.pacing import pause
+from fedgl.federation.flower.pacing import Anticipation, pause
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.messages import payload_nbytes
 from fedgl.federation.protocol import ProtocolViolation
@@ -101,27 +101,41 @@ class Exchanged:
 
 def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
                    on_wait: Callable[[list[int], float], None] | None = None,
-                   wait_every: float = 10.0) -> Exchanged:
+                   wait_every: float = 10.0,
+                   anticipation: Anticipation | None = None) -> Exchanged:
     """:func:`exchange`, keeping which message each reply answers. A reply is matched by its
     ``reply_to_message_id``, not by its sender: the SuperLink itself answers for a SuperNode
     that stopped reporting (Flower's "node unavailable" error reply comes from the SuperLink's
     node id, not the client's). ``on_wait(positions, seconds)`` is called every ``wait_every``
-    seconds while replies are missing, with the positions in ``messages`` of those unanswered."""
+    seconds while replies are missing, with the positions in ``messages`` of those unanswered.
+    With ``anticipation`` (the recent exchanges of this message type), the first check waits
+    until about when the first reply came in those, and the paced checks start from there."""
     start = time.monotonic()
     next_wait = start + wait_every
     ids = [str(i) if i else "" for i in grid.push_messages(messages)]
     seen = Exchanged(ids)
     waiting = {i for i in ids if i}
     end = None if timeout is None else start + timeout
+    first = anticipation.first_wait() if anticipation is not None and waiting else 0.0
+    if first > 0:
+        time.sleep(first if end is None else max(0.0, min(first, end - time.monotonic())))
+    paced_from = time.monotonic()
+    last_empty: float | None = None
     while waiting:
+        checked = time.monotonic()
         with quick_object_pulls():
             replies = list(grid.pull_messages(waiting))
+        had = len(seen.replies)
         for reply in replies:
             answered = str(reply.metadata.reply_to_message_id)
             if answered in waiting:
                 waiting.discard(answered)
                 seen.replies[answered] = reply
                 seen.after[answered] = time.monotonic() - start
+        if not seen.replies:
+            last_empty = checked - start
+        elif not had and anticipation is not None:   # this exchange's first replies
+            anticipation.found(last_empty, first)
         if not waiting:
             break
         now = time.monotonic()
@@ -131,7 +145,7 @@ def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
         left = None if end is None else end - now
         if left is not None and left <= 0:
             break
-        wait = pause(now - start, PULL_INTERVAL, floor=FIRST_PULL_INTERVAL)
+        wait = pause(now - paced_from, PULL_INTERVAL, floor=FIRST_PULL_INTERVAL)
         time.sleep(wait if left is None else min(wait, left))
     seen.elapsed = time.monotonic() - start
     return seen
@@ -172,6 +186,8 @@ class FlowerRuntime:
         self.log: Callable[[str], None] = lambda _line: None
         #: seconds between two "waiting for clients ..." lines of one exchange
         self.wait_every = 10.0
+        #: when the first replies came in the recent exchanges, by message type
+        self.anticipations: dict[str, Anticipation] = defaultdict(Anticipation)
 
     @property
     def client_ids(self) -> list[int]:
@@ -206,7 +222,8 @@ class FlowerRuntime:
             self.log(f"waiting for clients {names} ('{method}', {seconds:.0f} s)")
 
         seen = exchange_keyed(self.grid, messages, self.timeout, on_wait=waiting,
-                              wait_every=self.wait_every)
+                              wait_every=self.wait_every,
+                              anticipation=self.anticipations[method])
         self.calls += 1
         results: dict[int, Any] = {}
         for k, message_id in zip(targets, seen.ids, strict=True):

@@ -39,9 +39,10 @@ import importlib
 import os
 import select
 import sys
+import time
 from typing import Any
 
-from fedgl.federation.flower.pacing import PacedClock, pause
+from fedgl.federation.flower.pacing import Anticipation, PacedClock, pause
 
 #: the first wait, in seconds, before an object not yet uploaded is asked for again
 OBJECT_FIRST_BACKOFF = 0.01
@@ -55,8 +56,6 @@ class _WakeableClock(PacedClock):
         self.wake = wake
 
     def sleep(self, seconds: float) -> None:
-        import time
-
         wait = pause(time.monotonic() - self.since, cap=seconds)
         self.sleeps += 1
         if self.wake is None:
@@ -76,6 +75,31 @@ def drain(fd: int) -> bool:
                 return False
     except (BlockingIOError, InterruptedError):
         return True
+
+
+class _Waiting:
+    """The SuperNode's wait for its next message since it pushed a reply, for its
+    :class:`~fedgl.federation.flower.pacing.Anticipation` (``anticipation``)."""
+
+    def __init__(self) -> None:
+        self.anticipation = Anticipation()
+        self.began: float | None = None
+        self.first = 0.0
+        self.last_empty: float | None = None
+
+    def begin(self, now: float) -> float:
+        """A reply was pushed at ``now``: the wait before the first poll for the next message."""
+        self.began, self.first, self.last_empty = now, self.anticipation.first_wait(), None
+        return self.first
+
+    def empty(self, polled_at: float) -> None:
+        if self.began is not None:
+            self.last_empty = polled_at - self.began
+
+    def found(self) -> None:
+        if self.began is not None:
+            self.anticipation.found(self.last_empty, self.first)
+            self.began = None
 
 
 def signal_pipe(fd: int | None) -> None:
@@ -160,10 +184,15 @@ def install(task_fd: int | None = None, reply_fd: int | None = None,
             os.set_blocking(fd, False)
     clock = _WakeableClock(reply_fd)
     pull_and_store, push = loop._pull_and_store_message, loop._push_messages
+    waiting = _Waiting()
 
     def pull_and_store_message(*args: Any, **kwargs: Any) -> Any:
+        began = time.monotonic()
         run_id = pull_and_store(*args, **kwargs)
-        if run_id is not None:
+        if run_id is None:
+            waiting.empty(began)
+        else:
+            waiting.found()
             clock.mark()
             if relay is not None and not relay(kwargs["state"]):
                 # no reply will come: Flower's loop would wait for one forever (its push step
@@ -176,6 +205,13 @@ def install(task_fd: int | None = None, reply_fd: int | None = None,
         try:
             push(*args, **kwargs)
         finally:
+            clock.mark()
+        # Flower's loop polls again at once; the next message of a run comes about as long
+        # after each reply as it did after the last ones (the server first collects every
+        # reply): the first poll waits for that, the paced polls follow from there
+        first = waiting.begin(time.monotonic())
+        if first > 0:
+            time.sleep(first)
             clock.mark()
 
     loop.time = clock
