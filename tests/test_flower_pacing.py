@@ -290,8 +290,12 @@ def test_an_anticipation_waits_for_the_least_recent_lower_bound() -> None:
     a.found(None, 0.12)                           # the first poll found it: it may come sooner
     assert a.first_wait() == SHRINK * 0.12
     for _ in range(KEEP):
-        a.found(5.0, 0.1)                         # long waits push the short ones out ...
-    assert a.first_wait() == ANTICIPATE_CAP       # ... but a first poll never waits longer
+        a.found(5.0, 0.1)                         # long waits (an idle node) are not remembered
+    assert a.first_wait() == SHRINK * 0.12
+    for _ in range(KEEP):
+        a.found(ANTICIPATE_CAP, 0.1)
+    assert a.first_wait() == ANTICIPATE_CAP       # the longest first wait
+    assert Anticipation().first_wait() == 0.0
 
 
 def test_the_server_first_checks_about_when_the_first_reply_came_before(

@@ -26,8 +26,9 @@ message, the server about as long for the first reply to each message of a type.
 nothing (a lower bound of when the awaited thing came) and makes the next wait's first poll no
 sooner than the least of them (at most :data:`ANTICIPATE_CAP`); the paced polls follow. A steady
 wait then costs about two polls (one just before the thing comes, one just after) instead of
-four to six, and a thing that comes sooner than the recent ones is seen at most
-:data:`ANTICIPATE_CAP` late.
+four to six; a thing that comes sooner than the recent ones is seen at most
+:data:`ANTICIPATE_CAP` late, and the next first waits are halved until a poll finds nothing
+again. Waits longer than the cap are not remembered.
 """
 
 from __future__ import annotations
@@ -47,27 +48,30 @@ KEEP = 4
 #: the longest first wait an :class:`Anticipation` makes, in seconds
 ANTICIPATE_CAP = 0.5
 #: where the first poll already found what it waited for, the bound remembered is this share of
-#: the first wait (the thing may have come sooner: a wait that shrinks is learned)
-SHRINK = 0.8
+#: the first wait (the thing may have come sooner: a wait that shrinks is learned within a few)
+SHRINK = 0.5
 
 
 class Anticipation:
     """When to poll first for something that recently took a while to come.
 
-    ``first_wait()`` is the least of the last :data:`KEEP` lower bounds (0 before any, at most
-    :data:`ANTICIPATE_CAP`); ``found(last_empty, first_wait)`` records one: ``last_empty`` is
-    when (seconds since the wait began) the latest poll that found nothing began, None where
-    the first poll, after ``first_wait`` seconds, found it (then ``SHRINK * first_wait``)."""
+    ``first_wait()`` is the least of the last :data:`KEEP` lower bounds (0 before any);
+    ``found(last_empty, first_wait)`` records one: ``last_empty`` is when (seconds since the
+    wait began) the latest poll that found nothing began, None where the first poll, after
+    ``first_wait`` seconds, found it (then ``SHRINK * first_wait``). A bound over
+    :data:`ANTICIPATE_CAP` is not remembered: a long wait (an idle node between runs, a long
+    computation) says nothing of the next one, and its polls are few anyway."""
 
     def __init__(self) -> None:
         self.bounds: deque[float] = deque(maxlen=KEEP)
 
     def first_wait(self) -> float:
-        return min(ANTICIPATE_CAP, min(self.bounds)) if self.bounds else 0.0
+        return min(self.bounds) if self.bounds else 0.0
 
     def found(self, last_empty: float | None, first_wait: float) -> None:
         bound = SHRINK * first_wait if last_empty is None else last_empty
-        self.bounds.append(max(0.0, bound))
+        if bound <= ANTICIPATE_CAP:
+            self.bounds.append(max(0.0, bound))
 
 
 def pause(idle: float, cap: float, *, ratio: float = RATIO, floor: float = FLOOR) -> float:
