@@ -152,11 +152,66 @@ def test_a_message_the_relay_could_not_answer_does_not_stop_the_node(flower_loop
         return answered.pop(0)
 
     install(relay=relay)
+    state, store = _node_state()
     flower_loop.fake_results.extend([3, 4, 5])
-    assert flower_loop._pull_and_store_message(state="s") == 3   # answered: push follows
-    assert flower_loop._pull_and_store_message(state="s") is None  # not: no push, poll again
-    assert flower_loop._pull_and_store_message(state="s") == 5
-    assert calls == ["s", "s", "s"]
+    step = functools.partial(flower_loop._pull_and_store_message, state=state,
+                             object_store=store)
+    assert step() == 3      # answered: push follows
+    assert step() is None   # not: no push, poll again
+    assert step() == 5
+    assert calls == [state, state, state]
+
+
+def _node_state() -> tuple[Any, Any]:
+    """Flower's own in-memory SuperNode state and object store."""
+    from flwr.supercore.object_store.in_memory_object_store import InMemoryObjectStore
+    from flwr.supernode.nodestate.in_memory_nodestate import InMemoryNodeState
+
+    store = InMemoryObjectStore()
+    return InMemoryNodeState(store), store
+
+
+def test_a_message_left_by_a_run_that_stopped_is_dropped_before_the_next_is_answered(
+        flower_loop: Any) -> None:
+    """Flower's SuperNode leaves a message whose run stopped while it was being received stored,
+    its task pending and its objects unpulled (a ServerApp killed mid-run): the relay could
+    claim that task for the next run's first message and wait for its objects for good. The
+    paced SuperNode finishes such a task (failed) and deletes its message before answering."""
+    from flwr.app import Metadata, RecordDict
+    from flwr.app.message import make_message
+    from flwr.common.constant import Status
+    from flwr.supercore.constant import TaskType
+
+    from fedgl.federation.flower.supernode import drop_stale_tasks, install
+
+    state, store = _node_state()
+    state.set_node_id(9)
+    stale = make_message(metadata=Metadata(
+        run_id=1, message_id="", src_node_id=1, dst_node_id=9, reply_to_message_id="",
+        group_id="", ttl=60.0, message_type="train.x", created_at=time.time()),
+        content=RecordDict())
+    stale.metadata.__dict__["_message_id"] = stale.object_id
+    state.create_task(task_type=TaskType.CLIENT_APP, run_id=1)
+    state.store_message(stale)                       # what Flower leaves behind
+    pending = [t.run_id for t in state.get_tasks(statuses=[Status.PENDING])]
+    assert pending == [1]
+    assert drop_stale_tasks(state, store, keep_run=1) == 0    # the run's own task stays
+
+    claimed: list[list[int]] = []
+
+    def relay(s: Any) -> bool:
+        claimed.append([t.run_id for t in s.get_tasks(statuses=[Status.PENDING])])
+        return True
+
+    install(relay=relay)
+    state.create_task(task_type=TaskType.CLIENT_APP, run_id=2)   # the next run's message
+    flower_loop.fake_results.append(2)
+    assert flower_loop._pull_and_store_message(state=state, object_store=store) == 2
+    assert claimed == [[2]]                          # only the new run's task is left to claim
+    assert state.get_messages_legacy(run_ids=[1]) == []
+    finished = state.get_tasks(run_ids=[1])
+    assert [t.status.status for t in finished] == [Status.FINISHED]
+    assert drop_stale_tasks(state, store, keep_run=None) == 1   # after a poll: every leftover
 
 
 def test_a_full_or_closed_pipe_is_no_error() -> None:

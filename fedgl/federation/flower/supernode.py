@@ -141,6 +141,33 @@ class InProcessRuntime:
         return lambda request: handler(request, self.state, self.task)
 
 
+def drop_stale_tasks(state: Any, store: Any, keep_run: int | None) -> int:
+    """Finish, as failed, every pending task of a run other than ``keep_run`` (None: every
+    pending task) and delete that run's stored messages and their objects; how many tasks.
+
+    Flower 1.42's SuperNode, receiving a message whose run stops meanwhile (its "not in
+    `RUNNING` status. Ignoring message" path), returns with the message stored, its task
+    pending and its objects never pulled: a later claim can take that task and wait for its
+    objects for good (a ServerApp killed mid-run, then a resumed run's first message, never
+    answered). Where the relay answers in this process every stored message is answered at
+    once, so any other pending task is such a leftover."""
+    from logging import WARNING
+
+    from flwr.common.constant import Status, SubStatus
+    from flwr.supercore import log
+
+    stale = [t for t in state.get_tasks(statuses=[Status.PENDING]) if t.run_id != keep_run]
+    for task in stale:
+        state.finish_task(task.task_id, SubStatus.FAILED,
+                          "fedgl relay: the message's run stopped before it was received")
+        for message in state.get_messages_legacy(run_ids=[task.run_id], is_reply=False):
+            state.delete_messages(message_ids=[message.metadata.message_id])
+            store.delete(message.metadata.message_id)
+        log(WARNING, "fedgl relay: dropped a message of run %d, which stopped before the "
+            "message was received", task.run_id)
+    return len(stale)
+
+
 def relay_in_process(party: str, token: str | None) -> Any:
     """``relay(state)``: claim the pending ClientApp task of the message just stored and answer
     it with fedgl's relay in this process; print the exchange's line. True when a reply was
@@ -189,6 +216,8 @@ def install(task_fd: int | None = None, reply_fd: int | None = None,
     def pull_and_store_message(*args: Any, **kwargs: Any) -> Any:
         began = time.monotonic()
         run_id = pull_and_store(*args, **kwargs)
+        if relay is not None:
+            drop_stale_tasks(kwargs["state"], kwargs["object_store"], run_id)
         if run_id is None:
             waiting.empty(began)
         else:
