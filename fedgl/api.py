@@ -199,11 +199,10 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
     if given.spec.setting != "horizontal":
         raise ConfigError(f"--shards runs horizontal algorithms; '{given.algorithm}' is "
                           f"{given.spec.setting}")
-    defaults = Config().to_dict()
     chosen = given.to_dict()
     forced = {"dataset": sources[0]["dataset"], "clients": facts["clients"],
               "normalize_features": sources[0]["normalize_features"]}
-    explicit = given.replace(**{k: (chosen[k] if chosen[k] != defaults[k] else v)
+    explicit = given.replace(**{k: (chosen[k] if k in given.given_keys else v)
                                 for k, v in forced.items()})
     problem = mismatch(sources[0], explicit)
     if problem is not None:
@@ -232,10 +231,9 @@ def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bo
     else:
         shards, name, label_holders, provenance = _aligned_in_process(folders)
     forced = {"dataset": f"own:{name}", "clients": len(shards), "label_holders": label_holders}
-    defaults = as_config(None, algorithm=given.algorithm).to_dict()   # GLASU's own defaults
     chosen = given.to_dict()
     differ = [f"{k} {chosen[k]!r} (shards: {v!r})" for k, v in forced.items()
-              if k in chosen and chosen[k] != v and chosen[k] != defaults.get(k, chosen[k])]
+              if k in given.given_keys and k in chosen and chosen[k] != v]
     if differ:
         raise ConfigError(f"the run's settings differ from the shards': {', '.join(differ)}; "
                           "run with the shards' settings")

@@ -220,3 +220,13 @@ def test_layer_contract_holds_and_catches_a_violation(tmp_path):
     (tree / "fedgl" / "algorithms" / "fedgcn" / "scratch.py").write_text(
         "from fedgl.algorithms.fedgat import client  # one algorithm into another\n")
     assert _lint_imports(tree).returncode != 0
+
+
+def test_replace_keeps_what_was_given() -> None:
+    """A changed copy knows which keys the user gave (theirs and the changed ones): `fedgl run
+    --shards` refuses a given ``--clients 10`` that differs from the shards, default or not."""
+    cfg = Config(algorithm="fedgcn", rounds=5)
+    assert "rounds" in cfg.given_keys and "clients" not in cfg.given_keys
+    out = cfg.replace(out="runs/x")
+    assert out.given_keys == cfg.given_keys | {"out"} and "clients" not in out.given_keys
+    assert "clients" in Config(clients=10).replace(out="y").given_keys

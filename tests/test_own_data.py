@@ -75,6 +75,11 @@ def test_cli_run_shards_records_provenance_and_refuses_other_settings(banks: tup
     assert main(["run", "--shards", *map(str, dirs), "--clients", "5", "--no-progress",
                  "--out", str(root / "res3")]) == 2
     assert "clients 5 (shard: 3)" in capsys.readouterr().err
+    # a value the user gave is theirs even where it equals the default (10 clients)
+    assert main(["run", "--shards", *map(str, dirs), "--clients", "10", "--no-progress",
+                 "--out", str(root / "res4")]) == 2
+    assert "clients 10 (shard: 3)" in capsys.readouterr().err
+    assert not (root / "res4").exists()
 
 
 def test_the_server_receives_no_raw_id(banks: tuple, monkeypatch) -> None:

@@ -251,3 +251,7 @@ def test_run_shards_over_two_vertical_ingests_takes_the_clients_from_them(tmp_pa
     assert result["config"]["clients"] == 2
     assert main(["run", "--shards", *parties, "--algorithm", "glasu", "--rounds", "2",
                  "--clients", "5", "--no-progress", "--out", str(tmp_path / "res5")]) == 2
+    # GLASU's default is 3 clients: given on the command line, it is the user's and refused too
+    assert main(["run", "--shards", *parties, "--algorithm", "glasu", "--rounds", "2",
+                 "--clients", "3", "--no-progress", "--out", str(tmp_path / "res3")]) == 2
+    assert not (tmp_path / "res3").exists()

@@ -140,12 +140,20 @@ class Config:
 
     def replace(self, **changes: Any) -> Config:
         """A validated copy with ``changes`` (flat keys) applied. A change of ``algorithm`` keeps
-        only the keys that were given, so the new algorithm's own defaults apply to the rest."""
+        only the keys that were given, so the new algorithm's own defaults apply to the rest.
+        The copy's :attr:`given_keys` are this config's and the changed keys."""
         new = changes.get("algorithm")
         if new is not None and canonical_name(str(new)) != self.algorithm:
             full = self.to_dict()
             return Config.from_dict({**{k: full[k] for k in self._given if k in full}, **changes})
-        return Config.from_dict({**self.to_dict(), **changes})
+        copy = Config.from_dict({**self.to_dict(), **changes})
+        object.__setattr__(copy, "_given", self._given | copy._given_of(changes))
+        return copy
+
+    @staticmethod
+    def _given_of(changes: dict[str, Any]) -> frozenset[str]:
+        """The keys a flat mapping of changes sets (canonical names)."""
+        return frozenset(_canonical_key(k) for k in changes if k != "algorithm")
 
     # ------------------------------------------------------------------ access
     @property
