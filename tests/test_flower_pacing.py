@@ -32,44 +32,62 @@ def test_pause_is_a_quarter_of_the_idle_time_between_the_floor_and_the_cap() -> 
     assert pause(100.0, cap=0.5) == 0.5
 
 
-def test_the_server_checks_for_replies_at_a_quarter_of_the_time_waited(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+class FakeExchange:
+    """A fake grid for ``runtime.exchange_keyed`` on a fake clock: message ``m<i>``'s reply is
+    there from ``ready["m<i>"]`` seconds; ``checks`` and ``sleeps`` record when the server
+    checked for replies and how long it slept."""
+
+    def __init__(self) -> None:
+        self.now, self.ready = 0.0, {}
+        self.checks: list[float] = []
+        self.sleeps: list[float] = []
+
+    def start(self, ready: dict[str, float]) -> FakeExchange:
+        self.now, self.ready, self.checks, self.sleeps = 0.0, ready, [], []
+        return self
+
+    @staticmethod
+    def message(reply_to: str = "") -> Any:
+        meta = type("Meta", (), {"message_type": "query.fit", "reply_to_message_id": reply_to})
+        return type("Msg", (), {"metadata": meta})()
+
+    def push_messages(self, messages: list[Any]) -> list[str]:
+        return [f"m{i}" for i in range(len(messages))]
+
+    def pull_messages(self, ids: Any) -> list[Any]:
+        self.checks.append(self.now)
+        return [self.message(i) for i in ids if self.now >= self.ready[i]]
+
+    def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.now += seconds
+
+
+@pytest.fixture
+def grid(monkeypatch: pytest.MonkeyPatch) -> FakeExchange:
+    from fedgl.federation.flower import runtime
+
+    fake = FakeExchange()
+    monkeypatch.setattr(runtime.time, "monotonic", lambda: fake.now)
+    monkeypatch.setattr(runtime.time, "sleep", fake.sleep)
+    monkeypatch.setattr(runtime, "quick_object_pulls", runtime.contextmanager(lambda: iter([None])))
+    return fake
+
+
+def test_the_server_checks_for_replies_at_a_quarter_of_the_time_waited(grid: FakeExchange
+                                                                        ) -> None:
     """A reply that comes after ``t`` seconds is seen at most ``t / 4`` (and the 10 ms floor)
     late, with checks at most :data:`PULL_INTERVAL` apart."""
     from fedgl.federation.flower import runtime
 
-    class Meta:
-        def __init__(self, reply_to: str = "") -> None:
-            self.message_type, self.reply_to_message_id = "query.fit", reply_to
-
-    class Msg:
-        def __init__(self, reply_to: str = "") -> None:
-            self.metadata = Meta(reply_to)
-
-    now, sleeps = [0.0], []
-
-    class Grid:
-        def push_messages(self, messages: list[Any]) -> list[str]:
-            return [f"m{i}" for i in range(len(messages))]
-
-        def pull_messages(self, ids: Any) -> list[Any]:
-            return [Msg(i) for i in ids if now[0] >= ready[i]]
-
-    def sleep(seconds: float) -> None:
-        sleeps.append(seconds)
-        now[0] += seconds
-
-    monkeypatch.setattr(runtime.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(runtime.time, "sleep", sleep)
-    monkeypatch.setattr(runtime, "quick_object_pulls", runtime.contextmanager(lambda: iter([None])))
+    two = [grid.message(), grid.message()]
     for last in (0.17, 0.6, 5.0):
-        now[0], sleeps[:] = 0.0, []
-        ready = {"m0": 0.05, "m1": last}
-        seen = runtime.exchange_keyed(Grid(), [Msg(), Msg()], None)
+        seen = runtime.exchange_keyed(grid.start({"m0": 0.05, "m1": last}), two, None)
         assert set(seen.replies) == {"m0", "m1"} and seen.after["m0"] < seen.after["m1"]
         assert last <= seen.elapsed <= last + max(runtime.FIRST_PULL_INTERVAL, last / 4) + 1e-9
+        sleeps = grid.sleeps
         assert sleeps[0] == runtime.FIRST_PULL_INTERVAL and max(sleeps) <= runtime.PULL_INTERVAL
-    assert len(sleeps) <= 40   # 5 s: checks every 0.2 s once a quarter of the wait is longer
+    assert len(grid.sleeps) <= 40   # 5 s: checks every 0.2 s once a quarter of the wait is longer
 
 
 @pytest.fixture
@@ -353,55 +371,30 @@ def test_an_anticipation_waits_for_the_least_recent_lower_bound() -> None:
     assert Anticipation().first_wait() == 0.0
 
 
-def test_the_server_first_checks_about_when_the_first_reply_came_before(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_server_first_checks_about_when_the_first_reply_came_before(grid: FakeExchange
+                                                                          ) -> None:
     """With an anticipation, an exchange like the last ones checks for replies about when its
     first reply came in them: a few checks instead of a dozen and more, each reply still seen at
     most the floor (or a quarter of the time since the first check) late."""
     from fedgl.federation.flower import runtime
     from fedgl.federation.flower.pacing import Anticipation
 
-    class Meta:
-        def __init__(self, reply_to: str = "") -> None:
-            self.message_type, self.reply_to_message_id = "query.fit", reply_to
-
-    class Msg:
-        def __init__(self, reply_to: str = "") -> None:
-            self.metadata = Meta(reply_to)
-
-    now, checks = [0.0], []
-
-    class Grid:
-        def push_messages(self, messages: list[Any]) -> list[str]:
-            return [f"m{i}" for i in range(len(messages))]
-
-        def pull_messages(self, ids: Any) -> list[Any]:
-            checks.append(now[0])
-            return [Msg(i) for i in ids if now[0] >= ready[i]]
-
-    def sleep(seconds: float) -> None:
-        now[0] += seconds
-
-    monkeypatch.setattr(runtime.time, "monotonic", lambda: now[0])
-    monkeypatch.setattr(runtime.time, "sleep", sleep)
-    monkeypatch.setattr(runtime, "quick_object_pulls", runtime.contextmanager(lambda: iter([None])))
-    ready = {"m0": 0.30, "m1": 0.32}
+    two = [grid.message(), grid.message()]
     anticipation = Anticipation()
     counts = []
     for _ in range(4):
-        now[0], checks[:] = 0.0, []
-        seen = runtime.exchange_keyed(Grid(), [Msg(), Msg()], None, anticipation=anticipation)
+        seen = runtime.exchange_keyed(grid.start({"m0": 0.30, "m1": 0.32}), two, None,
+                                      anticipation=anticipation)
         assert set(seen.replies) == {"m0", "m1"}
         assert 0.32 <= seen.elapsed <= 0.32 + 0.3 / 4 + 1e-9
-        counts.append(len(checks))
+        counts.append(len(grid.checks))
     assert counts[0] >= 12 and max(counts[1:]) <= 4, counts   # 15 checks, then 4
-    assert 0.2 < checks[0] < 0.30                 # later than the first check, before the reply
+    assert 0.2 < grid.checks[0] < 0.30            # later than the first check, before the reply
 
     # a reply that now comes far sooner than before is seen at most the cap late
-    ready = {"m0": 0.01, "m1": 0.01}
-    now[0], checks[:] = 0.0, []
-    seen = runtime.exchange_keyed(Grid(), [Msg(), Msg()], None, anticipation=anticipation)
-    assert seen.elapsed <= 0.5 + 1e-9 and len(checks) == 1
+    seen = runtime.exchange_keyed(grid.start({"m0": 0.01, "m1": 0.01}), two, None,
+                                  anticipation=anticipation)
+    assert seen.elapsed <= 0.5 + 1e-9 and len(grid.checks) == 1
 
 
 def test_the_supernode_first_polls_about_when_the_next_message_came_before(
