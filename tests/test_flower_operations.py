@@ -516,10 +516,10 @@ def test_client_killed_during_the_robust_secure_sum(federation_files: Path) -> N
             fed, server_cmd(root, fed, out, keys, message_timeout=60), 2, "query.secagg__keys")
         log = fed.folder / "client-2.log"
         survivors = [(fed.folder / f"client-{k}.log").read_text() for k in (0, 1)]
+    assert code == 0, err[-2000:]   # first: a failed run says why
     assert "query.fedgcn__secure_receive" not in log.read_text()
     assert all("query.fedgcn__secure_receive" in text for text in survivors)
     assert all("train.fedavg__fit" in text for text in survivors)
-    assert code == 0, err[-2000:]
     rep = json.loads((out / "result.json").read_text())["repeats"][0]
     assert rep["final"]["rounds"] == keys["rounds"]
     assert all(math.isfinite(h["train_loss"]) for h in rep["history"])
