@@ -70,7 +70,8 @@ def grid(monkeypatch: pytest.MonkeyPatch) -> FakeExchange:
     fake = FakeExchange()
     monkeypatch.setattr(runtime.time, "monotonic", lambda: fake.now)
     monkeypatch.setattr(runtime.time, "sleep", fake.sleep)
-    monkeypatch.setattr(runtime, "quick_object_pulls", runtime.contextmanager(lambda: iter([None])))
+    monkeypatch.setattr(runtime, "quick_object_pulls",
+                        runtime.contextmanager(lambda *_: iter([None])))
     return fake
 
 
@@ -295,6 +296,10 @@ def test_the_server_pulls_objects_quickly_only_inside_an_exchange() -> None:
         assert http_grid.pull_objects.func is original
         assert http_grid.pull_objects.keywords == {"initial_backoff": OBJECT_FIRST_BACKOFF}
     assert http_grid.pull_objects is original
+    with quick_object_pulls(12.5):   # an exchange's time left bounds its object pulls
+        assert http_grid.pull_objects.keywords == {"initial_backoff": OBJECT_FIRST_BACKOFF,
+                                                   "max_time": 12.5}
+    assert http_grid.pull_objects is original
 
 
 def test_the_runners_object_pulls_are_quick(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -452,3 +457,38 @@ def test_the_party_warms_up_torch_so_that_its_first_fit_imports_nothing() -> Non
     cold = subprocess.run([sys.executable, "-c", probe.replace("warm_up()\n", "")],
                           capture_output=True, text=True, timeout=120, check=True)
     assert "torch._dynamo" in cold.stdout          # what the warm-up spares the first fit
+
+
+def test_a_reply_whose_objects_never_come_holds_no_check_past_the_timeout(
+        grid: FakeExchange, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A SuperNode killed after announcing its reply: Flower's grid pulls that reply's objects
+    until its limit, which is the exchange's time left (not the SuperLink's minutes); a last
+    check at the timeout still collects the replies that came meanwhile (a healthy client
+    whose reply came while the check waited is not reported silent)."""
+    from fedgl.federation.flower import runtime
+
+    limits: list[float | None] = []
+
+    @runtime.contextmanager
+    def record(max_time: float | None = None) -> Any:
+        limits.append(max_time)
+        yield
+
+    stuck: list[float] = []
+
+    def pull_messages(ids: Any) -> list[Any]:
+        grid.checks.append(grid.now)
+        if grid.now >= 0.5 and not stuck:     # m1's objects never come: the pull waits it out
+            stuck.append(grid.now)
+            grid.now += limits[-1]
+            return [grid.message("m1")]       # Flower's "objects unavailable" error reply
+        return [grid.message(i) for i in ids if grid.now >= grid.ready[i]]
+
+    monkeypatch.setattr(runtime, "quick_object_pulls", record)
+    monkeypatch.setattr(grid, "pull_messages", pull_messages)
+    seen = runtime.exchange_keyed(grid.start({"m0": 1.0, "m1": float("inf")}),
+                                  [grid.message(), grid.message()], 5.0)
+    assert set(seen.replies) == {"m0", "m1"}          # m0 came while the stuck check waited
+    assert seen.elapsed == pytest.approx(5.0)
+    assert limits[len(grid.checks) - 2] == pytest.approx(5.0 - stuck[0])   # the time left
+    assert limits[-1] == runtime.LAST_CHECK_TIME

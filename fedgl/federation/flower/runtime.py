@@ -61,22 +61,34 @@ OBJECT_FIRST_BACKOFF = 0.01
 
 
 @contextmanager
-def quick_object_pulls() -> Iterator[None]:
+def quick_object_pulls(max_time: float | None = None) -> Iterator[None]:
     """While inside, Flower's ServerApp grid (``flwr.superlink.grid.http_grid``, a private
     module of the pinned flwr) retries an object not yet uploaded after
     :data:`OBJECT_FIRST_BACKOFF` s, doubling, instead of after 1 s: a check for replies can come
-    while the SuperNode is still uploading a reply it has announced."""
+    while the SuperNode is still uploading a reply it has announced. With ``max_time``, the
+    objects of the replies pulled must all have come within that many seconds, or the reply
+    is Flower's "objects unavailable" error: a SuperNode killed after announcing its reply
+    would otherwise hold the check until the SuperLink gives the upload up (minutes), past the
+    exchange's own timeout, and the other replies with it."""
     try:
         from flwr.superlink.grid import http_grid
     except ImportError:   # another Flower layout: its own backoff stays
         yield
         return
     original = http_grid.pull_objects
-    http_grid.pull_objects = functools.partial(original, initial_backoff=OBJECT_FIRST_BACKOFF)
+    limits: dict[str, float] = {"initial_backoff": OBJECT_FIRST_BACKOFF}
+    if max_time is not None:
+        limits["max_time"] = max_time
+    http_grid.pull_objects = functools.partial(original, **limits)
     try:
         yield
     finally:
         http_grid.pull_objects = original
+
+
+#: the seconds a last check for replies, at the exchange's timeout, may take to pull the
+#: objects of replies already announced
+LAST_CHECK_TIME = 2.0
 
 
 def exchange(grid: Any, messages: list[Message], timeout: float | None) -> list[Message]:
@@ -121,9 +133,11 @@ def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
         time.sleep(first if end is None else max(0.0, min(first, end - time.monotonic())))
     paced_from = time.monotonic()
     last_empty: float | None = None
+    last_check = False
     while waiting:
         checked = time.monotonic()
-        with quick_object_pulls():
+        limit = None if end is None else max(end - checked, LAST_CHECK_TIME)
+        with quick_object_pulls(limit):
             replies = list(grid.pull_messages(waiting))
         had = len(seen.replies)
         for reply in replies:
@@ -144,7 +158,10 @@ def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
             next_wait = now + wait_every
         left = None if end is None else end - now
         if left is not None and left <= 0:
-            break
+            if last_check:
+                break
+            last_check = True   # once more at once: replies that came while a check waited
+            continue
         wait = pause(now - paced_from, PULL_INTERVAL, floor=FIRST_PULL_INTERVAL)
         time.sleep(wait if left is None else min(wait, left))
     seen.elapsed = time.monotonic() - start
