@@ -129,8 +129,9 @@ def exchange_keyed(grid: Any, messages: list[Message], timeout: float | None,
     waiting = {i for i in ids if i}
     end = None if timeout is None else start + timeout
     first = anticipation.first_wait() if anticipation is not None and waiting else 0.0
-    if first > 0:
-        time.sleep(first if end is None else max(0.0, min(first, end - time.monotonic())))
+    if first > 0:   # the bounds are measured from before the push: so is the first wait
+        until = start + first if end is None else min(start + first, end)
+        time.sleep(max(0.0, until - time.monotonic()))
     paced_from = time.monotonic()
     last_empty: float | None = None
     last_check = False
