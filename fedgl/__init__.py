@@ -26,6 +26,7 @@ _LAZY = {
     "GraphData": "fedgl.data.graph", "from_pyg": "fedgl.data.graph",
     "Partition": "fedgl.data.partition", "partition": "fedgl.data.partition",
     "RunResult": "fedgl.results", "DivergenceError": "fedgl.errors",
+    "load_model": "fedgl.inference.load", "predict": "fedgl.inference.predict",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -36,6 +37,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from fedgl.data.graph import GraphData, from_pyg
     from fedgl.data.partition import Partition, partition
     from fedgl.errors import DivergenceError
+    from fedgl.inference.load import load_model
+    from fedgl.inference.predict import predict
     from fedgl.results import RunResult
 
 
@@ -49,5 +52,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["ClientData", "Config", "ConfigError", "DataError", "DivergenceError", "FedglError",
            "GraphData", "OutputError", "Partition", "RunResult", "as_config", "from_pyg",
-           "load_dataset", "load_graph", "partition", "run", "run_shards", "split_graph",
+           "load_dataset", "load_graph", "load_model", "partition", "predict", "run", "run_shards", "split_graph",
            "__version__"]

@@ -17,6 +17,7 @@ from fedgl.data.datasets import load_graph
 from fedgl.data.graph import GraphData
 from fedgl.data.validate import validate_graph
 from fedgl.errors import ConfigError
+from fedgl.inference.card import graph_facts, write_run_model
 from fedgl.output import OutputFolder
 from fedgl.progress import RoundProgress, round_progress
 from fedgl.resources import check_memory, check_resources, release_freed_memory
@@ -98,7 +99,7 @@ def run(config: Config | dict[str, Any] | str | Path | None = None, *,
             folder.prepare_checkpoints()
         result = _run_repeats(cfg, graph, ckpt, on_round)
         if folder is not None:
-            folder.commit(result.save)
+            folder.commit(lambda staging: save_with_model(result, staging))
         return result
     finally:
         if folder is not None:
@@ -154,12 +155,21 @@ def _run_repeats_in(cfg: Config, graph: GraphData | None, ckpt: Any,
         account_run(reps)
     env = environment(cfg.seed, cfg.device)
     env["torch_threads"] = threads_used
+    env["graph"] = graph_facts(g)
     recorded = cfg.to_dict()
     if graph is not None:   # the config's dataset was not what ran
         recorded["dataset"] = g.name or "custom"
         if getattr(g, "provenance", None):   # the shards' own record of what they hold
             env["data"] = g.provenance
     return RunResult(recorded, env, reps)
+
+
+def save_with_model(result: RunResult, out: str | Path) -> Path:
+    """Write ``result.json``, ``history.csv`` and the model folder ``model/``
+    (:func:`fedgl.inference.card.write_run_model`) into ``out``."""
+    path = result.save(out)
+    write_run_model(result, out)
+    return path
 
 
 @contextmanager

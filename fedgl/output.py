@@ -198,7 +198,11 @@ class OutputFolder:
         staging = self._staging
         try:
             writer(staging)
-            for p in staging.iterdir():
+            for p in sorted(staging.rglob("*"), reverse=True):   # files before their folders
+                if p.is_dir():
+                    apply_umask(p, folder=True)
+                    _fsync_dir(p)
+                    continue
                 apply_umask(p)
                 with open(p, "rb") as f:
                     os.fsync(f.fileno())

@@ -49,6 +49,19 @@ class RepeatResult:
     seconds: dict[str, float]
     peak_rss_mb: float
     extra: dict[str, Any] = field(default_factory=dict)
+    #: the model the repeat left (:meth:`fedgl.trained.ModelTracker.record`): plain tensors,
+    #: written to ``<out>/model/`` and kept in checkpoints, never in ``result.json``
+    model: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The repeat as ``result.json`` records it (without the model's tensors)."""
+        model, self.model = self.model, None
+        try:
+            out = asdict(self)
+        finally:
+            self.model = model
+        out.pop("model")
+        return out
 
 
 @dataclass
@@ -67,6 +80,11 @@ class RunResult:
         if not self.summary:
             self.summary = summarize(self.repeats)
 
+    @property
+    def model(self) -> dict[str, Any] | None:
+        """The model of the first repeat that left one (see :attr:`RepeatResult.model`)."""
+        return next((r.model for r in self.repeats if r.model is not None), None)
+
     # ------------------------------------------------------------------ accessors
     def mean(self, metric: str) -> float:
         return self.summary[metric]["mean"]
@@ -76,7 +94,7 @@ class RunResult:
 
     def to_dict(self) -> dict[str, Any]:
         return {"config": self.config, "environment": self.environment,
-                "summary": self.summary, "repeats": [asdict(r) for r in self.repeats]}
+                "summary": self.summary, "repeats": [r.to_dict() for r in self.repeats]}
 
     def history_rows(self) -> list[dict[str, Any]]:
         rows = []

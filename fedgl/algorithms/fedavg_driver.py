@@ -33,6 +33,7 @@ from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import Config
 from fedgl.results import RepeatResult
+from fedgl.trained import ModelTracker
 
 __all__ = ["Watch", "drive_fedavg"]
 
@@ -62,6 +63,7 @@ def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats
     oracle_seconds = 0.0
     diverged: dict | None = None
     seen_events = 0
+    tracker = ModelTracker()
     if watch.startup_round is not None:   # clients restarted or dropped before the first round
         events += [{**e, "round": watch.startup_round} for e in runtime.events]
         seen_events = len(runtime.events)
@@ -75,6 +77,7 @@ def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats
             row.update(watch.oracle(weights))
             oracle_seconds += time.perf_counter() - o0
         history.append(row)
+        tracker.observe(t, weights, row)
         diverged = divergence(t, weights, row["train_loss"], cfg)
         end = len(runtime.events) if mark is None else mark[0]
         events += [{**e, "round": t} for e in runtime.events[seen_events:end]]
@@ -94,6 +97,7 @@ def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
                "oracle": oracle_seconds, "total": time.perf_counter() - t0}
     result = finish_repeat(repeat, seed, part_stats, history, ledger.summary(), seconds)
+    result.model = tracker.record()
     if diverged is not None:
         result.extra["diverged"] = diverged
         result.final["diverged_round"] = diverged["round"]

@@ -352,3 +352,30 @@ def finish_repeat(repeat: int, seed: int, part_stats: dict, history: list[dict],
 def _num(v: object) -> float:
     return float(v) if isinstance(v, int | float) and not math.isnan(v) else -1.0
 
+
+
+#: a prediction: per client, its own nodes' global ids and their log-probabilities (eval mode)
+Scores = dict[int, tuple[torch.Tensor, torch.Tensor]]
+
+
+def predict_federated(graph: GraphData, cfg: Config, seed: int, weights: State,
+                      client_cls: type[GNNClient], server_cls: type[FedAvgServer]
+                      ) -> tuple[Scores, Ledger]:
+    """Every client's predictions of ``weights`` on its own nodes, as the run's evaluation
+    scores them: the federation is set up again in this process (the same partition and
+    clients), the pre-training exchange runs as in training (the same privacy; its bytes are
+    the returned ledger's), then each client predicts locally
+    (:meth:`~fedgl.algorithms.base.GNNClient.predict`). The experimenter reads the in-process
+    clients' predictions; deployed, each organisation computes its own and nothing is sent."""
+    part = make_partition(graph, cfg, seed)
+    server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
+    runtime = server.runtime
+    try:
+        server.pretrain()
+        out: Scores = {}
+        for k in runtime.client_ids:
+            client = runtime.local_client(k)
+            out[k] = (client.data.node_ids.clone(), client.predict(weights).detach().cpu())
+        return out, runtime.ledger
+    finally:
+        runtime.close()

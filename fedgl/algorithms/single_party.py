@@ -23,6 +23,7 @@ from fedgl.federation.ledger import Ledger
 from fedgl.federation.network import NetworkModel
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
+from fedgl.trained import ModelTracker
 
 
 def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition, party: Any,
@@ -41,6 +42,7 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
     progress.start(f"{name} repeat {repeat + 1}/{cfg.repeats}", cfg.rounds)
     history = []
     diverged: dict | None = None
+    tracker = ModelTracker()
     for t in range(1, cfg.rounds + 1):
         with ledger.timer("train"):
             out = party.fit(weights, cfg.local_steps, round=t)
@@ -55,6 +57,7 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
                 row.update(oracle(weights))
                 oracle_seconds += time.perf_counter() - o0
         history.append(row)
+        tracker.observe(t, weights, row)
         progress.advance(progress_info(row))
         diverged = divergence(t, weights, row["train_loss"], cfg)
         if diverged is not None:
@@ -63,6 +66,7 @@ def run_single_party(name: str, graph: GraphData, cfg: Config, whole: Partition,
                "eval": ledger.seconds("eval"), "oracle": oracle_seconds,
                "total": time.perf_counter() - started}
     result = finish_repeat(repeat, seed, whole.stats(graph), history, ledger.summary(), seconds)
+    result.model = tracker.record()
     if diverged is not None:
         result.extra["diverged"] = diverged
         result.final["diverged_round"] = diverged["round"]

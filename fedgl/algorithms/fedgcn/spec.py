@@ -12,7 +12,8 @@ register(AlgorithmSpec(
     defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
     # deployed: FedAvg is fedgcn with hops 0 (no pre-training exchange)
     client="fedgl.algorithms.fedgcn.client:FedGCNClient", driver="fedavg",
-    server="fedgl.algorithms.fedgcn.server:FedGCNServer"))
+    server="fedgl.algorithms.fedgcn.server:FedGCNServer",
+    predict="fedgl.algorithms.fedgcn.runner:predict_fedgcn"))
 
 register(AlgorithmSpec(
     name="centralized", setting="horizontal",

@@ -26,6 +26,7 @@ from fedgl.algorithms.minibatch.server import FedSGDServer
 from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.results import RepeatResult
+from fedgl.trained import ModelTracker
 
 
 def drive_minibatch(server: FedSGDServer, cfg: Any, *, repeat: int, seed: int,
@@ -58,6 +59,7 @@ def drive_minibatch(server: FedSGDServer, cfg: Any, *, repeat: int, seed: int,
     ledger = runtime.ledger
     diverged: dict | None = None
     seen_events = 0
+    tracker = ModelTracker()
     if watch.runtime_events and watch.startup_round is not None:
         events += [{**e, "round": watch.startup_round} for e in runtime.events]
         seen_events = len(runtime.events)
@@ -71,6 +73,7 @@ def drive_minibatch(server: FedSGDServer, cfg: Any, *, repeat: int, seed: int,
             row.update(watch.oracle(weights))
             oracle_seconds += time.perf_counter() - o0
         history.append(row)
+        tracker.observe(t + 1, weights, row)
         diverged = divergence(t + 1, weights, row["train_loss"], cfg)
         if watch.runtime_events:
             events += [{**e, "round": t + 1} for e in runtime.events[seen_events:]]
@@ -89,6 +92,7 @@ def drive_minibatch(server: FedSGDServer, cfg: Any, *, repeat: int, seed: int,
                "train": ledger.seconds("train"), "eval": ledger.seconds("eval"),
                "oracle": oracle_seconds, "total": time.perf_counter() - t0}
     result = finish_repeat(repeat, seed, part_stats, history, ledger.summary(), seconds)
+    result.model = tracker.record()
     result.extra.update(minibatch_extra(server, history, comm_bytes, cfg))
     if diverged is not None:
         result.extra["diverged"] = diverged
