@@ -52,5 +52,5 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["ClientData", "Config", "ConfigError", "DataError", "DivergenceError", "FedglError",
            "GraphData", "OutputError", "Partition", "RunResult", "as_config", "from_pyg",
-           "load_dataset", "load_graph", "load_model", "partition", "predict", "run", "run_shards", "split_graph",
-           "__version__"]
+           "load_dataset", "load_graph", "load_model", "partition", "predict", "run",
+           "run_shards", "split_graph", "__version__"]

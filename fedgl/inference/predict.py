@@ -129,8 +129,14 @@ def _own_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list
     """The organisations' graph of a local trial over their ingest folders (the set-up of
     ``fedgl run --shards``), their names (the folders') and every node's own id, from each
     organisation's private ingest."""
-    from fedgl.data.own.placement import (POSITIONS_FORMAT, assign_positions, owned_graph, place,
-                                          read_ingest, read_request)
+    from fedgl.data.own.placement import (
+        POSITIONS_FORMAT,
+        assign_positions,
+        owned_graph,
+        place,
+        read_ingest,
+        read_request,
+    )
 
     if not str(cfg.dataset).startswith("own:"):
         raise ConfigError(f"the model was trained on '{cfg.dataset}', not on own data; leave "
