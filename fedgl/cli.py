@@ -213,6 +213,26 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
                      help="also show the rounds until the test accuracy first reaches this "
                           "(default: 99%% of each run's best only)")
 
+    pred = sub.add_parser(
+        "predict", help="score each organisation's own nodes with a saved model (one CSV each)",
+        description="Score every organisation's own nodes with the model a run wrote "
+                    "(<out>/model): the federation is set up again as in training (the same "
+                    "exchange, the same privacy), then each organisation scores its own nodes. "
+                    "Writes <name>.csv per organisation (id, prediction, one probability column "
+                    "per class) and prediction.json (docs/using-the-model.md).")
+    pred.add_argument("--model", required=True, metavar="DIR", help="the model folder a run wrote")
+    pred.add_argument("--shards", nargs="+", metavar="DIR", default=None,
+                      help="the organisations' `fedgl ingest` folders (a model trained on own "
+                           "data)")
+    pred.add_argument("--dataset", default=None,
+                      help="the built-in data set (default: the one the model was trained on)")
+    pred.add_argument("--data-root", dest="data_root", default=None)
+    pred.add_argument("--best", action="store_true",
+                      help="use the best-validation round's weights (default: the final round's)")
+    pred.add_argument("--out", required=True, metavar="DIR", help="where the CSVs go")
+    pred.add_argument("--overwrite", action="store_true",
+                      help="replace the predictions already in --out")
+
     ds = sub.add_parser("datasets", help="list datasets and whether their files are available")
     ds.add_argument("--data-root", dest="data_root", default=None)
     ds.add_argument("--check", action="store_true",
@@ -259,6 +279,10 @@ def main(argv: list[str] | None = None) -> int:
             return _cmd_partition(args)
         if args.command == "datasets":
             return _cmd_datasets(args)
+        if args.command == "predict":
+            from fedgl.inference.commands import cmd_predict
+
+            return cmd_predict(args)
         if args.command == "analyze-comm":
             return _cmd_analyze_comm(args)
         if args.command == "keys":

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from fedgl.errors import OutputError
 
-RESULT_FILES = ("result.json", "history.csv")
+RESULT_FILES = ("result.json", "history.csv", "prediction.json")
 CHECKPOINT_NAME = "checkpoint.pt"
 DP_RELEASE_LOG = "dp-releases"  # fedgl.privacy.dp.RELEASE_LOG_DIR
 _RENAME_EXCHANGE = 2

@@ -359,23 +359,37 @@ Scores = dict[int, tuple[torch.Tensor, torch.Tensor]]
 
 
 def predict_federated(graph: GraphData, cfg: Config, seed: int, weights: State,
-                      client_cls: type[GNNClient], server_cls: type[FedAvgServer]
+                      client_cls: type[GNNClient], server_cls: type[FedAvgServer],
+                      score: Callable[[FedAvgServer, State], None] | None = None
                       ) -> tuple[Scores, Ledger]:
     """Every client's predictions of ``weights`` on its own nodes, as the run's evaluation
     scores them: the federation is set up again in this process (the same partition and
     clients), the pre-training exchange runs as in training (the same privacy; its bytes are
     the returned ledger's), then each client predicts locally
     (:meth:`~fedgl.algorithms.base.GNNClient.predict`). The experimenter reads the in-process
-    clients' predictions; deployed, each organisation computes its own and nothing is sent."""
+    clients' predictions; deployed, each organisation computes its own and nothing is sent.
+    ``score(server, weights)``: an algorithm whose evaluation is itself an exchange runs it
+    instead, after which every client holds ``last_log_probs``."""
     part = make_partition(graph, cfg, seed)
     server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
     runtime = server.runtime
     try:
         server.pretrain()
+        if score is not None:
+            score(server, weights)
         out: Scores = {}
         for k in runtime.client_ids:
             client = runtime.local_client(k)
-            out[k] = (client.data.node_ids.clone(), client.predict(weights).detach().cpu())
+            log_probs = (client.last_log_probs if score is not None
+                         else client.predict(weights))
+            out[k] = (client.data.node_ids.clone(), log_probs.detach().cpu())
         return out, runtime.ledger
     finally:
         runtime.close()
+
+
+def predict_single_party(graph: GraphData, party: GNNClient, weights: State
+                         ) -> tuple[Scores, Ledger]:
+    """The one party of a centralised baseline (its local subgraph is the whole graph) scores
+    every node; nothing is exchanged."""
+    return {0: (party.data.node_ids.clone(), party.predict(weights).detach().cpu())}, Ledger()

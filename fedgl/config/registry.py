@@ -103,7 +103,8 @@ class AlgorithmSpec:
     #: paths`` behind ``fedgl shard`` (horizontal shards are the partitioner's, for every one)
     shards: str = ""
     #: how the trained model is used (``fedgl.load_model``, ``fedgl predict``): ``model`` builds
-    #: the torch module from a model card, ``model(card) -> nn.Module`` ("" : the configured
+    #: the torch module from a model card, ``model(card, cfg, part) -> nn.Module`` (``cfg``: the
+    #: card's configuration; "" : the configured
     #: GCN/SAGE/GIN of ``fedgl.models.build_model``); ``predict`` scores every client's own nodes
     #: with the saved weights as the run's evaluation does, ``predict(graph, cfg, seed, parts)
     #: -> Scores`` (:mod:`fedgl.inference.predict`; "" : the algorithm does not score nodes

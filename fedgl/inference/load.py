@@ -44,7 +44,7 @@ def build_module(card: dict[str, Any], part: str = "global") -> nn.Module:
     spec = get_spec(str(card.get("algorithm")))
     arch = card.get("architecture") or {}
     if spec.model:
-        return load_path(spec.model)(card, part)
+        return load_path(spec.model)(card, card_config(card), part)
     try:
         return build_model(str(arch["model"]), int(arch["in_channels"]), int(arch["hidden"]),
                            int(arch["out_channels"]), int(arch["layers"]), float(arch["dropout"]))

@@ -79,7 +79,7 @@ class Prediction:
 
 
 def _fmt(p: float) -> str:
-    return f"{p:.6g}" if math.isfinite(p) else "nan"
+    return f"{p:.9g}" if math.isfinite(p) else "nan"
 
 
 def predict(model: str | Path, *, dataset: str | None = None, shards: list[str | Path] | None

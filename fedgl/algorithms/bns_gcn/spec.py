@@ -8,7 +8,8 @@ register(AlgorithmSpec(
     name="bns-gcn", setting="horizontal", aliases=("bds-gcn",),
     summary="BNS-GCN: per round, a random share ρ of boundary nodes' features and hidden "
             "states exchanged through the server at every step",
-    entry="fedgl.algorithms.bns_gcn.runner:run_repeat", options=BNSGCNOptions,
+    entry="fedgl.algorithms.bns_gcn.runner:run_repeat",
+    predict="fedgl.algorithms.bns_gcn.runner:predict_repeat", options=BNSGCNOptions,
     unread=("batch_size", "num_neighbors", "clients_per_round"),
     defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
     simulation_only=CLUSTER_ONLY))

@@ -98,6 +98,13 @@ class BoundaryServer(FedAvgServer):
                 metrics.update(self.evaluate(t))
             yield t, self.weights, metrics
 
+    @staticmethod
+    def score(server: BoundaryServer, weights: State) -> None:
+        """Evaluate ``weights`` by the full exchange (after which every client holds its
+        ``last_log_probs``): how a saved model scores nodes (``fedgl predict``)."""
+        server.weights = {k: v.clone() for k, v in weights.items()}
+        server.evaluate(server.config.rounds)
+
     def evaluate(self, round: int = 0) -> dict:
         """Federated accuracy of the global model: a full exchange (every boundary node), one
         forward pass, pooled counts (phase ``eval``)."""

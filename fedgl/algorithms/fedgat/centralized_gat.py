@@ -33,3 +33,12 @@ def run_centralized_gat(graph: GraphData, cfg: Config, *, repeat: int, seed: int
     weights = gat_initial_weights(cfg, graph.num_features, graph.num_classes, seed)
     return run_single_party("centralized-gat", graph, cfg, whole, party, weights, oracle,
                             repeat=repeat, seed=seed, progress=progress, started=t0)
+
+
+def predict_centralized_gat(graph: GraphData, cfg: Config, seed: int, parts: dict) -> tuple:
+    """The one party scores every node with a saved centralised GAT."""
+    from fedgl.algorithms.runner import predict_single_party
+
+    whole = Partition(np.zeros(graph.num_nodes, dtype=np.int64), 1)
+    (data,) = split_graph(graph, whole)
+    return predict_single_party(graph, DistGATClient(data, cfg, seed), parts["global"])

@@ -127,3 +127,25 @@ def run_gat_federated(graph: GraphData, cfg: Config, *, repeat: int, seed: int, 
     if stats:
         rep.extra["fedgat"] = stats
     return rep
+
+
+def predict_gat_federated(graph: GraphData, cfg: Config, seed: int, weights: State, client_cls,
+                          server_cls) -> tuple:
+    """Every client's predictions of a saved GAT model, after the algorithm's set-up exchange
+    (:func:`fedgl.algorithms.runner.predict_federated`)."""
+    from fedgl.algorithms.runner import predict_federated
+
+    def make_server(runtime, strategy, init_weights, config):
+        return server_cls(runtime, strategy, init_weights, config, seed=seed)
+
+    make_server.initial_weights = _gat_initial_weights  # type: ignore[attr-defined]
+    return predict_federated(graph, cfg, seed, weights, client_cls, make_server)
+
+
+def gat_from_card(card: dict, cfg: Config, part: str = "global") -> GAT:
+    """The GAT a model card describes (``fedgl.load_model``; ``cfg``: the card's
+    configuration): FedGAT's with its polynomial first layer, the exact GAT for DistGAT and the
+    centralised GAT."""
+    arch = card["architecture"]
+    return build_gat(cfg, int(arch["in_channels"]), int(arch["out_channels"]),
+                     approximate=card.get("algorithm") == "fedgat")

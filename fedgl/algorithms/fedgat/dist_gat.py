@@ -34,3 +34,11 @@ def run_distgat(graph, cfg, *, repeat: int, seed: int, progress, **kwargs) -> Re
     return run_gat_federated(graph, cfg, repeat=repeat, seed=seed, progress=progress,
                              client_cls=DistGATClient, server_cls=GATFedAvgServer,
                              approximate=False, **kwargs)
+
+
+def predict_distgat(graph, cfg, seed: int, parts: dict) -> tuple:
+    """Every client's predictions of a saved DistGAT model (local subgraphs; no exchange)."""
+    from fedgl.algorithms.fedgat.common import predict_gat_federated
+
+    return predict_gat_federated(graph, cfg, seed, parts["global"], DistGATClient,
+                                 GATFedAvgServer)

@@ -16,3 +16,10 @@ def run_fedgat(graph: GraphData, cfg: Config, **kwargs: Any) -> RepeatResult:
     """One seeded FedGAT repeat (see :func:`run_gat_federated`)."""
     return run_gat_federated(graph, cfg, client_cls=FedGATClient, server_cls=FedGATServer,
                              approximate=True, **kwargs)
+
+
+def predict_fedgat(graph: GraphData, cfg: Config, seed: int, parts: dict) -> tuple:
+    """Every client's predictions of a saved FedGAT model, after the obfuscated-matrix exchange."""
+    from fedgl.algorithms.fedgat.common import predict_gat_federated
+
+    return predict_gat_federated(graph, cfg, seed, parts["global"], FedGATClient, FedGATServer)

@@ -34,3 +34,13 @@ def run_centralized(graph: GraphData, cfg: Config, *, repeat: int, seed: int,
     return run_single_party("centralized", graph, cfg, whole, party,
                             initial_weights(graph, cfg, seed), oracle, repeat=repeat, seed=seed,
                             progress=progress, started=t0)
+
+
+def predict_centralized(graph: GraphData, cfg: Config, seed: int, parts: dict) -> tuple:
+    """The one party scores every node with a saved centralised GCN/SAGE."""
+    from fedgl.algorithms.runner import predict_single_party
+
+    whole = Partition(np.zeros(graph.num_nodes, dtype=np.int64), 1)
+    (data,) = split_graph(graph, whole)
+    party = FedGCNClient(data, cfg.replace(algorithm="fedgcn", hops=0), seed)
+    return predict_single_party(graph, party, parts["global"])

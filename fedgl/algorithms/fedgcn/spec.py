@@ -23,4 +23,5 @@ register(AlgorithmSpec(
     # federation keys are accepted (and ignored) so that one set of keys runs a comparison;
     # batch_size and num_neighbors are read (mini-batch centralised GCN/SAGE)
     unread=("clients_per_round",), simulation_only=ONE_PARTY,
-    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]}))
+    defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
+    predict="fedgl.algorithms.fedgcn.centralized:predict_centralized"))
