@@ -55,11 +55,16 @@ def _csv_test_accuracy(out: Path, graph) -> tuple[float, int]:
     ("bns-gcn", {}),
     ("distributed-gcn", {}),
     ("fedsage-plus", {"gen_epochs": 1}),
+    ("swift-fedgnn", {"rounds": 40, "eval_every": 20}),
+    ("fedgnn-g", {"rounds": 6}),
+    ("llcg", {"rounds": 6}),
+    ("fedgnn-pns", {"rounds": 6}),
+    ("local-only", {"rounds": 20, "eval_mode": "local"}),
 ], ids=lambda v: v if isinstance(v, str) else "-".join(f"{k}={x}" for k, x in v.items()))
 def test_predictions_equal_the_runs_evaluation_on_cora(algorithm, extra, data_root, tmp_path, cli):
     out = tmp_path / "run"
     result = fedgl.run(algorithm=algorithm, dataset="cora", data_root=str(data_root),
-                       out=str(out), **FAST, **extra)
+                       out=str(out), **{**FAST, **extra})
     res = cli("predict", "--model", out / "model", "--out", tmp_path / "scores",
               "--data-root", data_root)
     assert res.code == 0, res.err

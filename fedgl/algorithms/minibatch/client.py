@@ -194,15 +194,20 @@ class MiniBatchClient(FactsParty):
         return {}
 
     @torch.no_grad()
-    @handles("minibatch.evaluate", phases=("eval", "train"), schema={"weights": Weights()})
-    def evaluate(self, weights: State) -> dict:
-        """Local-subgraph, full-neighbour accuracy counts (no cross-client edges)."""
+    def predict(self, weights: State) -> Tensor:
+        """Log-probabilities of every own node, local subgraph, all neighbours (eval mode).
+        Local only: not a protocol method."""
         self.model.load_state_dict(weights)
         self.model.eval()
         csr, n = self.csr, self.data.num_nodes
         dst = torch.repeat_interleave(torch.arange(n), csr.degree(torch.arange(n)))
         block = full_block(torch.stack([csr.indices.long(), dst]), n)
-        blocks = [block] * self.s.layers
-        hit = self._forward_local(blocks).argmax(-1) == self.data.y
+        return self._forward_local([block] * self.s.layers)
+
+    @torch.no_grad()
+    @handles("minibatch.evaluate", phases=("eval", "train"), schema={"weights": Weights()})
+    def evaluate(self, weights: State) -> dict:
+        """Local-subgraph, full-neighbour accuracy counts (no cross-client edges)."""
+        hit = self.predict(weights).argmax(-1) == self.data.y
         return {"correct": [int(hit[self.masks[s]].sum()) for s in SPLITS],
                 "total": [int(self.masks[s].sum()) for s in SPLITS]}

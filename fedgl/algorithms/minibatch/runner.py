@@ -184,3 +184,43 @@ def minibatch_extra(server: FedSGDServer, history: list[dict], comm_bytes: list[
         "aggregates": agg,
         "runtime": getattr(cfg, "runtime", "local"),
     }
+
+
+def predict_minibatch(graph: GraphData, cfg: Any, seed: int, weights: State, *,
+                      schedule: Schedule, eval_mode: str = "cross", pns_fanout: int = -1
+                      ) -> tuple[dict[int, tuple[torch.Tensor, torch.Tensor]], Ledger]:
+    """Every client's predictions of a saved mini-batch model on all its own nodes, as the
+    run's evaluation computes them: ``cross``, through the server-mediated exchange with every
+    cross-client neighbour (after the structure exchange; its bytes are the ledger's);
+    ``local``, each client on its own subgraph. The experimenter collects the in-process
+    parties' outputs chunk by chunk; deployed, each organisation keeps its own."""
+    part = make_partition(graph, cfg, seed)
+    runtime = start_runtime(graph, part, cfg, seed)
+    server, _ = start_server(runtime, cfg, seed, schedule, optimizer=cfg.server_optimizer,
+                             eval_mode=eval_mode, pns_fanout=pns_fanout)
+    try:
+        clients = {k: runtime.local_client(k) for k in runtime.client_ids}
+        if eval_mode == "local":
+            return {k: (c.data.node_ids.clone(), c.predict(weights))
+                    for k, c in clients.items()}, runtime.ledger
+        server.setup()
+        server.weights = {k: v.clone() for k, v in weights.items()}
+        runtime.call("minibatch.load", {"weights": server.weights}, phase="eval")
+        rows: dict[int, list[tuple[torch.Tensor, torch.Tensor]]] = {k: [] for k in clients}
+
+        def collect() -> None:
+            for k, c in clients.items():
+                if getattr(c.party, "last_output", None) is not None:
+                    rows[k].append((c.party.last_ids.clone(), c.party.last_output.clone()))
+                    c.party.last_output = None
+
+        seeds = torch.cat([c.data.node_ids for _, c in sorted(clients.items())])
+        server.cross_forward(seeds, int(cfg.rounds) - 1, on_chunk=collect)
+        out = {}
+        for k, parts in rows.items():
+            ids = torch.cat([i for i, _ in parts]) if parts else torch.zeros(0, dtype=torch.long)
+            lp = torch.cat([o for _, o in parts]) if parts else torch.zeros(0)
+            out[k] = (ids, lp)
+        return out, runtime.ledger
+    finally:
+        runtime.close()

@@ -18,11 +18,12 @@ So the state after iteration t is the model, the optimiser state and counters
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import torch
+from torch import Tensor
 
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 from fedgl.data.sampling import CSRGraph, sample_blocks
@@ -282,21 +283,32 @@ class FedSGDServer:
             if self.eval_mode == "local":
                 res = rt.call("minibatch.evaluate", {"weights": self.weights}, phase="eval")
             else:
-                assert self.structure is not None
                 rt.call("minibatch.load", {"weights": self.weights}, phase="eval")
                 ids = rt.call("minibatch.eval_nodes", phase="eval")
-                seeds = torch.cat([ids[k]["ids"] for k in sorted(ids)])
-                fan = list(self.s.eval_num_neighbors) or [-1] * self.s.layers
-                res = {}
-                step = self.eval_batch or max(1, seeds.numel())
-                for chunk in torch.split(seeds, step):
-                    blocks = sample_blocks(self.structure.csr, chunk, fan, self.rng(t, EVAL))
-                    plan = build_plan(blocks, self.structure.owner)
-                    part = run_cross_client(rt, plan, self.kind, train=False, phase="eval")
-                    for k, r in part.items():
-                        if k in res:
-                            res[k] = {key: [a + b for a, b in zip(res[k][key], r[key], strict=True)]
-                                      for key in ("correct", "total")}
-                        else:
-                            res[k] = r
+                res = self.cross_forward(torch.cat([ids[k]["ids"] for k in sorted(ids)]), t)
         return pooled_accuracy(res)
+
+    def cross_forward(self, seeds: Tensor, t: int = 0,
+                      on_chunk: Callable[[], None] | None = None) -> dict[int, dict]:
+        """Full-neighbour (or ``eval_num_neighbors``) inference of the loaded model at
+        ``seeds`` through the server-mediated exchange, in chunks of ``eval_batch``; each
+        party's counts summed over the chunks. ``on_chunk()`` after each chunk (the parties
+        then hold that chunk's ``last_output``)."""
+        assert self.structure is not None
+        rt = self.runtime
+        fan = list(self.s.eval_num_neighbors) or [-1] * self.s.layers
+        res: dict[int, dict] = {}
+        step = self.eval_batch or max(1, seeds.numel())
+        for chunk in torch.split(seeds, step):
+            blocks = sample_blocks(self.structure.csr, chunk, fan, self.rng(t, EVAL))
+            plan = build_plan(blocks, self.structure.owner)
+            part = run_cross_client(rt, plan, self.kind, train=False, phase="eval")
+            if on_chunk is not None:
+                on_chunk()
+            for k, r in part.items():
+                if k in res:
+                    res[k] = {key: [a + b for a, b in zip(res[k][key], r[key], strict=True)]
+                              for key in ("correct", "total")}
+                else:
+                    res[k] = r
+        return res

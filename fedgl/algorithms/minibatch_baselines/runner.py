@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedgl.algorithms.minibatch.runner import run_minibatch
+from fedgl.algorithms.minibatch.runner import predict_minibatch, run_minibatch
 from fedgl.algorithms.minibatch.server import PeriodicSchedule, Schedule, ShrinkingSchedule
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 from fedgl.data.graph import GraphData
@@ -68,3 +68,12 @@ def run_llcg(graph: GraphData, cfg: Any, **kw: Any) -> RepeatResult:
 def run_pns(graph: GraphData, cfg: Any, **kw: Any) -> RepeatResult:
     """FedGNN-PNS: cached cross-client neighbours, re-sampled at shrinking intervals."""
     return _run(graph, cfg, "fedgnn-pns", kw)
+
+
+def predict_baseline(graph: GraphData, cfg: Any, seed: int, parts: dict) -> tuple:
+    """Every client's predictions of a saved mini-batch baseline's model, evaluated as the run
+    evaluates (``eval_mode``)."""
+    schedule, pns_fanout = baseline_schedule(cfg.algorithm, cfg,
+                                             MiniBatchSettings.from_config(cfg))
+    return predict_minibatch(graph, cfg, seed, parts["global"], schedule=schedule,
+                             eval_mode=cfg.eval_mode, pns_fanout=pns_fanout)

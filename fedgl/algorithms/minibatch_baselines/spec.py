@@ -27,4 +27,5 @@ for name, fn, options, summary in (
                            privacy=(), unread=_UNREAD, defaults=SWIFT_PAPER,
                            key_help={"rounds": ROUNDS_HELP["fedsgd"]},
                            client="fedgl.algorithms.minibatch.client:MiniBatchClient",
-                           driver="minibatch", server=f"{_RUNNER}:deployed_schedule"))
+                           driver="minibatch", server=f"{_RUNNER}:deployed_schedule",
+                           predict=f"{_RUNNER}:predict_baseline"))

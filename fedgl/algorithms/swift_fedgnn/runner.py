@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from fedgl.algorithms.minibatch.runner import run_minibatch
+from fedgl.algorithms.minibatch.runner import predict_minibatch, run_minibatch
 from fedgl.algorithms.minibatch.settings import MiniBatchSettings
 from fedgl.algorithms.swift_fedgnn.server import swift_schedule
 from fedgl.data.graph import GraphData
@@ -21,3 +21,11 @@ def run_repeat(graph: GraphData, cfg: Any, *, repeat: int, seed: int, progress: 
                          optimizer=cfg.server_optimizer, eval_mode=cfg.eval_mode,
                          resume_from=resume_from, checkpointer=checkpointer,
                          on_round=on_round)
+
+
+def predict_repeat(graph: GraphData, cfg: Any, seed: int, parts: dict) -> tuple:
+    """Every client's predictions of a saved Swift-FedGNN model, evaluated as the run evaluates
+    (``eval_mode``: cross-client, full neighbours, or local)."""
+    settings = MiniBatchSettings.from_config(cfg)
+    return predict_minibatch(graph, cfg, seed, parts["global"],
+                             schedule=swift_schedule(cfg, settings), eval_mode=cfg.eval_mode)

@@ -15,4 +15,5 @@ register(AlgorithmSpec(
     runtimes=("local", "ray"), privacy=(), unread=MINIBATCH_UNREAD,
     aliases=("swift",), defaults=SWIFT_PAPER, key_help={"rounds": ROUNDS_HELP["fedsgd"]},
     client="fedgl.algorithms.minibatch.client:MiniBatchClient", driver="minibatch",
-    server="fedgl.algorithms.swift_fedgnn.server:deployed_schedule"))
+    server="fedgl.algorithms.swift_fedgnn.server:deployed_schedule",
+    predict="fedgl.algorithms.swift_fedgnn.runner:predict_repeat"))
