@@ -65,7 +65,8 @@ class ModelTracker:
     """Keeps the models a repeat leaves while its rounds go by (see the module docstring).
 
     ``observe(t, weights, row)`` after every round: ``weights`` is the round's global state dict
-    (or, with ``parts``, a dict part name -> state dict); ``row`` its history row. The best
+    (or, with ``parts``, a dict part name -> state dict), or a function returning it (read only
+    when needed: models kept by the parties themselves); ``row`` its history row. The best
     round's weights are copied when its validation accuracy rises; the last round's at
     :meth:`record`.
     """
@@ -77,7 +78,11 @@ class ModelTracker:
         self._best_val = -math.inf
 
     def _as_parts(self, weights: Any) -> dict[str, dict[str, Tensor]] | None:
+        if callable(weights):
+            weights = weights()
         given = weights if self.parts else {"global": weights}
+        if not isinstance(given, dict) or not given:
+            return None
         out = {}
         for name, state in given.items():
             plain = plain_state(state)

@@ -241,3 +241,35 @@ def test_an_encrypted_model_is_not_recorded():
 
 def test_model_file_error_is_a_fedgl_error():
     assert issubclass(ModelFileError, FedglError)
+
+
+@pytest.mark.parametrize("algorithm", ["glasu", "glasu-simulated", "glasu-centralized"])
+def test_vertical_predictions_equal_the_runs_evaluation_on_cora(algorithm, data_root, tmp_path,
+                                                                 cli):
+    """GLASU's split model: one file per party, and only label holders score (every node; the
+    run's metric is the mean of the holders' accuracies)."""
+    out = tmp_path / "run"
+    result = fedgl.run(algorithm=algorithm, dataset="cora", data_root=str(data_root),
+                       out=str(out), rounds=6, progress=False)
+    card = json.loads((out / "model" / "model.json").read_text())
+    clients = 1 if algorithm == "glasu-centralized" else result.config["clients"]
+    assert sorted(card["files"]) == [f"party-{m}" for m in range(clients)]
+    res = cli("predict", "--model", out / "model", "--out", tmp_path / "scores",
+              "--data-root", data_root)
+    assert res.code == 0, res.err
+    graph = fedgl.load_graph(fedgl.as_config(dataset="cora", data_root=str(data_root)))
+    accs = []
+    for path in sorted((tmp_path / "scores").glob("*.csv")):
+        one = tmp_path / "one"
+        one.mkdir(exist_ok=True)
+        shutil.copy(path, one / path.name)
+        acc, rows = _csv_test_accuracy(one, graph)
+        shutil.rmtree(one)
+        assert rows == graph.num_nodes
+        accs.append(acc)
+    holders = clients if algorithm != "glasu" or result.config.get("label_holders") == "all" \
+        else 1
+    assert len(accs) == holders
+    assert sum(accs) / len(accs) == pytest.approx(result.mean("test_acc"), abs=1e-6)
+    module, _ = fedgl.load_model(out / "model")
+    assert sorted(module.keys()) == sorted(card["files"])

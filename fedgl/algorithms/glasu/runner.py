@@ -52,6 +52,7 @@ from fedgl.federation.protocol import Endpoint
 from fedgl.federation.runtime import LocalRuntime, _per_client_args
 from fedgl.progress import RoundProgress
 from fedgl.results import RepeatResult
+from fedgl.trained import ModelTracker
 
 
 def parse_fanout(text: Any, layers: int) -> int:
@@ -235,14 +236,18 @@ def drive_glasu(server: GlasuServer, cfg: Any, *, repeat: int, seed: int,
                 resume: Callable[[GlasuServer, RepeatProgress], tuple[int, list, list]],
                 resume_from: RepeatProgress | None = None,
                 checkpointer: Checkpointer | None = None, watch: Watch | None = None,
-                aside: Callable[[Callable[[], Any]], Any] | None = None
+                aside: Callable[[Callable[[], Any]], Any] | None = None,
+                tracker: ModelTracker | None = None,
+                model_parts: Callable[[], dict[str, dict]] | None = None
                 ) -> tuple[list[dict], list[dict]]:
     """The one driver of GLASU's server (set up already), on every runtime: the resume of a
     checkpointed round, then ``rounds`` rounds, one history row each (with a simulated network
     its bytes and seconds), the round's failure events (where ``watch.runtime_events``), each
     party's own checkpoint every ``checkpointer.every`` rounds; the history and the events.
     ``aside(step)`` runs the checkpoint messages (a deployed run files their Flower bytes apart
-    from the training traffic). What differs between runtimes is the ``watch``."""
+    from the training traffic). What differs between runtimes is the ``watch``. With
+    ``tracker`` and ``model_parts`` (the parties' models, where the driver's caller can read
+    them: an in-process run), the tracker follows the split model round by round."""
     watch = watch or Watch()
     aside = aside or (lambda step: step())
     history: list[dict] = []
@@ -260,6 +265,8 @@ def drive_glasu(server: GlasuServer, cfg: Any, *, repeat: int, seed: int,
     for t, metrics in server.rounds(int(cfg.rounds), int(cfg.eval_every), start):
         row = {"round": t, **metrics, **network_columns(runtime.ledger)}
         history.append(row)
+        if tracker is not None and model_parts is not None:
+            tracker.observe(t, model_parts, row)
         if watch.runtime_events:
             events += [{**e, "round": t} for e in runtime.events[seen_events:]]
             seen_events = len(runtime.events)
@@ -277,14 +284,27 @@ def drive_glasu(server: GlasuServer, cfg: Any, *, repeat: int, seed: int,
 def _train(server: GlasuServer, cfg: Any, name: str, repeat: int, seed: int,
            progress: RoundProgress, on_round: Callable | None,
            resume_from: RepeatProgress | None = None,
-           checkpointer: Checkpointer | None = None) -> tuple[list[dict], list[dict]]:
-    """A local or Ray run of :func:`drive_glasu`, with its progress line."""
+           checkpointer: Checkpointer | None = None, tracker: ModelTracker | None = None
+           ) -> tuple[list[dict], list[dict]]:
+    """A local or Ray run of :func:`drive_glasu`, with its progress line; ``tracker`` follows
+    the in-process parties' models (:func:`party_models`)."""
     repeats = int(getattr(cfg, "repeats", 1))
 
     watch = progress_watch(progress, f"{name} repeat {repeat + 1}/{repeats}", int(cfg.rounds),
                            repeat=repeat, on_round=on_round, runtime_events=False)
+    parts = None
+    if tracker is not None and hasattr(server.runtime, "local_client"):
+        def parts() -> dict[str, dict]:
+            return party_models(server.runtime)
     return drive_glasu(server, cfg, repeat=repeat, seed=seed, resume=resume_repeat,
-                       resume_from=resume_from, checkpointer=checkpointer, watch=watch)
+                       resume_from=resume_from, checkpointer=checkpointer, watch=watch,
+                       tracker=tracker, model_parts=parts)
+
+
+def party_models(runtime: Any) -> dict[str, dict]:
+    """Every in-process party's part of the split model, ``party-<m>`` (the server has no
+    parameters): what a run saves, one file per part."""
+    return {f"party-{m}": runtime.local_client(m).parameters_dict() for m in runtime.client_ids}
 
 
 def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat: int, seed: int,
@@ -320,8 +340,9 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
     setup_seconds = time.perf_counter() - t0
     name = "glasu" if mode == "glasu" else f"glasu-{mode}"
     try:
-        runs = [_train(s, cfg, name, repeat, seed, progress, on_round, resume_from, checkpointer)
-                for s in feds]
+        tracker = ModelTracker(parts=True) if mode != "standalone" else None
+        runs = [_train(s, cfg, name, repeat, seed, progress, on_round, resume_from, checkpointer,
+                       tracker) for s in feds]
         histories = [h for h, _ in runs]
         ledger = feds[0].runtime.ledger
         history = histories[0] if len(histories) == 1 else _mean_history(histories)
@@ -331,6 +352,7 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
                    "total": time.perf_counter() - t0}
         result = finish_repeat(repeat, seed, split_stats(parts, graph), history,
                                ledger.summary(), seconds)
+        result.model = tracker.record() if tracker is not None else None
         result.extra.update({"setting": "vertical", "mode": name,
                              "params": json_params(params),
                              "runtime": getattr(cfg, "runtime", "local"),
@@ -345,6 +367,74 @@ def run_glasu(graph: GraphData, cfg: Any, options: GlasuModelOptions, *, repeat:
     finally:
         for s in feds:
             s.runtime.close()
+
+
+def predict_glasu(graph: GraphData, cfg: Any, seed: int, model: dict[str, dict], *,
+                  mode: str = "glasu") -> tuple[dict[int, tuple[Any, Any]], Ledger]:
+    """The label holders' predictions of a saved split model by the paper's joint inference
+    (full neighbourhoods, every party's sub-layers, the server's aggregation; the run's
+    evaluation exchange): every party loads its own part, then each label holder applies its
+    classifier to ``H[L]``. Only label holders receive predictions."""
+    import torch
+
+    options = cfg.options if cfg.options is not None else GlasuModelOptions()
+    split = vertical_settings(cfg)
+    clients = 1 if mode == "centralized" else int(cfg.clients)
+    params = glasu_params(cfg, options, graph.num_classes, mode)
+    given = getattr(graph, "vertical_parts", None)
+    parts = list(given) if given is not None and mode == "glasu" else \
+        vertical_split(graph, clients, labels=params.label_holders, seed=seed,
+                       full_edges=mode in ("centralized", "simulated"), **split)
+    server = _federation(parts, params, cfg, seed)
+    runtime = server.runtime
+    try:
+        for m in runtime.client_ids:
+            runtime.local_client(m).model.load_state_dict(model[f"party-{m}"])
+        server.evaluate()
+        out = {}
+        for m in runtime.client_ids:
+            client = runtime.local_client(m)
+            if client.model.classifier is None:
+                continue
+            with torch.no_grad():
+                log_probs = torch.log_softmax(client.model.classifier(client.trace[-1]), -1)
+            out[m] = (torch.arange(client.data.num_nodes), log_probs)
+        return out, runtime.ledger
+    finally:
+        runtime.close()
+
+
+#: a GLASU algorithm's mode (its registry name without the prefix)
+MODE_OF = {"glasu": "glasu", "glasu-simulated": "simulated", "glasu-centralized": "centralized"}
+
+
+def _predictor(mode: str) -> Callable[..., tuple]:
+    def predict_repeat(graph: GraphData, cfg: Any, seed: int, parts: dict) -> tuple:
+        return predict_glasu(graph, cfg, seed, parts, mode=mode)
+
+    predict_repeat.__doc__ = f"The registry's predictor of mode {mode!r} (:func:`predict_glasu`)."
+    return predict_repeat
+
+
+predict_repeat = _predictor("glasu")
+predict_simulated = _predictor("simulated")
+predict_centralized = _predictor("centralized")
+
+
+def glasu_from_card(card: dict, cfg: Any, part: str) -> Any:
+    """Party ``part``'s sub-layers (and classifier, where it holds labels) as a model card
+    describes them (``fedgl.load_model``): its input width and classifier read from the part's
+    tensor list."""
+    from fedgl.algorithms.glasu.model import ClientStack
+
+    tensors = card["files"][part]["tensors"]
+    options = cfg.options if cfg.options is not None else GlasuModelOptions()
+    params = glasu_params(cfg, options, int(card["architecture"]["out_channels"]),
+                          MODE_OF[str(card["algorithm"])])
+    first = next(k for k in ("input.weight", "convs.0.weight", "convs.0.lin.weight")
+                 if k in tensors)
+    return ClientStack(params, int(part.removeprefix("party-")), int(tensors[first][1]),
+                       "classifier.weight" in tensors)
 
 
 def json_params(params: GlasuParams) -> dict:
