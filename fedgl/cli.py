@@ -575,7 +575,8 @@ def _print_summary(result: Any, out: Path) -> None:
             d = rep.extra["diverged"]
             print(f"fedgl: warning: repeat {rep.repeat} DIVERGED at round {d['round']} (non-finite "
                   f"{d['what']}); it stopped there (--allow-divergence)", file=sys.stderr)
-    console.print(f"results written to {out}/result.json and {out}/history.csv")
+    model = f" and the model to {out}/model" if (Path(out) / "model").is_dir() else ""
+    console.print(f"results written to {out}/result.json and {out}/history.csv{model}")
 
 
 # ---------------------------------------------------------------------- partition
