@@ -72,6 +72,7 @@ from fedgl.federation.protocol import (
     MapOf,
     ProtocolViolation,
     Str,
+    Weights,
     handler_table,
     handles,
 )
@@ -80,6 +81,8 @@ from fedgl.privacy.inputs import party_record
 from fedgl.privacy.policy import ClientPolicy
 
 HELLO_CONTEXT = "fedgl-flower-hello/1"
+#: the trained model at the end of a run (:mod:`fedgl.deployment.model_release`)
+MODEL = "party.model"
 #: the fewest random bytes a hello challenge may have
 MIN_CHALLENGE = 16
 #: the largest body a set-up message (``party.hello``: a challenge of at most 1 KiB;
@@ -140,7 +143,8 @@ class Party:
     def __init__(self, data: str | Path, key: str | Path, roster: str | Path,
                  safety: ClientPolicy | None = None, *, device: str | None = None,
                  threads: int | None = None, state_dir: str | Path | None = None,
-                 max_message_bytes: int = DEFAULT_MAX_MESSAGE) -> None:
+                 max_message_bytes: int = DEFAULT_MAX_MESSAGE, out: str | Path | None = None,
+                 receive_model: bool = True) -> None:
         self.manifest = read_manifest(data)
         self.shard = read_shard(data)
         self.client_id = int(self.shard.client_id)
@@ -163,6 +167,10 @@ class Party:
         #: --state-dir it survives restarts too; the server's config never chooses where
         self.record = party_record(self.state_dir, self.client_id)
         self.max_message_bytes = int(max_message_bytes)
+        #: where this organisation keeps the model it receives at the end of a run, its scores
+        #: and metrics (``fedgl client --out``), and whether it takes the model at all
+        self.out = Path(out) if out is not None else Path(f"fedgl-client-{self.client_id}")
+        self.receive_model = bool(receive_model)
         self.endpoint: Endpoint | None = None
         #: the party's own set-up protocol: ``new`` -> hello -> ``greeted`` -> setup -> ``set-up``
         self.protocol_state = "new"
@@ -240,6 +248,28 @@ class Party:
             facts = {**facts, "alignment": aligned}   # a PSI-placed shard: its entities' digest
         return {"ok": True, "dp_releases": logged, "facts": facts}
 
+    @handles(MODEL, phases=(SETUP_PHASE,), states=("set-up",), enters="released",
+             schema={"weights": Weights(), "card": Str(max_len=1 << 24)})
+    def model(self, weights: dict[str, Any], card: str) -> dict[str, Any]:
+        """The trained model at the end of the run (once per run): taken where this
+        organisation's settings say so, checked against the card's digest and the role's model,
+        written under ``--out`` with the scores of the own nodes and their metrics
+        (:func:`fedgl.deployment.model_release.accept_model`); the reply is the digest."""
+        from fedgl.deployment.model_release import accept_model
+
+        if self._context[1] != self.run_id:
+            raise ValueError(f"it is for run {self._context[1]}, not run {self.run_id}")
+        if not self.receive_model:
+            raise ValueError("this organisation does not take the model (fedgl client "
+                             "--no-model)")
+        assert self.endpoint is not None
+        reply = accept_model(self.endpoint.role, weights, card, self.out,
+                             f"client {self.client_id}")
+        print(f"model received (SHA-256 {reply['sha256'][:16]}...) -> {self.out / 'model'}"
+              + (f"; {reply['scored']} own nodes scored -> {self.out / 'scores.csv'}"
+                 if "scored" in reply else ""), flush=True)
+        return reply
+
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool
                      ) -> tuple[Config, list[str]]:
         """The role's config with ``out`` at this party's own records for the run (its DP
@@ -269,9 +299,11 @@ class Party:
         """The role's message types and their phases (the party's own are always served)."""
         if self.endpoint is None:
             return {}
+        own = {MODEL: [SETUP_PHASE]}   # the party's own message after the set-up
         # every declared type, also those the role's policy does not take: the relay forwards
         # them, and the party refuses them in its own one line ("not a message type")
-        return {t: list(h.phases) for t, h in handler_table(type(self.endpoint.role)).items()}
+        return {**own, **{t: list(h.phases)
+                          for t, h in handler_table(type(self.endpoint.role)).items()}}
 
     def message(self, header: dict[str, Any], body: bytes) -> bytes:
         """One encoded server message: a set-up message to the party itself, any other to its

@@ -38,6 +38,7 @@ from flwr.app import Context, Message
 from flwr.serverapp import Grid, ServerApp
 
 from fedgl.algorithms.continuation import Continuation
+from fedgl.api import save_with_model
 from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
 from fedgl.config.registry import load_path
@@ -211,7 +212,13 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, seed: int,
                            "calls": runtime.calls, **rep.extra.get("flower", {})}
     recorded = cfg.to_dict()
     recorded["runtime"] = "flower"
-    return RunResult(recorded, environment(seed, cfg.device), [rep])
+    env = environment(seed, cfg.device)
+    facts = getattr(runtime, "facts", None)
+    if facts is not None:   # what the model was trained on: the clients' reported widths
+        env["graph"] = {"num_nodes": int(sum(facts.nodes.values())),
+                        "num_features": int(next(iter(facts.features.values()))),
+                        "num_classes": int(facts.num_classes)}
+    return RunResult(recorded, env, [rep])
 
 
 def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
@@ -253,7 +260,10 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
         result = run_deployed(runtime, cfg, cfg.seed,
                               {"nodes": {str(k): n for k, n in nodes.items()},
                                "refused_nodes": refused, "run_tag": run_tag})
-        folder.commit(result.save)
+        folder.commit(lambda staging: save_with_model(result, staging))
+        from fedgl.deployment.model_release import release_model
+
+        release_model(runtime, job["out"], log)
         log(f"finished in {log.elapsed():.0f} s; results in {job['out']}")
         return result
     except Exception as exc:

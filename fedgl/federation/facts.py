@@ -106,7 +106,12 @@ def learn_facts(runtime: Any, setting: str) -> Facts:
         replies = runtime.call(FACTS, None, phase=SETUP)
     if not replies:
         raise ConfigError("no client answered the set-up; start every client")
-    return agree(replies, setting)
+    facts = agree(replies, setting)
+    try:   # the runtime remembers them (what a deployed run's model was trained on)
+        runtime.facts = facts
+    except AttributeError:
+        pass
+    return facts
 
 
 def agree(replies: dict[int, Any], setting: str) -> Facts:

@@ -1,0 +1,149 @@
+"""The end of a deployed run: every organisation that took part receives the trained model.
+
+The coordinator writes ``<out>/model/`` as a local run does (:func:`fedgl.api.save_with_model`),
+then sends each party one declared message, ``party.model`` (phase ``setup``), carrying the
+global weights and the card. The party's own settings decide whether it takes it
+(``fedgl client --no-model`` refuses); a party that takes it checks the weights against the
+card's SHA-256 and its role's model, writes ``model/`` (the card, the weights) under its own
+output folder, scores its own nodes with its role (``scores.csv``: no prediction leaves the
+organisation) and its own metrics (``metrics.json``), and answers only the digest it computed,
+which the coordinator compares with its own. A party accepts one model per run.
+
+Where the coordinator never saw the model in the clear (``--encrypt-models``), or the model is
+split among the parties (GLASU), nothing is sent: each party keeps what it holds.
+
+:func:`accept_model` is the party's side (called by :meth:`fedgl.deployment.party.Party.model`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from fedgl.errors import ConfigError, FedglError, RunAborted
+from fedgl.federation.flower.local_link import SETUP_PHASE
+from fedgl.federation.protocol import ProtocolViolation
+from fedgl.trained import CARD_FILE, MAX_CARD_BYTES, encode_part, read_card, write_model
+
+MODEL = "party.model"   # fedgl.deployment.party.MODEL
+
+
+def release_model(runtime: Any, out: str | Path, log: Callable[[str], None]) -> dict[int, str]:
+    """Send the model in ``out/model`` to every party of ``runtime``, one by one (a party that
+    refuses is named in the log, the others still get theirs); the digest each party answered.
+    Nothing is sent where the folder holds no single global model."""
+    folder = Path(out) / "model"
+    if not (folder / CARD_FILE).is_file():
+        log("no model to hand over: the coordinator never saw it in the clear")
+        return {}
+    card = read_card(folder)
+    if sorted(card["files"]) != ["global"]:
+        log("the model is split among the parties: each keeps its own part")
+        return {}
+    from fedgl.trained import read_model
+
+    parts, card = read_model(folder)
+    text = (folder / CARD_FILE).read_text()
+    digests: dict[int, str] = {}
+    for k in runtime.client_ids:
+        try:
+            reply = runtime.call(MODEL, {"weights": parts["global"], "card": text},
+                                 phase=SETUP_PHASE, clients=[k])
+        except (ProtocolViolation, RunAborted, FedglError) as exc:
+            log(f"client {k} did not take the model: {exc}")
+            continue
+        got = reply.get(k, {}).get("sha256")
+        if got is None:
+            log(f"client {k} did not answer the model's hand-over")
+            continue
+        digests[k] = str(got)
+        if got != card["sha256"]:
+            log(f"client {k}'s copy has SHA-256 {got}, not the model's {card['sha256']}")
+    if digests:
+        same = all(d == card["sha256"] for d in digests.values())
+        log(f"model handed over to {len(digests)} of {len(runtime.client_ids)} organisations"
+            + (f"; every copy's SHA-256 is {card['sha256'][:16]}..." if same else ""))
+    return digests
+
+
+def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Path,
+                 name: str) -> dict[str, Any]:
+    """The party's side of ``party.model``: check, write ``out/model/``, score the own nodes
+    (``out/scores.csv``) and write ``out/metrics.json``; the reply (the weights' digest)."""
+    if len(card_text) > MAX_CARD_BYTES:
+        raise ValueError("the card is larger than a model card can be")
+    try:
+        card = json.loads(card_text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the card is not JSON ({exc})") from None
+    if not isinstance(card, dict) or not isinstance(card.get("files"), dict):
+        raise ValueError("the card is not a fedgl model card")
+    data = encode_part(weights, "global")
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != card.get("sha256") or digest != (card["files"].get("global") or {}).get("sha256"):
+        raise ValueError(f"the weights' SHA-256 {digest[:16]}... is not the card's")
+    model = getattr(role, "model", None)
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError("this client's role has no model to take weights")
+    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    if {k: tuple(v.shape) for k, v in weights.items()} != shapes:
+        raise ValueError("the weights do not fit this run's model")
+    own = {k: v for k, v in card.items() if k not in ("best_files", "best_sha256")}
+    own["received"] = {"by": name, "note": "the final round's weights, handed over by the "
+                                           "coordinator at the end of the run"}
+    folder = Path(out)
+    try:
+        written = write_model(folder / "model", {"parts": {"global": weights},
+                                                 "round": card.get("rounds", {}).get("final"),
+                                                 "best_parts": None}, own)
+    except OSError as exc:
+        raise ConfigError(f"the model could not be written to '{folder}' ({exc.strerror}); "
+                          "start fedgl client with a writable --out") from None
+    reply: dict[str, Any] = {"sha256": written["sha256"]}
+    log_probs = _own_scores(role, weights)
+    if log_probs is not None:
+        classes = [str(c) for c in card.get("classes") or range(log_probs.size(1))]
+        _write_scores(folder / "scores.csv", role.data.node_ids.tolist(), log_probs, classes)
+        counts = role._counts(log_probs.to(role._y.device))
+        metrics = {f"{s}_acc": (c / t if t else None) for s, c, t in
+                   zip(("train", "val", "test"), counts["correct"], counts["total"], strict=True)}
+        metrics.update({f"{s}_nodes": t for s, t in
+                        zip(("train", "val", "test"), counts["total"], strict=True)})
+        (folder / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        reply["scored"] = int(log_probs.size(0))
+    return reply
+
+
+def _own_scores(role: Any, weights: dict[str, Tensor]) -> Tensor | None:
+    """Log-probabilities of the own nodes where the role scores them by itself as the run's
+    evaluation did (FedGCN's clients hold their pre-training aggregates; FedGAT's its matrices);
+    None where inference needs another exchange (mini-batch cross-client, boundary exchanges)."""
+    from fedgl.algorithms.base import GNNClient
+
+    if not isinstance(role, GNNClient):
+        return None
+    try:
+        return role.predict(weights).detach().cpu()
+    except NotImplementedError:
+        return None
+
+
+def _write_scores(path: Path, ids: list[int], log_probs: Tensor, classes: list[str]) -> None:
+    import csv
+    import io
+
+    probs = torch.exp(log_probs.float())
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["id", "prediction", *[f"p_{c}" for c in classes]])
+    for node, label, row in zip(ids, probs.argmax(1).tolist(), probs.tolist(), strict=True):
+        w.writerow([node, classes[label], *[f"{p:.9g}" for p in row]])
+    from fedgl.trained import _atomic_write
+
+    _atomic_write(path, buf.getvalue().encode())

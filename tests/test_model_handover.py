@@ -1,0 +1,152 @@
+"""The end of a deployed run: each organisation receives the model, checks it, keeps its copy and
+scores its own nodes. The parties are built from their shards and keys exactly as ``fedgl client``
+builds them, and the messages reach them as the relay hands them over (encoded, through
+``Party.answer``); the server's side is the deployed driver and its hand-over."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from fedgl.federation.codec import Encoded, decode, encode
+from fedgl.federation.protocol import ProtocolViolation
+from tests.flower_helpers import InProcessFlower, needs_flwr, write_deployment_files
+
+RUN = {"algorithm": "fedgcn", "dataset": "cora", "clients": 3, "hops": 2, "rounds": 3,
+       "local_steps": 2, "progress": False, "oracle_eval": False, "batch_clients": False,
+       "secure_sum": "none", "leakage_report": False}
+
+
+class PartyRuntime:
+    """Carries messages to the parties as the relay does (no Flower here); a refusal raises as
+    the Flower runtime's does."""
+
+    def __init__(self, parties: list) -> None:
+        self.parties = {p.client_id: p for p in parties}
+
+    @property
+    def client_ids(self) -> list[int]:
+        return sorted(self.parties)
+
+    def call(self, method: str, args: dict, *, phase: str, clients: list[int] | None = None
+             ) -> dict[int, dict]:
+        out = {}
+        for k in clients if clients is not None else self.client_ids:
+            head, body = self.parties[k].answer(
+                {"op": "message", "phase": phase, "node_id": 1, "run_id": 1, "type": method},
+                encode(method, args).to_bytes())
+            if "refused" in head:
+                raise ProtocolViolation(head["refused"])
+            out[k] = decode(Encoded.from_bytes(body))[1]
+        return out
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
+    return write_deployment_files(tmp_path_factory.mktemp("handover"))
+
+
+def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, True, True)):
+    """A deployed run over in-process parties, its results and model in ``tmp_path/out``."""
+    from fedgl.api import as_config, save_with_model
+    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
+    from fedgl.deployment.server_app import run_deployed
+
+    cfg = as_config(**RUN)
+    parties = [Party(files / "shards" / f"client-{k}.json", files / "keys" / f"client-{k}.key",
+                     files / "keys" / "roster.json", out=tmp_path / f"org-{k}",
+                     receive_model=receive[k]) for k in range(3)]
+    for party in parties:
+        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
+                                  (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
+                                           "run_tag": "handover", "resumed": False})):
+            head, _ = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
+                                    "run_id": 1}, encode(msg_type, payload).to_bytes())
+            assert "refused" not in head, head
+    result = run_deployed(InProcessFlower({p.client_id: p.endpoint.role for p in parties}),
+                          cfg, cfg.seed, {})
+    out = tmp_path / "out"
+    out.mkdir()
+    save_with_model(result, out)
+    return parties, result, out
+
+
+@needs_flwr
+def test_every_organisation_gets_its_copy_and_its_scores(files, tmp_path):
+    from fedgl.deployment.model_release import release_model
+
+    parties, result, out = _trained(files, tmp_path)
+    card = json.loads((out / "model" / "model.json").read_text())
+    assert card["architecture"]["in_channels"] == 1433   # the widths the clients reported
+    log: list[str] = []
+    digests = release_model(PartyRuntime(parties), out, log.append)
+    assert digests == {0: card["sha256"], 1: card["sha256"], 2: card["sha256"]}
+    assert "every copy's SHA-256" in log[-1]
+    hit = total = 0
+    for k in range(3):
+        org = tmp_path / f"org-{k}"
+        copy = (org / "model" / "global.safetensors").read_bytes()
+        assert hashlib.sha256(copy).hexdigest() == card["sha256"]
+        own = json.loads((org / "model" / "model.json").read_text())
+        assert own["sha256"] == card["sha256"] and "best_files" not in own
+        # its own nodes only, keyed by the shard's node ids
+        rows = list(csv.DictReader((org / "scores.csv").open()))
+        shard = parties[k].shard
+        assert [int(r["id"]) for r in rows] == shard.node_ids.tolist()
+        pred = torch.tensor([int(r["prediction"]) for r in rows])
+        hits = int((pred[shard.test_mask] == shard.y[shard.test_mask]).sum())
+        metrics = json.loads((org / "metrics.json").read_text())
+        assert metrics["test_nodes"] == int(shard.test_mask.sum())
+        assert metrics["test_acc"] == pytest.approx(hits / metrics["test_nodes"])
+        hit, total = hit + hits, total + metrics["test_nodes"]
+    # the organisations' own scores pool to the run's federated test accuracy
+    assert hit / total == pytest.approx(result.mean("test_acc"), abs=1e-12)
+
+
+@needs_flwr
+def test_a_party_takes_one_model_per_run_and_only_when_it_wants_one(files, tmp_path):
+    from fedgl.deployment.model_release import release_model
+
+    parties, _, out = _trained(files, tmp_path, receive=(True, True, False))
+    log: list[str] = []
+    digests = release_model(PartyRuntime(parties), out, log.append)
+    assert sorted(digests) == [0, 1]
+    assert any("client 2 did not take the model" in line and "--no-model" in line
+               for line in log), log
+    assert not (tmp_path / "org-2").exists()
+    # a second hand-over in the same run is refused: the run is over for the party
+    again: list[str] = []
+    assert release_model(PartyRuntime(parties), out, again.append) == {}
+    assert all("did not take the model" in line for line in again[:2]), again
+
+
+@needs_flwr
+def test_a_model_that_is_not_the_cards_is_refused(files, tmp_path):
+    """A malicious coordinator: weights other than the card's digest, or of another shape under
+    a card made to match them, are refused in one line; nothing is written."""
+    from fedgl.deployment.model_release import MODEL
+    from fedgl.trained import encode_part
+
+    parties, _, out = _trained(files, tmp_path)
+    runtime = PartyRuntime(parties)
+    card = json.loads((out / "model" / "model.json").read_text())
+    from fedgl.trained import read_model
+
+    weights = read_model(out / "model")[0]["global"]
+    other = {k: v + 1.0 for k, v in weights.items()}
+    with pytest.raises(ProtocolViolation, match="is not the card's"):
+        runtime.call(MODEL, {"weights": other, "card": json.dumps(card)}, phase="setup",
+                     clients=[0])
+    small = {k: v[..., :1].contiguous() for k, v in weights.items()}
+    digest = hashlib.sha256(encode_part(small, "global")).hexdigest()
+    card["sha256"] = card["files"]["global"]["sha256"] = digest
+    with pytest.raises(ProtocolViolation, match="do not fit this run's model"):
+        runtime.call(MODEL, {"weights": small, "card": json.dumps(card)}, phase="setup",
+                     clients=[1])
+    assert not (tmp_path / "org-0" / "model").exists()
+    assert not (tmp_path / "org-1" / "model").exists()
