@@ -77,6 +77,14 @@ def deployed_run(root: Path, name: str, keys: dict, client_args: list[str],
     for needle in ("organisations joined and proved their roster keys",
                    f"round {rounds}/{rounds}: ", "finished in"):
         assert needle in log, (needle, log[-1500:])
+    card_path = out / "model" / "model.json"
+    if card_path.is_file() and sorted(json.loads(card_path.read_text())["files"]) == ["global"]:
+        # every organisation received the coordinator's model: the same digest everywhere
+        digest = json.loads(card_path.read_text())["sha256"]
+        assert f"model handed over to {clients} of {clients} organisations" in log, log[-1500:]
+        for k in range(clients):
+            own = root / f"fed-{name}" / f"client-{k}-out"
+            assert json.loads((own / "model" / "model.json").read_text())["sha256"] == digest
     return result
 
 

@@ -106,14 +106,17 @@ class Loopback:
 
     def start_client(self, k: int, name: str, extra: list[str] | None = None
                      ) -> subprocess.Popen:
-        """Start ``fedgl client`` for client k's shard and key (log ``<name>.log``)."""
+        """Start ``fedgl client`` for client k's shard and key (log ``<name>.log``; what it
+        receives at the end of a run in ``<name>-out`` unless the client arguments say)."""
+        given = [a.replace("{k}", str(k)) for a in self.client_args]
+        out = [] if "--out" in given else ["--out", str(self.folder / f"{name}-out")]
         return self._spawn(name, [
             sys.executable, "-m", "fedgl.cli", "client", "--superlink", self.address,
             "--data", str(self.shards / f"client-{k}.json"),
             "--key", str(self.keys / f"client-{k}.key"),
             "--roster", str(self.keys / "roster.json"), *self.tls_flags,
             "--flwr-home", str(self.folder / f"node-{name}"),
-            *(a.replace("{k}", str(k)) for a in self.client_args), *(extra or [])],
+            *given, *out, *(extra or [])],
             dict(os.environ))
 
     def flwr(self, *args: str) -> subprocess.CompletedProcess:
