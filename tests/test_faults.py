@@ -61,7 +61,7 @@ def test_concurrent_runs_on_one_folder(tmp_path, capsys):
     result = json.loads((out / "result.json").read_text())
     assert result["config"]["rounds"] == 30
     assert len((out / "history.csv").read_text().splitlines()) == 1 + 30
-    assert sorted(p.name for p in out.iterdir()) == ["history.csv", "result.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["history.csv", "model", "result.json"]
     assert _leftovers(tmp_path, "shared") == []
 
 
@@ -124,7 +124,7 @@ def test_kill_9_then_resume(tmp_path):
     proc.wait(timeout=30)
     assert not (out / "result.json").exists()
     assert main(["run", "--resume", str(out), "--no-progress"]) == 0
-    assert sorted(p.name for p in out.iterdir()) == ["history.csv", "result.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["history.csv", "model", "result.json"]
     assert _leftovers(tmp_path, "run") == []
     resumed = fedgl.RunResult.load(out)
     reference = fedgl.run(sbm_nodes=60, sbm_features=4, clients=2, rounds=40, progress=False)
