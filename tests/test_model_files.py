@@ -273,3 +273,40 @@ def test_vertical_predictions_equal_the_runs_evaluation_on_cora(algorithm, data_
     assert sum(accs) / len(accs) == pytest.approx(result.mean("test_acc"), abs=1e-6)
     module, _ = fedgl.load_model(out / "model")
     assert sorted(module.keys()) == sorted(card["files"])
+
+
+# ----------------------------------------------------------------------------- own tables
+def test_own_tables_scores_carry_each_banks_own_ids_and_class_names(tmp_path, cli):
+    """Three banks' own tables: `fedgl run --shards` writes the model with the banks' class
+    names; `fedgl predict --shards` writes one CSV per bank, named after its folder, keyed by
+    the bank's own account ids, whose test accuracy equals the run's."""
+    from tests.own_data_helpers import BANKS, ingest_banks, write_banks
+
+    truth = write_banks(tmp_path)
+    assert cli("secret", "--out", tmp_path / "secret").code == 0
+    folders = ingest_banks(tmp_path, tmp_path / "secret")
+    out = tmp_path / "run"
+    result = fedgl.run_shards(folders, algorithm="fedgcn", hops=2, rounds=6, out=str(out),
+                              progress=False, secure_sum="none")
+    card = json.loads((out / "model" / "model.json").read_text())
+    assert card["classes"] == ["fraud", "ok"]
+    assert card["trained_on"]["dataset"] == "own:banks" and "shards" in card["trained_on"]
+    res = cli("predict", "--model", out / "model", "--shards", *folders,
+              "--out", tmp_path / "scores")
+    assert res.code == 0, res.err
+    label = dict(zip(truth["ids"], truth["label"], strict=True))
+    split = dict(zip(truth["ids"], truth["split"], strict=True))
+    hit = total = 0
+    for k, name in enumerate(BANKS):
+        # the ingest folders are <bank>/ingest: each file is named after its bank's folder
+        with (tmp_path / "scores" / f"{name}-ingest.csv").open() as f:
+            rows = list(csv.DictReader(f))
+        assert rows and all(r["id"] in label for r in rows)
+        own = {i for i, b in zip(truth["ids"], truth["bank"], strict=True) if b == k}
+        assert {r["id"] for r in rows} <= own
+        for r in rows:
+            assert r["prediction"] in ("fraud", "ok") and set(r) >= {"p_fraud", "p_ok"}
+            if split[r["id"]] == "test":
+                total += 1
+                hit += r["prediction"] == label[r["id"]]
+    assert hit / total == pytest.approx(result.mean("test_acc"), abs=1e-12)

@@ -73,9 +73,11 @@ def release_model(runtime: Any, out: str | Path, log: Callable[[str], None]) -> 
 
 
 def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Path,
-                 name: str) -> dict[str, Any]:
+                 name: str, classes: list[str] | None = None) -> dict[str, Any]:
     """The party's side of ``party.model``: check, write ``out/model/``, score the own nodes
-    (``out/scores.csv``) and write ``out/metrics.json``; the reply (the weights' digest)."""
+    (``out/scores.csv``) and write ``out/metrics.json``; the reply (the weights' digest).
+    ``classes``: the organisations' own class names (its shard's), which its copy's card and
+    scores use (the coordinator's card numbers them)."""
     if len(card_text) > MAX_CARD_BYTES:
         raise ValueError("the card is larger than a model card can be")
     try:
@@ -95,6 +97,8 @@ def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Pat
     if {k: tuple(v.shape) for k, v in weights.items()} != shapes:
         raise ValueError("the weights do not fit this run's model")
     own = {k: v for k, v in card.items() if k not in ("best_files", "best_sha256")}
+    if classes and len(classes) == len(own.get("classes") or []):
+        own["classes"] = [str(c) for c in classes]
     own["received"] = {"by": name, "note": "the final round's weights, handed over by the "
                                            "coordinator at the end of the run"}
     folder = Path(out)
@@ -108,8 +112,8 @@ def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Pat
     reply: dict[str, Any] = {"sha256": written["sha256"]}
     log_probs = _own_scores(role, weights)
     if log_probs is not None:
-        classes = [str(c) for c in card.get("classes") or range(log_probs.size(1))]
-        _write_scores(folder / "scores.csv", role.data.node_ids.tolist(), log_probs, classes)
+        names = [str(c) for c in own.get("classes") or range(log_probs.size(1))]
+        _write_scores(folder / "scores.csv", role.data.node_ids.tolist(), log_probs, names)
         counts = role._counts(log_probs.to(role._y.device))
         metrics = {f"{s}_acc": (c / t if t else None) for s, c, t in
                    zip(("train", "val", "test"), counts["correct"], counts["total"], strict=True)}

@@ -264,7 +264,8 @@ class Party:
                              "--no-model)")
         assert self.endpoint is not None
         reply = accept_model(self.endpoint.role, weights, card, self.out,
-                             f"client {self.client_id}")
+                             f"client {self.client_id}",
+                             (self.manifest.get("source") or {}).get("classes"))
         print(f"model received (SHA-256 {reply['sha256'][:16]}...) -> {self.out / 'model'}"
               + (f"; {reply['scored']} own nodes scored -> {self.out / 'scores.csv'}"
                  if "scored" in reply else ""), flush=True)

@@ -155,12 +155,22 @@ def _own_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list
         pos = positions[k]
         meta = {"format": POSITIONS_FORMAT, "client_id": k, **facts}
         placed.append(place(ingest, (meta, pos)))
-        names[k] = folder.resolve().name
+        names[k] = _names(folders)[folders.index(folder)]
         for p, node in zip(pos["own"].tolist(), _own_ids(folder, ingest[1]["own"]), strict=True):
             raw[int(p)] = node
     placed.sort(key=lambda t: t[0].client_id)
     graph = owned_graph([d for d, _ in placed], [s for _, s in placed], facts["name"])
     return graph, [names[k] for k in sorted(names)], raw
+
+
+def _names(folders: list[Path]) -> list[str]:
+    """Each organisation's file name: its ingest folder's name, with the folder above where
+    two are alike (``north/ingest`` -> ``north-ingest``), else ``client-<k>``."""
+    full = [f.resolve() for f in folders]
+    for names in ([f.name for f in full], [f"{f.parent.name}-{f.name}" for f in full]):
+        if len(set(names)) == len(names):
+            return names
+    return [f"client-{k}" for k in range(len(folders))]
 
 
 def _own_ids(folder: Path, own: Any) -> list[str]:

@@ -25,6 +25,8 @@ Output folder (``--out``), every file written atomically:
   (int64), ``train_mask``/``val_mask``/``test_mask``, ``remote`` (``uint8 [m, 16]``, the other
   organisations' endpoints, sorted), ``edges`` (int64 ``[2, E]``: each undirected edge once, in
   local indices where ``i < n`` is ``own[i]`` and ``n + j`` is ``remote[j]``).
+- ``ids.csv`` (private): ``pseudonym,id``, the own nodes' raw ids beside their pseudonyms (hex),
+  so that ``fedgl predict`` names each scored node by the organisation's own id.
 - ``request-<k>.json`` and ``request-<k>.npz``: what the organisation hands to set-up
   (:mod:`.placement`): the pseudonyms ``own`` and ``remote`` and the public facts (feature
   width, number of classes and the SHA-256 of the class list, the secret's fingerprint, the
@@ -145,6 +147,7 @@ def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path) -> Path:
     out.mkdir(parents=True, exist_ok=True)
     write_npz(out / "ingest.npz", arrays, manifest)
     write_json(out / "ingest.json", manifest)
+    write_own_ids(out / OWN_IDS, arrays["own"], [ids[i] for i in order])
     req_npz = out / f"request-{spec.client_id}.npz"
     write_npz(req_npz, {"own": arrays["own"], "remote": remote}, request)
     write_json(out / f"request-{spec.client_id}.json", request)
@@ -352,6 +355,22 @@ def _request(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[st
 
 def settings_digest(settings: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()
+
+
+#: the private file of the own nodes' raw ids (``pseudonym,id``)
+OWN_IDS = "ids.csv"
+
+
+def write_own_ids(path: Path, own: np.ndarray, ids: list[str]) -> None:
+    """``pseudonym,id`` for every own node, in the ingest's order (written atomically)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(["pseudonym", "id"])
+    writer.writerows(zip((bytes(row).hex() for row in own), ids, strict=True))
+    write_atomic(path, buf.getvalue().encode())
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> None:

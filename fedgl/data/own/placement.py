@@ -216,7 +216,8 @@ def owned_graph(shards: list[ClientData], sources: list[dict[str, Any]],
                                                    "dropped_edges") if k in s}}
                              for d, s in zip(shards, sources, strict=True)]}
     return OwnedGraph(g.name, g.x, g.y, g.edge_index, g.train_mask, g.val_mask, g.test_mask,
-                      g.num_classes, owner=owner, provenance=provenance)
+                      g.num_classes, owner=owner, provenance=provenance,
+                      class_names=list(sources[0].get("classes") or []) or None)
 
 
 @dataclass(eq=False)
@@ -226,3 +227,5 @@ class OwnedGraph(GraphData):
 
     owner: np.ndarray | None = None
     provenance: dict[str, Any] | None = None
+    #: the federation's class names (every organisation's ingest agreed on them)
+    class_names: list[str] | None = None
