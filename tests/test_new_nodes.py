@@ -14,7 +14,6 @@ import csv
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import fedgl
 from tests._cli_helpers import cli_fixture  # noqa: F401 - the `cli` fixture
