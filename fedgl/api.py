@@ -235,11 +235,13 @@ def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bo
 
         shards, agreed = read_placed([Path(f) for f in folders])
         name, label_holders = agreed["name"], agreed["label_holders"]
+        classes = agreed.get("classes")
         provenance: dict[str, Any] = {
             "dataset": f"own:{name}", "partition": "vertical, aligned by PSI (fedgl psi)",
             "common_sha256": agreed["common_sha256"], "shards": agreed["provenance"]}
     else:
         shards, name, label_holders, provenance = _aligned_in_process(folders)
+        classes = provenance.pop("classes", None)
     forced = {"dataset": f"own:{name}", "clients": len(shards), "label_holders": label_holders}
     chosen = given.to_dict()
     differ = [f"{k} {chosen[k]!r} (shards: {v!r})" for k, v in forced.items()
@@ -248,6 +250,7 @@ def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bo
         raise ConfigError(f"the run's settings differ from the shards': {', '.join(differ)}; "
                           "run with the shards' settings")
     graph = aligned_graph(shards, name, provenance)
+    graph.class_names = classes
     return run(given.replace(**forced), graph=graph, overwrite=overwrite)
 
 
@@ -271,6 +274,7 @@ def _aligned_in_process(folders: list[str | Path]) -> tuple[list[Any], str, str,
                           "at every party")
     name = names.pop()
     provenance = {"dataset": f"own:{name}", "partition": "vertical, aligned by PSI",
+                  "classes": next(m["classes"] for m, _ in parties if m["classes"] is not None),
                   "psi": figures, "shards": [{"client_id": int(m["client_id"]),
                                               "provenance": m["provenance"]}
                                              for m, _ in parties]}

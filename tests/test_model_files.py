@@ -310,3 +310,26 @@ def test_own_tables_scores_carry_each_banks_own_ids_and_class_names(tmp_path, cl
                 total += 1
                 hit += r["prediction"] == label[r["id"]]
     assert hit / total == pytest.approx(result.mean("test_acc"), abs=1e-12)
+
+
+def test_vertical_own_tables_the_label_holder_scores_by_its_own_ids(tmp_path):
+    """Three vertical parties' own tables (examples/own_data_vertical.py): the PSI aligns them
+    again in `fedgl predict`, and only the bank (the label holder) gets a file, keyed by its
+    own customer ids; its test accuracy is the run's."""
+    import runpy
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "own_data_vertical.py"
+    run_parties = runpy.run_path(str(example))["run_parties"]
+    result = run_parties(tmp_path, rounds=8)
+    files = sorted((tmp_path / "scores").glob("*.csv"))
+    assert [f.name for f in files] == ["bank-vertical.csv"]
+    with (tmp_path / "orgs" / "bank" / "customers.csv").open() as f:
+        truth = {r["customer"]: r for r in csv.DictReader(f)}
+    rows = list(csv.DictReader(files[0].open()))
+    assert rows and all(r["id"] in truth for r in rows)
+    test = [r for r in rows if truth[r["id"]]["split"] == "test"]
+    acc = sum(r["prediction"] == truth[r["id"]]["default"] for r in test) / len(test)
+    assert acc == pytest.approx(result.mean("test_acc"), abs=1e-6)
+    card = json.loads((tmp_path / "run" / "model" / "model.json").read_text())
+    assert card["classes"] == ["0", "1"] and sorted(card["files"]) == [
+        "party-0", "party-1", "party-2"]

@@ -98,7 +98,9 @@ def predict(model: str | Path, *, dataset: str | None = None, shards: list[str |
     if data_root is not None:
         overrides["data_root"] = data_root
     cfg = card_config(card, **overrides)
-    if shards:
+    if shards and all((Path(f) / "vertical.json").is_file() for f in shards):
+        graph, names, raw_ids = _vertical_graph(shards, cfg)
+    elif shards:
         graph, names, raw_ids = _own_graph(shards, cfg)
     else:
         if dataset is not None and dataset != cfg.dataset:
@@ -161,6 +163,32 @@ def _own_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list
     placed.sort(key=lambda t: t[0].client_id)
     graph = owned_graph([d for d, _ in placed], [s for _, s in placed], facts["name"])
     return graph, [names[k] for k in sorted(names)], raw
+
+
+def _vertical_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list[str]]:
+    """The vertical parties' aligned graph over their ``fedgl ingest --vertical`` folders (the
+    PSI run here, as ``fedgl run --shards`` runs it), their names and every common entity's
+    own id (from a label holder's private ingest)."""
+    from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
+    from fedgl.privacy.vertical_align import align_in_process, aligned_graph
+
+    folders = [Path(f) for f in shards]
+    parties = [read_npz(f, "vertical.json", VERTICAL_FORMAT) for f in folders]
+    names_of = {int(m["client_id"]): n for (m, _), n in zip(parties, _names(folders),
+                                                            strict=True)}
+    name = parties[0][0]["name"]
+    if f"own:{name}" != cfg.dataset:
+        raise ConfigError(f"the ingest folders hold 'own:{name}', the model was trained on "
+                          f"'{cfg.dataset}'; give the folders it was trained on")
+    common: dict[int, Any] = {}
+    aligned, _ = align_in_process(parties, common)
+    graph = aligned_graph(aligned, name, {"dataset": f"own:{name}"})
+    holder = min(int(m["client_id"]) for m, _ in parties if m["classes"] is not None)
+    by_id = {int(m["client_id"]): (f, a) for (m, a), f in zip(parties, folders, strict=True)}
+    folder, arrays = by_id[holder]
+    ids = _own_ids(folder, arrays["own"])
+    raw = [ids[int(i)] for i in common[holder]]
+    return graph, [names_of[k] for k in sorted(names_of)], raw
 
 
 def _names(folders: list[Path]) -> list[str]:

@@ -64,11 +64,14 @@ def aligned_shard(k: int, arrays: dict[str, np.ndarray], common: np.ndarray, off
         num_classes=num_classes)
 
 
-def align_in_process(parties: list[tuple[dict[str, Any], dict[str, np.ndarray]]]
+def align_in_process(parties: list[tuple[dict[str, Any], dict[str, np.ndarray]]],
+                     common: dict[int, np.ndarray] | None = None
                      ) -> tuple[list[VerticalClientData], dict[str, Any]]:
     """Every party's aligned shard (client order) from its vertical ingest ``(meta, arrays)``
     and the PSI's figures (common entities, set sizes, the ledger's set-up bytes and
-    messages). The parties must agree on the secret (by its fingerprint) and the class list."""
+    messages). The parties must agree on the secret (by its fingerprint) and the class list.
+    ``common``, if given, receives each party's positions of its own pseudonyms in the common
+    order (row ``r`` of every shard is entity ``own[common[k][r]]`` of party ``k``)."""
     parties = sorted(parties, key=lambda p: int(p[0]["client_id"]))
     ids = [int(m["client_id"]) for m, _ in parties]
     if ids != list(range(len(parties))):
@@ -93,6 +96,8 @@ def align_in_process(parties: list[tuple[dict[str, Any], dict[str, np.ndarray]]]
     offsets = np.concatenate([[0], np.cumsum([a["x"].shape[1] for _, a in parties])]).tolist()
     shards = [aligned_shard(k, a, roles[k].common, int(offsets[k]), len(classes))
               for k, (_, a) in enumerate(parties)]
+    if common is not None:
+        common.update({k: np.asarray(roles[k].common) for k in roles})
     summary = runtime.ledger.summary()
     figures.update(bytes=summary["bytes"]["setup"], messages=summary["messages"]["setup"],
                    wire_bytes={d: runtime.ledger.wire_bytes("setup", d) for d in ("up", "down")},
@@ -108,6 +113,8 @@ class AlignedGraph(GraphData):
 
     vertical_parts: list[VerticalClientData] | None = None
     provenance: dict[str, Any] | None = None
+    #: the label holders' class names (their ingests agreed on them)
+    class_names: list[str] | None = None
 
 
 def aligned_graph(shards: list[VerticalClientData], name: str,

@@ -475,4 +475,9 @@ def ingest_vertical(spec: IngestSpec, secret_file: str | Path, out: str | Path) 
     out.mkdir(parents=True, exist_ok=True)
     write_npz(out / "vertical.npz", arrays, meta)
     write_json(out / "vertical.json", meta)
+    raw = read_table(spec.nodes, "nodes").column(spec.id_column, "--id-column")
+    keys = as_keys(pseudonyms(read_secret(secret_file), raw))
+    by_key = dict(zip(keys.tolist(), raw, strict=True))
+    write_own_ids(out / OWN_IDS, arrays["own"],
+                  [by_key[k] for k in as_keys(arrays["own"]).tolist()])
     return out / "vertical.json"
