@@ -82,6 +82,9 @@ class GNNClient(FactsParty, ABC):
         self._sampled = None  # SampledInputs of mini-batch training, built on first use
         self._y = data.y.to(self.device)
         self._masks = {s: getattr(data, f"{s}_mask").to(self.device) for s in SPLITS}
+        #: the evaluations this client has answered, by the digest of the model scored: a
+        #: model is evaluated once, a repeat is answered from here (the same counts)
+        self.evaluated: dict[str, dict] = {}
 
     def protocol_limits(self) -> dict[str, int]:
         """Shape bounds of the messages this client accepts (named in handler schemas)."""
@@ -308,9 +311,18 @@ class GNNClient(FactsParty, ABC):
 
     @handles("fedavg.evaluate", phases=("train", "eval"), schema={"weights": MODEL})
     def evaluate(self, weights: State) -> dict:
-        """Correct predictions and node counts of the given model on own train/val/test nodes."""
+        """Correct predictions and node counts of the given model on own train/val/test nodes.
+
+        A given model is evaluated once: asked again for the same weights (as a rider or on
+        its own, under any round), the client answers from :attr:`evaluated`, the same counts,
+        without scoring it a second time."""
+        key = evaluation_key(weights)
+        done = self.evaluated.get(key)
+        if done is not None:
+            return _copy_counts(done)
         out = self._counts(self.predict(weights))
         self.release_model()
+        self.evaluated[key] = _copy_counts(out)
         return out
 
     def _counts(self, log_probs: Tensor) -> dict:
@@ -328,12 +340,19 @@ class GNNClient(FactsParty, ABC):
 
         if not uniform_group(clients) or clients[0].minibatch:
             return None
+        key = evaluation_key(weights)
+        if all(key in c.evaluated for c in clients):   # each has scored this model once
+            return [_copy_counts(c.evaluated[key]) for c in clients]
         log_probs = cls._predict_many(clients, weights, cache)
         for c in clients:
             c.release_model()
         if log_probs is None:
             return None
-        return [c._counts(lp) for c, lp in zip(clients, log_probs, strict=True)]
+        out = []
+        for c, lp in zip(clients, log_probs, strict=True):
+            counts = c.evaluated.setdefault(key, c._counts(lp))   # an earlier answer stands
+            out.append(_copy_counts(counts))
+        return out
 
     @classmethod
     def _predict_many(cls, clients: list[GNNClient], weights: State,
@@ -354,6 +373,17 @@ class FedAvgClient(GNNClient):
 
     def model_inputs(self) -> ModelInputs:
         return local_subgraph_inputs(self.data, self.data.x)
+
+
+def evaluation_key(weights: State) -> str:
+    """The name of a model a client is asked to score: the digest of its names and values."""
+    from fedgl.privacy.inputs import digest
+
+    return digest("evaluate", weights)
+
+
+def _copy_counts(counts: dict) -> dict:
+    return {k: list(v) if isinstance(v, list) else v for k, v in counts.items()}
 
 
 def local_subgraph_inputs(data: ClientData, x: Tensor, *, pre_aggregated: bool = False
