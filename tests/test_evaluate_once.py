@@ -72,3 +72,71 @@ def test_a_model_is_scored_once_whatever_the_server_asks(mode, batch, monkeypatc
     roles = [ep.role for ep in server.runtime._endpoints.values()]
     assert all(len(role.evaluated) == 2 for role in roles)
     server.runtime.close()
+
+
+# ---------------------------------------------------------------------- secure models
+def test_with_secure_models_the_server_learns_only_the_pooled_accuracy():
+    """mask with secure models: every evaluation reply (riding on a fit or on its own) carries
+    the number of counts only; the round's accuracies come from one secure sum of them and
+    equal the pooled accuracy of what each client scored."""
+    from fedgl.algorithms.base import evaluation_key
+    from fedgl.evaluation import pooled_accuracy
+
+    server = _server(MODES["mask"], batch=False)
+    calls: list[tuple[str, dict]] = []
+    call = server.runtime.call
+
+    def spying(method, args, phase, clients=None):
+        out = call(method, args, phase=phase, clients=clients)
+        calls.append((method, {k: dict(v) for k, v in out.items() if isinstance(v, dict)}))
+        return out
+
+    server.runtime.call = spying
+    server.config = server.config.replace(rounds=3)
+    rows = list(server.rounds())
+    assert [t for t, _, _ in rows] == [1, 2, 3]
+    replies = [r for method, out in calls if method in ("fedavg.fit", "fedavg.evaluate")
+               for r in out.values()]
+    assert replies and not any("correct" in r or "total" in r for r in replies)
+    assert any(r.get("secure_counts") == 6 for r in replies)
+    assert sum(method == "secagg.upload" for method, _ in calls) >= 2 * 3   # models, counts
+    roles = [ep.role for ep in server.runtime._endpoints.values()]
+    for _, weights, metrics in rows:
+        key = evaluation_key(weights)
+        truth = pooled_accuracy({r.data.client_id: r.evaluated[key] for r in roles})
+        for split in ("train", "val", "test"):
+            assert metrics[f"{split}_acc"] == truth[f"{split}_acc"]
+    server.runtime.close()
+
+
+@pytest.mark.parametrize("mode", ["mask", "robust"])
+def test_a_malicious_server_cannot_isolate_one_clients_counts(mode):
+    """The server crafts a model and asks for the counts: the reply holds their number only.
+    A secure sum of the counts over client 0 alone is refused (mask: every client; robust:
+    the threshold), and after the sum over everyone, a second sum without client 2 (which the
+    difference would give away) is refused too: the counts of one scored model are one input,
+    in one aggregate."""
+    from fedgl.errors import RunAborted
+    from fedgl.privacy.secagg_server import secure_vector_sum
+
+    server = _server({"secure_sum": mode, "secure_models": True}, batch=False)
+    replies = server.runtime.call("fedavg.evaluate", {"weights": _crafted(server, 3)},
+                                  phase="eval")
+    assert all(r == {"secure_counts": 6} for r in replies.values()), replies
+    strategy = server.strategy
+
+    def secure_sum(clients: list[int], name: str):
+        return secure_vector_sum(lambda m, a, c: strategy._call(m, a, c, "eval"), clients,
+                                 name, 6, strategy.server)
+
+    with pytest.raises(Exception) as err:
+        secure_sum([0], "eval/alone")
+    assert isinstance(err.value, RunAborted) or "refused" in str(err.value)
+    assert "\n" not in str(err.value)
+    total, members = secure_sum([0, 1, 2], "eval/all")
+    assert members == [0, 1, 2] and total.shape == (6,)
+    with pytest.raises(Exception) as err:
+        secure_sum([0, 1], "eval/without-2")
+    line = str(err.value)
+    assert "\n" not in line and ("missing" in line or "differencing" in line), line
+    server.runtime.close()

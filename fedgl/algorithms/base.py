@@ -17,6 +17,7 @@ from torch import Tensor
 from fedgl import progress
 from fedgl.config import Config, parse_num_neighbors
 from fedgl.data.client_data import ClientData
+from fedgl.errors import RunAborted
 from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
@@ -510,7 +511,7 @@ class FedAvgServer:
             if pending is not None:
                 if set(scores) != set(pending[4]):   # a client dropped: score w_t on its own
                     scores = self._score(pending[1], pending[3])
-                yield self._evaluated(pending, pooled_accuracy(scores))
+                yield self._evaluated(pending, self.pool(scores))
                 pending = None
             self.row_mark = None
             with ledger.timer("train"):
@@ -546,8 +547,25 @@ class FedAvgServer:
         """Federated accuracy: every client scores the global model (or ``weights``) on its own
         nodes; the server pools the counts (the paper's metric: per-client accuracy weighted by
         node counts). ``clients``: those taking part (default: :meth:`active_clients`)."""
-        return pooled_accuracy(self._score(self.weights if weights is None else weights,
-                                           self.active_clients() if clients is None else clients))
+        return self.pool(self._score(self.weights if weights is None else weights,
+                                     self.active_clients() if clients is None else clients))
+
+    def pool(self, scores: dict[int, dict]) -> dict[str, float]:
+        """The pooled accuracies of the clients' evaluation replies: their counts, or, where
+        they answered ``secure_counts`` (secure models), one secure sum of the counts they hold
+        (:meth:`fedgl.privacy.secure_models.SecureFedAvg.pooled_counts`)."""
+        secure = [k for k, s in scores.items() if "secure_counts" in s]
+        if not secure:
+            return pooled_accuracy(scores)
+        summed = getattr(self.strategy, "pooled_counts", None)
+        if len(secure) != len(scores) or summed is None:
+            raise RunAborted("some clients answered the evaluation only through the secure sum, "
+                             "which this run does not average models with; the run stops")
+        lengths = {int(scores[k]["secure_counts"]) for k in secure}
+        if len(lengths) != 1:
+            raise RunAborted("clients announced different numbers of secure evaluation counts; "
+                             "the run stops")
+        return summed(sorted(secure), lengths.pop())
 
     def _score(self, weights: State, clients: list[int] | None) -> dict[int, dict]:
         n = len(self.runtime.client_ids if clients is None else clients)
@@ -558,7 +576,13 @@ class FedAvgServer:
 
 
 def take_scores(results: dict[int, dict]) -> dict[int, dict]:
-    """The ``correct``/``total`` counts that came back beside fit updates (removed from the
-    replies); clients whose reply carries none are left out."""
-    return {k: {"correct": r.pop("correct"), "total": r.pop("total")}
-            for k, r in results.items() if "correct" in r and "total" in r}
+    """The ``correct``/``total`` counts that came back beside fit updates, or their number
+    (``secure_counts``) where the client keeps them for the secure sum (removed from the
+    replies); clients whose reply carries neither are left out."""
+    out: dict[int, dict] = {}
+    for k, r in results.items():
+        if "correct" in r and "total" in r:
+            out[k] = {"correct": r.pop("correct"), "total": r.pop("total")}
+        elif "secure_counts" in r:
+            out[k] = {"secure_counts": r.pop("secure_counts")}
+    return out
