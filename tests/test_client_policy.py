@@ -297,9 +297,9 @@ def test_client_flags_build_the_policy_and_name_a_bad_algorithm(tmp_path: Path):
     args = parser.parse_args(["--secure-sum", "robust", "--secure-models", "--dp-epsilon", "2",
                               "--feature-bound", "1", "--adjacency-check", "edge",
                               "--algorithms", "fedgcn,fedgat"])
-    assert policy_from_args(args) == ClientPolicy(
-        secure_sum="robust", secure_models=True, dp_epsilon=2.0, feature_bound=1.0,
-        adjacency_check="edge", algorithms=("fedgcn", "fedgat"))
+    assert policy_from_args(args) == ClientPolicy(   # DP named: the default budget, 4 ε
+        secure_sum="robust", secure_models=True, dp_epsilon=2.0, dp_budget=8.0,
+        feature_bound=1.0, adjacency_check="edge", algorithms=("fedgcn", "fedgat"))
     # no secure-sum mode named: the protective default; plaintext only when named
     assert policy_from_args(parser.parse_args([])) == ClientPolicy(
         secure_sum="robust", secure_models=True, adjacency_check="edge", min_contributors=2,
@@ -422,3 +422,67 @@ def test_a_plaintext_run_says_what_the_server_learns(tmp_path: Path, capsys):
         lines = [line for line in out.splitlines() if line.startswith("fedgl run: plaintext")]
         assert len(lines) == expected, out
         assert all(PLAINTEXT_KNOWN in line for line in lines)
+
+
+# ---------------------------------------------------------------------- DP needs a budget
+def test_a_dp_policy_without_a_budget_gets_the_default_one():
+    from fedgl.privacy.policy import DEFAULT_DP_RELEASES
+
+    pol = _default_policy("--secure-sum", "mask", "--dp-epsilon", "0.5")
+    assert pol.dp_budget == DEFAULT_DP_RELEASES * 0.5
+    assert _default_policy("--dp-epsilon", "1", "--dp-budget", "2").dp_budget == 2.0
+    assert _default_policy("--secure-sum", "mask").dp_budget is None   # no DP, no budget
+    # a run with DP and no budget (or a larger one) is refused by such a policy, in one line
+    line = pol.weaker(_cfg({"secure_sum": "mask", "dp_epsilon": 0.5}))
+    assert line is not None and "dp_budget off" in line and "\n" not in line
+    assert pol.weaker(_cfg({"secure_sum": "mask", "dp_epsilon": 0.5, "dp_budget": 2.0})) is None
+
+
+@needs_flwr
+def test_fedgl_client_with_dp_and_no_state_dir_exits_2(tmp_path: Path, capsys):
+    from fedgl.cli import main
+    from fedgl.deployment.commands import free_port
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_shard(1), tmp_path / "shard")
+    code = main(["client", "--superlink", f"127.0.0.1:{free_port()}", "--data", str(manifest),
+                 "--key", str(tmp_path / "keys" / "client-1.key"), "--roster", str(roster),
+                 "--insecure", "--secure-sum", "mask", "--dp-epsilon", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "--state-dir DIR" in err, err
+
+
+def test_runs_with_a_slightly_smaller_clip_each_stop_at_the_default_budget(tmp_path: Path):
+    """The averaging attack: each run asks for a slightly smaller clip, a new input with fresh
+    noise. A party with the policy ``--dp-epsilon 1`` (default budget: 4 releases) serves four
+    of them and refuses the fifth before releasing anything; the ε spent stays 4 across a
+    restart with the same --state-dir."""
+    from fedgl.deployment.party import Party
+    from fedgl.privacy.policy import DEFAULT_DP_RELEASES
+    from tests.test_flower_operations import make_party, send, setup_payload
+
+    state = tmp_path / "state"
+    policy = _default_policy("--secure-sum", "none", "--dp-epsilon", "1")
+    party = make_party(tmp_path, safety=policy, state_dir=state)
+    budget = {"dp_epsilon": 1.0, "dp_budget": policy.dp_budget}
+    released, refused = [], []
+    for i in range(DEFAULT_DP_RELEASES + 2):
+        if i == 2:   # `fedgl client` restarted with the same --state-dir
+            party = Party(tmp_path / "shard" / "client-1.json",
+                          tmp_path / "keys" / "client-1.key", tmp_path / "keys" / "roster.json",
+                          policy, state_dir=state)
+        run = 100 + i
+        send(party, "party.hello", {"challenge": b"\x06" * 32}, run=run)
+        payload = {**setup_payload(**budget, dp_clip=1.0 - 0.01 * i), "run_tag": f"c{i}"}
+        head, _ = send(party, "party.setup", payload, run=run)
+        assert "refused" not in head, head
+        head, reply = send(party, "fedgcn.announce_rows", {}, phase="pretrain", run=run)
+        if "refused" in head:
+            refused.append(head["refused"])
+            assert reply is None
+        else:
+            released.append(reply[1]["dp_release"])
+    assert len(set(released)) == DEFAULT_DP_RELEASES == len(released)
+    assert len(refused) == 2 and all("dp_budget" in line and "\n" not in line
+                                     for line in refused), refused
+    assert sum(r["epsilon"] for r in party.record.releases()) == DEFAULT_DP_RELEASES

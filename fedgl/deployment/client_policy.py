@@ -8,7 +8,9 @@ its protective default (:data:`~fedgl.privacy.policy.PROTECTIVE`: the robust sec
 secure models, the edge adjacency check, two contributors at least, a feature bound); plaintext
 is served only when ``secure_sum: none`` (``--secure-sum none``) is named, and the client then
 says, in one line, what a plaintext server learns (:func:`plaintext_notice`). An empty or
-comment-only policy file is an error.
+comment-only policy file is an error. A policy with DP and no ``dp_budget`` gets
+:data:`~fedgl.privacy.policy.DEFAULT_DP_RELEASES` releases' worth, and needs ``--state-dir``
+(where the ε spent is kept across restarts).
 """
 
 from __future__ import annotations
@@ -19,8 +21,10 @@ from typing import Any
 from fedgl.errors import ConfigError
 from fedgl.privacy.policy import (
     ANY_BOUND,
+    DEFAULT_DP_RELEASES,
     ClientPolicy,
     read_policy_file,
+    with_dp_budget,
     with_protective_defaults,
 )
 
@@ -55,7 +59,8 @@ _FLAGS: dict[str, tuple[Any, str | None, str]] = {
     "dp_epsilon": (float, "EPS", "require DP on the released sums with ε at most EPS"),
     "dp_delta": (float, "DELTA", "with --dp-epsilon: require δ at most DELTA (default 1e-5)"),
     "dp_clip": (float, "C", "with --dp-epsilon: require the clip at most C (default 1)"),
-    "dp_budget": (float, "EPS", "require the run's dp_budget set and at most EPS"),
+    "dp_budget": (float, "EPS", "require the run's dp_budget set and at most EPS (with "
+                                f"--dp-epsilon: default {DEFAULT_DP_RELEASES} times its ε)"),
     "feature_bound": (_bound, "B", "require the public feature bound set and at most B ('any': "
                                    "set, of any value; the default where --secure-sum is not "
                                    "named)"),
@@ -104,8 +109,8 @@ def policy_from_args(args: Any) -> ClientPolicy:
     path = getattr(args, "policy", None)
     written = read_policy_file(path) if path is not None else {}
     source = f"policy file '{path}'" if path is not None else "fedgl client flags"
-    policy = ClientPolicy.from_mapping(with_protective_defaults({**written, **given}),
-                                       source=source)
+    policy = ClientPolicy.from_mapping(
+        with_dp_budget(with_protective_defaults({**written, **given})), source=source)
     from fedgl.config.registry import deployable_names, get_spec
 
     def runs_deployed(name: str) -> bool:
@@ -115,6 +120,10 @@ def policy_from_args(args: Any) -> ClientPolicy:
             return False
         return spec.deployable and spec.name == name   # the name a run's config carries
 
+    if policy.dp_epsilon is not None and getattr(args, "state_dir", "unset") is None:
+        raise ConfigError("this client's policy names DP (dp_epsilon): start it with "
+                          "--state-dir DIR, where it keeps the ε it spent against its dp_budget "
+                          "across restarts")
     unknown = [a for a in policy.algorithms or () if not runs_deployed(a)]
     if unknown:
         raise ConfigError(f"policy algorithms: {unknown[0]!r} does not run deployed; name some "

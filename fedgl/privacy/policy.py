@@ -52,6 +52,11 @@ ANY_BOUND = math.inf
 #: policy file): the robust secure sum with secure models, the edge adjacency check, at least
 #: two contributors to every received sum and a public feature bound. Plaintext is served only
 #: when the policy names ``secure_sum: none``.
+#: a deployed client's policy with DP ε and no ``dp_budget`` gets this many releases' worth:
+#: ``dp_budget = DEFAULT_DP_RELEASES × dp_epsilon`` (so runs with a slightly different clip,
+#: each a new input with fresh noise, cannot average the noise away without end)
+DEFAULT_DP_RELEASES = 4
+
 PROTECTIVE: dict[str, Any] = {"secure_sum": "robust", "secure_models": True,
                               "adjacency_check": "edge", "min_contributors": 2,
                               "feature_bound": ANY_BOUND}
@@ -333,6 +338,23 @@ def with_protective_defaults(values: Mapping[str, Any]) -> dict[str, Any]:
     if values.get("encrypt_models") or values.get("update_bound") is not None:
         defaults.pop("secure_models")
     return {**defaults, **values}
+
+
+def with_dp_budget(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A deployed client's policy values with a DP budget: where DP is named (``dp_epsilon``)
+    and ``dp_budget`` is not, ``dp_budget = DEFAULT_DP_RELEASES × dp_epsilon``. A value that
+    is not a positive number is left for :meth:`ClientPolicy.validate` to name."""
+    values = dict(values)
+    eps = values.get("dp_epsilon")
+    if isinstance(eps, str):
+        try:
+            eps = float(eps)
+        except ValueError:
+            return values
+    if values.get("dp_budget") is None and isinstance(eps, int | float) and \
+            not isinstance(eps, bool) and 0 < eps < math.inf:
+        values["dp_budget"] = DEFAULT_DP_RELEASES * float(eps)
+    return values
 
 
 def load_policy(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ClientPolicy:
