@@ -75,14 +75,15 @@ def test_a_model_is_scored_once_whatever_the_server_asks(mode, batch, monkeypatc
 
 
 # ---------------------------------------------------------------------- secure models
-def test_with_secure_models_the_server_learns_only_the_pooled_accuracy():
+@pytest.mark.parametrize("batch", [False, True], ids=["one-by-one", "batched"])
+def test_with_secure_models_the_server_learns_only_the_pooled_accuracy(batch):
     """mask with secure models: every evaluation reply (riding on a fit or on its own) carries
     the number of counts only; the round's accuracies come from one secure sum of them and
     equal the pooled accuracy of what each client scored."""
     from fedgl.algorithms.base import evaluation_key
     from fedgl.evaluation import pooled_accuracy
 
-    server = _server(MODES["mask"], batch=False)
+    server = _server(MODES["mask"], batch=batch)
     calls: list[tuple[str, dict]] = []
     call = server.runtime.call
 
