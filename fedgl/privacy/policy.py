@@ -48,15 +48,15 @@ _FLOATS = ("dp_epsilon", "dp_delta", "dp_clip", "dp_budget", "feature_bound", "u
 #: federation's public fact about its features)
 ANY_BOUND = math.inf
 
-#: what a deployed client requires when its organisation names no secure-sum mode (flags or
-#: policy file): the robust secure sum with secure models, the edge adjacency check, at least
-#: two contributors to every received sum and a public feature bound. Plaintext is served only
-#: when the policy names ``secure_sum: none``.
 #: a deployed client's policy with DP ε and no ``dp_budget`` gets this many releases' worth:
 #: ``dp_budget = DEFAULT_DP_RELEASES × dp_epsilon`` (so runs with a slightly different clip,
 #: each a new input with fresh noise, cannot average the noise away without end)
 DEFAULT_DP_RELEASES = 4
 
+#: what a deployed client requires when its organisation names no secure-sum mode (flags or
+#: policy file): the robust secure sum with secure models, the edge adjacency check, at least
+#: two contributors to every received sum and a public feature bound. Plaintext is served only
+#: when the policy names ``secure_sum: none``.
 PROTECTIVE: dict[str, Any] = {"secure_sum": "robust", "secure_models": True,
                               "adjacency_check": "edge", "min_contributors": 2,
                               "feature_bound": ANY_BOUND}
