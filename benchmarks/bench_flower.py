@@ -180,7 +180,8 @@ def main() -> None:
         with contextlib.redirect_stdout(sys.stderr):   # stdout is the JSON only
             assert fedgl_main(["shard", str(root / "run.yaml"), "--out",
                                str(root / "shards")]) == 0
-        client_args = ["--secure-sum", args.secure_sum] if args.algorithm == "fedgcn" else []
+        # named: a client's default is the protective policy, which these runs need not match
+        client_args = ["--secure-sum", args.secure_sum if args.algorithm == "fedgcn" else "none"]
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()
                  if not isinstance(v, bool)]
         flags += [f"--{'' if v else 'no-'}{k.replace('_', '-')}" for k, v in keys.items()

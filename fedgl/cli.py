@@ -425,6 +425,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     cfg = (Config.from_yaml(args.config_file, overrides) if args.config_file
            else Config.from_dict(overrides))
     check_config(cfg)
+    from fedgl.deployment.client_policy import plaintext_exchange, plaintext_notice
+
+    if plaintext_exchange(cfg):
+        print(plaintext_notice("fedgl run"), flush=True)
     _preload()
     from fedgl.api import run, run_shards
 

@@ -48,6 +48,10 @@ def write_deployment_files(root: Path, clients: int = 3, shard_args: tuple[str, 
     return root
 
 
+#: ``fedgl client``'s flag that asks for plaintext by name (its default is the protective
+#: policy: the robust secure sum, secure models, the edge check, two contributors, a bound)
+PLAINTEXT = ["--secure-sum", "none"]
+
 RUN = {"algorithm": "fedgcn", "dataset": "cora", "clients": 3, "hops": 2, "rounds": 2,
        "local_steps": 2, "progress": False, "oracle_eval": False, "batch_clients": False}
 
@@ -142,10 +146,12 @@ def deployed_in_process(root: Path, keys: dict) -> dict:
     from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
     from fedgl.deployment.server_app import run_deployed
     from fedgl.federation.codec import encode
+    from fedgl.privacy.policy import ClientPolicy
 
     cfg = as_config(**keys)
+    plaintext = ClientPolicy(secure_sum="none")   # named: these runs are the plaintext ones
     parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
-                     root / "keys" / "roster.json") for k in range(cfg.clients)]
+                     root / "keys" / "roster.json", plaintext) for k in range(cfg.clients)]
     for party in parties:   # the set-up messages as the relay hands them over
         for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
                                   (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,

@@ -21,7 +21,7 @@ from fedgl.errors import ConfigError
 from fedgl.federation.codec import Encoded, decode, encode
 from fedgl.federation.protocol import Endpoint, ProtocolViolation, handler_table
 from fedgl.privacy.identity import write_keys
-from fedgl.privacy.policy import RULES, ClientPolicy, load_policy
+from fedgl.privacy.policy import ANY_BOUND, RULES, ClientPolicy, load_policy
 from tests.flower_helpers import needs_flwr, tiny_shard
 from tests.helpers import random_graph, random_partition
 
@@ -297,13 +297,192 @@ def test_client_flags_build_the_policy_and_name_a_bad_algorithm(tmp_path: Path):
     args = parser.parse_args(["--secure-sum", "robust", "--secure-models", "--dp-epsilon", "2",
                               "--feature-bound", "1", "--adjacency-check", "edge",
                               "--algorithms", "fedgcn,fedgat"])
-    assert policy_from_args(args) == ClientPolicy(
-        secure_sum="robust", secure_models=True, dp_epsilon=2.0, feature_bound=1.0,
-        adjacency_check="edge", algorithms=("fedgcn", "fedgat"))
-    assert policy_from_args(parser.parse_args([])) == ClientPolicy()
+    assert policy_from_args(args) == ClientPolicy(   # DP named: the default budget, 4 ε
+        secure_sum="robust", secure_models=True, dp_epsilon=2.0, dp_budget=8.0,
+        feature_bound=1.0, adjacency_check="edge", algorithms=("fedgcn", "fedgat"))
+    # no secure-sum mode named: the protective default; plaintext only when named
+    assert policy_from_args(parser.parse_args([])) == ClientPolicy(
+        secure_sum="robust", secure_models=True, adjacency_check="edge", min_contributors=2,
+        feature_bound=ANY_BOUND)
+    assert policy_from_args(parser.parse_args(["--secure-sum", "none"])) == ClientPolicy()
     (tmp_path / "p.yaml").write_text("secure_sum: mask\nmin_contributors: 3\n")
     args = parser.parse_args(["--policy", str(tmp_path / "p.yaml"), "--min-contributors", "2"])
     assert policy_from_args(args) == ClientPolicy(secure_sum="mask", min_contributors=2)
     with pytest.raises(ConfigError, match="'fedgcm' does not run deployed") as err:
         policy_from_args(parser.parse_args(["--algorithms", "fedgcm"]))
     assert "\n" not in str(err.value)
+
+
+# ---------------------------------------------------------------------- safe by default
+def _default_policy(*flags: str) -> ClientPolicy:
+    import argparse
+
+    from fedgl.deployment.client_policy import add_policy_flags, policy_from_args
+
+    parser = argparse.ArgumentParser()
+    add_policy_flags(parser)
+    return policy_from_args(parser.parse_args(list(flags)))
+
+
+def test_a_client_without_a_named_mode_refuses_plaintext_and_names_the_fix():
+    """``fedgl client`` with no policy flags requires the robust secure sum with secure models,
+    the edge check, two contributors and a feature bound: a plaintext run is refused in one
+    line that says how to ask for plaintext, a run with all of them is served."""
+    pol = _default_policy()
+    assert not pol.plaintext and pol.message_tags().isdisjoint({"plaintext-sums"})
+    line = pol.weaker(_cfg({}))
+    assert line is not None and "\n" not in line
+    assert "secure_sum 'none'" in line and "`secure_sum: none`" in line
+    protected = {"secure_sum": "robust", "secure_models": True, "adjacency_check": "edge",
+                 "min_contributors": 2}
+    line = pol.weaker(_cfg(protected))
+    assert line == "the run has feature_bound off but this client requires one " \
+                   "(--feature-bound any)"
+    assert pol.weaker(_cfg({**protected, "feature_bound": 3.0})) is None
+    for off in ("secure_models", "adjacency_check", "min_contributors"):
+        weaker = {k: v for k, v in protected.items() if k != off}
+        assert off in (pol.weaker(_cfg({**weaker, "feature_bound": 1.0})) or ""), off
+    # another algorithm (no secure sum) is refused too, until plaintext is named
+    assert "secure_sum 'none'" in pol.weaker(_cfg({"algorithm": "fedgat", "hops": None}))
+    named = _default_policy("--secure-sum", "none")
+    assert named.plaintext and named.weaker(_cfg({"algorithm": "fedgat", "hops": None})) is None
+    # a protective default a named key cannot have beside it is left out (encrypted models)
+    assert _default_policy("--encrypt-models").secure_models is False
+    assert _default_policy("--feature-bound", "any").feature_bound == ANY_BOUND
+    assert _default_policy("--feature-bound", "2").feature_bound == 2.0
+
+
+def test_a_default_party_serves_only_the_protected_run(tmp_path: Path):
+    """A party built without a policy (as ``fedgl client`` without flags) refuses a plaintext
+    set-up and has no plaintext step once a protected run is set up."""
+    from fedgl.deployment.party import Party
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_shard(1, test_node=True), tmp_path / "shard")
+    party = Party(manifest, tmp_path / "keys" / "client-1.key", roster)
+    _send(party, "party.hello", {"challenge": b"\x05" * 32})
+    head, _ = _send(party, "party.setup", _setup())
+    assert "secure_sum 'none'" in head["refused"] and party.endpoint is None
+    head, reply = _send(party, "party.setup", _setup(
+        secure_sum="robust", secure_models=True, adjacency_check="edge", min_contributors=2,
+        feature_bound=1.0))
+    assert "refused" not in head and reply["ok"] is True
+    head, _ = _send(party, "fedgcn.partial_sums", {}, phase="pretrain")
+    assert "'fedgcn.partial_sums' is not a message type" in head["refused"]
+
+
+@pytest.mark.parametrize("text", ["", "# only a comment\n\n", "{}\n"])
+def test_an_empty_policy_file_is_one_line(tmp_path: Path, text: str):
+    from fedgl.deployment.client_policy import policy_from_args
+
+    path = tmp_path / "policy.yaml"
+    path.write_text(text)
+
+    class Args:
+        policy = str(path)
+
+    for load in (lambda: load_policy(path), lambda: policy_from_args(Args())):
+        with pytest.raises(ConfigError) as err:
+            load()
+        line = str(err.value)
+        assert "\n" not in line and "is empty (or only comments)" in line
+        assert "secure_sum: robust" in line and "drop --policy" in line
+
+
+@needs_flwr
+def test_fedgl_client_with_an_empty_policy_exits_2(tmp_path: Path, capsys):
+    from fedgl.cli import main
+    from fedgl.deployment.commands import free_port
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_shard(1), tmp_path / "shard")
+    (tmp_path / "p.yaml").write_text("# to be written\n")
+    code = main(["client", "--superlink", f"127.0.0.1:{free_port()}", "--data", str(manifest),
+                 "--key", str(tmp_path / "keys" / "client-1.key"), "--roster", str(roster),
+                 "--insecure", "--policy", str(tmp_path / "p.yaml")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "is empty (or only comments)" in err, err
+
+
+def test_a_plaintext_run_says_what_the_server_learns(tmp_path: Path, capsys):
+    """``fedgl run`` (and ``fedgl server``, ``fedgl client``) starting a plaintext exchange
+    prints one line with the leakage figure; a secure or 0-hop run prints none."""
+    from fedgl.cli import main
+    from fedgl.deployment.client_policy import PLAINTEXT_KNOWN, plaintext_exchange
+
+    assert plaintext_exchange(_cfg({}))
+    assert not plaintext_exchange(_cfg({"secure_sum": "mask"}))
+    assert not plaintext_exchange(_cfg({"hops": 0}))
+    assert not plaintext_exchange(_cfg({"algorithm": "fedgat", "hops": None}))
+    tiny = ["run", "--algorithm", "fedgcn", "--dataset", "sbm", "--sbm-nodes", "60",
+            "--clients", "2", "--rounds", "1", "--no-oracle-eval", "--no-leakage-report"]
+    for hops, expected in (("2", 1), ("0", 0)):
+        assert main([*tiny, "--hops", hops, "--out", str(tmp_path / hops)]) == 0
+        out = capsys.readouterr().out
+        lines = [line for line in out.splitlines() if line.startswith("fedgl run: plaintext")]
+        assert len(lines) == expected, out
+        assert all(PLAINTEXT_KNOWN in line for line in lines)
+
+
+# ---------------------------------------------------------------------- DP needs a budget
+def test_a_dp_policy_without_a_budget_gets_the_default_one():
+    from fedgl.privacy.policy import DEFAULT_DP_RELEASES
+
+    pol = _default_policy("--secure-sum", "mask", "--dp-epsilon", "0.5")
+    assert pol.dp_budget == DEFAULT_DP_RELEASES * 0.5
+    assert _default_policy("--dp-epsilon", "1", "--dp-budget", "2").dp_budget == 2.0
+    assert _default_policy("--secure-sum", "mask").dp_budget is None   # no DP, no budget
+    # a run with DP and no budget (or a larger one) is refused by such a policy, in one line
+    line = pol.weaker(_cfg({"secure_sum": "mask", "dp_epsilon": 0.5}))
+    assert line is not None and "dp_budget off" in line and "\n" not in line
+    assert pol.weaker(_cfg({"secure_sum": "mask", "dp_epsilon": 0.5, "dp_budget": 2.0})) is None
+
+
+@needs_flwr
+def test_fedgl_client_with_dp_and_no_state_dir_exits_2(tmp_path: Path, capsys):
+    from fedgl.cli import main
+    from fedgl.deployment.commands import free_port
+
+    roster = write_keys(tmp_path / "keys", 3)
+    manifest = write_shard(tiny_shard(1), tmp_path / "shard")
+    code = main(["client", "--superlink", f"127.0.0.1:{free_port()}", "--data", str(manifest),
+                 "--key", str(tmp_path / "keys" / "client-1.key"), "--roster", str(roster),
+                 "--insecure", "--secure-sum", "mask", "--dp-epsilon", "1"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "--state-dir DIR" in err, err
+
+
+def test_runs_with_a_slightly_smaller_clip_each_stop_at_the_default_budget(tmp_path: Path):
+    """The averaging attack: each run asks for a slightly smaller clip, a new input with fresh
+    noise. A party with the policy ``--dp-epsilon 1`` (default budget: 4 releases) serves four
+    of them and refuses the fifth before releasing anything; the ε spent stays 4 across a
+    restart with the same --state-dir."""
+    from fedgl.deployment.party import Party
+    from fedgl.privacy.policy import DEFAULT_DP_RELEASES
+    from tests.test_flower_operations import make_party, send, setup_payload
+
+    state = tmp_path / "state"
+    policy = _default_policy("--secure-sum", "none", "--dp-epsilon", "1")
+    party = make_party(tmp_path, safety=policy, state_dir=state)
+    budget = {"dp_epsilon": 1.0, "dp_budget": policy.dp_budget}
+    released, refused = [], []
+    for i in range(DEFAULT_DP_RELEASES + 2):
+        if i == 2:   # `fedgl client` restarted with the same --state-dir
+            party = Party(tmp_path / "shard" / "client-1.json",
+                          tmp_path / "keys" / "client-1.key", tmp_path / "keys" / "roster.json",
+                          policy, state_dir=state)
+        run = 100 + i
+        send(party, "party.hello", {"challenge": b"\x06" * 32}, run=run)
+        payload = {**setup_payload(**budget, dp_clip=1.0 - 0.01 * i), "run_tag": f"c{i}"}
+        head, _ = send(party, "party.setup", payload, run=run)
+        assert "refused" not in head, head
+        head, reply = send(party, "fedgcn.announce_rows", {}, phase="pretrain", run=run)
+        if "refused" in head:
+            refused.append(head["refused"])
+            assert reply is None
+        else:
+            released.append(reply[1]["dp_release"])
+    assert len(set(released)) == DEFAULT_DP_RELEASES == len(released)
+    assert len(refused) == 2 and all("dp_budget" in line and "\n" not in line
+                                     for line in refused), refused
+    assert sum(r["epsilon"] for r in party.record.releases()) == DEFAULT_DP_RELEASES

@@ -16,6 +16,7 @@ import pytest
 
 from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
+    PLAINTEXT,
     assert_same_as_local,
     deployed_in_process,
     deployed_run,
@@ -117,7 +118,7 @@ def test_server_refuses_simulation_only_with_the_reason(tmp_path: Path, capsys, 
 @pytest.mark.slow   # each loopback federation takes minutes on 2 cores
 def test_loopback_fedavg_equals_local(gcn_shards: Path) -> None:
     """FedAvg (FedGCN without a pre-training exchange) over Flower."""
-    deployed = deployed_run(gcn_shards, "fedavg", FEDAVG, [])
+    deployed = deployed_run(gcn_shards, "fedavg", FEDAVG, PLAINTEXT)
     assert_same_as_local(deployed, FEDAVG)
     assert deployed["repeats"][0]["ledger"]["bytes"]["pretrain"] == {"up": 0, "down": 0}
 
@@ -127,7 +128,7 @@ def test_loopback_fedavg_equals_local(gcn_shards: Path) -> None:
 def test_loopback_fedgat_equals_local(gcn_shards: Path) -> None:
     """FedGAT's pre-training exchange (features and edges up; the rows each client's layers
     need down) and its FedAvg training over Flower."""
-    deployed = deployed_run(gcn_shards, "fedgat", FEDGAT, [])
+    deployed = deployed_run(gcn_shards, "fedgat", FEDGAT, PLAINTEXT)
     assert_same_as_local(deployed, FEDGAT)
     assert deployed["repeats"][0]["ledger"]["bytes"]["pretrain"]["up"] > 0
 
@@ -137,7 +138,7 @@ def test_loopback_fedgat_equals_local(gcn_shards: Path) -> None:
 def test_loopback_fedgnn_pns_equals_local(minibatch_shards: Path) -> None:
     """A mini-batch baseline with its own server-side state (FedGNN-PNS's cache refreshes at
     shrinking intervals) over Flower."""
-    deployed = deployed_run(minibatch_shards, "pns", PNS, [])
+    deployed = deployed_run(minibatch_shards, "pns", PNS, PLAINTEXT)
     assert_same_as_local(deployed, PNS)
 
 
@@ -145,7 +146,7 @@ def test_loopback_fedgnn_pns_equals_local(minibatch_shards: Path) -> None:
 @pytest.mark.slow
 def test_loopback_llcg_equals_local(minibatch_shards: Path) -> None:
     """LLCG's periodic full-neighbour cross-client correction over Flower."""
-    deployed = deployed_run(minibatch_shards, "llcg", LLCG, [])
+    deployed = deployed_run(minibatch_shards, "llcg", LLCG, PLAINTEXT)
     assert_same_as_local(deployed, LLCG)
     assert deployed["repeats"][0]["extra"]["communicating_iterations"] == 2
 
@@ -159,5 +160,5 @@ def test_loopback_fedsage_plus_equals_local(gcn_shards: Path, mend: str) -> None
     perfect generator FedGCN's Table 2 assumes: the owners send the true neighbour rows
     through the server) no generator is trained."""
     keys = {**FEDSAGE, "mend": mend}
-    deployed = deployed_run(gcn_shards, f"fedsage-{mend}", keys, [])
+    deployed = deployed_run(gcn_shards, f"fedsage-{mend}", keys, PLAINTEXT)
     assert_same_as_local(deployed, keys)

@@ -18,6 +18,7 @@ from fedgl.data.shard_format import read_shard, shard_paths, write_shard
 from fedgl.errors import ConfigError, DataError, RunAborted
 from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
+    PLAINTEXT,
     RUN,
     assert_same_as_local,
     deployed_run,
@@ -275,7 +276,7 @@ def deployment_files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) 
 @pytest.mark.slow   # each loopback federation takes minutes on 2 cores; the robust one runs always
 def test_loopback_fedgcn_two_hop_over_tls_equals_local(deployment_files: Path) -> None:
     """Flower's TLS (trial certificates): the SuperLink serves TLS, clients and server verify."""
-    deployed = deployed_run(deployment_files, "plain", RUN, [], tls=True)
+    deployed = deployed_run(deployment_files, "plain", RUN, PLAINTEXT, tls=True)
     assert_same_as_local(deployed, RUN)
     assert deployed["repeats"][0]["extra"]["flower"]["refused_nodes"] == []
 
@@ -301,7 +302,7 @@ def test_loopback_swift_fedgnn_equals_local(tmp_path: Path, data_root: Path) -> 
             "oracle_eval": False}
     (tmp_path / "run.yaml").write_text(json.dumps(keys))   # the run's file writes its shards
     root = write_deployment_files(tmp_path, 3, (str(tmp_path / "run.yaml"),))
-    deployed = deployed_run(root, "swift", keys, [])
+    deployed = deployed_run(root, "swift", keys, PLAINTEXT)
     assert_same_as_local(deployed, keys)
     assert deployed["repeats"][0]["extra"]["communicating_iterations"] == 2
 
@@ -335,7 +336,7 @@ def test_client_killed_mid_run_is_dropped(deployment_files: Path) -> None:
 
     root = deployment_files
     out = root / "out-killed"
-    with Loopback(root / "fed-killed", root / "shards", root / "keys", 3) as fed:
+    with Loopback(root / "fed-killed", root / "shards", root / "keys", 3, PLAINTEXT) as fed:
         code, err = run_server_killing_a_client(fed, [
             sys.executable, "-m", "fedgl.cli", "server", "--superlink", fed.address, "--roster",
             str(root / "keys" / "roster.json"), "--insecure", "--out", str(out), "--dataset",

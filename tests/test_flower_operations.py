@@ -19,6 +19,7 @@ from fedgl.data.shard_format import write_shard
 from fedgl.federation.codec import Encoded, decode, encode
 from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
+    PLAINTEXT,
     RUN,
     deployed_run,
     kill_server_at_first_checkpoint,
@@ -396,7 +397,8 @@ def test_deployed_run_resumed_after_the_server_died_equals_the_uninterrupted_run
     root = request.getfixturevalue(files)
     name = keys["algorithm"]
     out = root / f"out-resume-{name}"
-    with Loopback(root / f"fed-resume-{name}", root / "shards", root / "keys", 3) as fed:
+    with Loopback(root / f"fed-resume-{name}", root / "shards", root / "keys", 3,
+                  PLAINTEXT) as fed:
         kill_server_at_first_checkpoint(
             fed, server_cmd(root, fed, out, {**keys, "checkpoint_every": 1}), out)
         ckpt = load_checkpoint(out)
@@ -456,7 +458,8 @@ def test_deployed_privacy_modes_equal_local(federation_files: Path, mode: str) -
     pytest.importorskip("tenseal", reason="tenseal is not installed (fedgl[he])")
     keys = {**RUN, "encrypt_models": True} if mode == "encrypt_models" else \
         {**RUN, "secure_sum": mode}
-    client_args = [] if mode == "encrypt_models" else ["--secure-sum", mode]
+    client_args = [*PLAINTEXT, "--encrypt-models"] if mode == "encrypt_models" else \
+        ["--secure-sum", mode]
     rep = deployed_run(federation_files, f"mode-{mode}", keys, client_args)["repeats"][0]
     # CKKS is approximate and randomised: two local runs of `he` differ in the second round's
     # loss at 1e-7 (1.82143286 / 1.82143289), and its keys and ciphertexts are serialised
@@ -482,7 +485,7 @@ def test_deployed_dp_counts_releases_as_the_local_run(federation_files: Path) ->
     out = root / "out-dp"
     state = root / "dp-state"
     with Loopback(root / "fed-dp", root / "shards", root / "keys", 3,
-                  ["--state-dir", str(state)]) as fed:
+                  [*PLAINTEXT, "--state-dir", str(state)]) as fed:
         proc = subprocess.run(server_cmd(root, fed, out, keys), capture_output=True,
                               text=True, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -544,7 +547,7 @@ def test_ctrl_c_on_the_server_stops_the_run_on_the_superlink(federation_files: P
     out = root / "out-interrupt"
     temp = root / "server-temp"  # the command's own temporary folders go here
     temp.mkdir()
-    with Loopback(root / "fed-interrupt", root / "shards", root / "keys", 3) as fed:
+    with Loopback(root / "fed-interrupt", root / "shards", root / "keys", 3, PLAINTEXT) as fed:
         server = subprocess.Popen(server_cmd(root, fed, out, {**RUN, "rounds": 400,
                                                               "checkpoint_every": 1}),
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,

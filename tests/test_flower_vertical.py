@@ -16,7 +16,9 @@ from fedgl.config import Config
 from fedgl.data.shard_format import read_shard, shard_paths, write_shard
 from fedgl.data.vertical import VerticalClientData, vertical_split
 from fedgl.errors import ConfigError, DataError
+from fedgl.privacy.policy import ClientPolicy
 from tests.flower_helpers import (
+    PLAINTEXT,
     assert_same_ledger,
     deployed_run,
     needs_flwr,
@@ -189,19 +191,19 @@ def test_a_resumable_glasu_run_keeps_each_partys_model_in_its_own_state_dir(
     cfg = Config.from_dict({"algorithm": "glasu", "clients": 3, "layers": 2, "hidden": 4,
                             "checkpoint_every": 1, "out": str(tmp_path / "server-out")})
     setup = {"config": cfg.to_dict(), "seed": 0, "run_tag": "a1b2", "resumed": False}
-    party = Party(manifest, key, roster)
+    party = Party(manifest, key, roster, ClientPolicy(secure_sum="none"))
     send(party, "party.hello", {"challenge": b"\x06" * 32})
     head, _ = send(party, "party.setup", setup)
     assert "keep its own model's checkpoints: start it with --state-dir DIR" in head["refused"]
     # not resumable: no state folder needed, none used
-    party = Party(manifest, key, roster)
+    party = Party(manifest, key, roster, ClientPolicy(secure_sum="none"))
     send(party, "party.hello", {"challenge": b"\x06" * 32})
     plain = {**setup, "config": cfg.replace(checkpoint_every=0).to_dict()}
     assert "refused" not in send(party, "party.setup", plain)[0]
     assert party.endpoint.role.state_dir is None
 
     state = tmp_path / "state"
-    party = Party(manifest, key, roster, state_dir=state)
+    party = Party(manifest, key, roster, ClientPolicy(secure_sum="none"), state_dir=state)
     send(party, "party.hello", {"challenge": b"\x06" * 32})
     assert "refused" not in send(party, "party.setup", setup)[0]
     own = state / "runs" / "a1b2" / "glasu-state" / "client-1"
@@ -245,7 +247,7 @@ def test_loopback_glasu_equals_local(tmp_path: Path, data_root: Path) -> None:
     """Three GLASU parties, each a separate process with only its own vertical shard and key,
     over Flower: the same history, ledger value and wire bytes and messages as the local run."""
     root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu"))
-    deployed = deployed_run(root, "glasu", GLASU_RUN, [])
+    deployed = deployed_run(root, "glasu", GLASU_RUN, PLAINTEXT)
     assert_vertical_same_as_local(deployed, GLASU_RUN)
     assert len(deployed["repeats"][0]["history"]) == GLASU_RUN["rounds"]
 
@@ -260,7 +262,7 @@ def test_loopback_glasu_labels_at_one_client_equals_local(tmp_path: Path, data_r
                                                 "one"))
     assert [read_shard(root / "shards" / f"client-{m}.json").has_labels for m in range(3)] == \
         [True, False, False]
-    deployed = deployed_run(root, "glasu-one", keys, [])
+    deployed = deployed_run(root, "glasu-one", keys, PLAINTEXT)
     assert_vertical_same_as_local(deployed, keys)
 
 
@@ -281,7 +283,7 @@ def test_deployed_glasu_resumed_after_the_server_died_equals_the_uninterrupted_r
     root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu"))
     out = root / "out-resume"
     with Loopback(root / "fed-resume", root / "shards", root / "keys", 3,
-                  ["--state-dir", str(root / "state-{k}")]) as fed:
+                  [*PLAINTEXT, "--state-dir", str(root / "state-{k}")]) as fed:
         kill_server_at_first_checkpoint(
             fed, server_cmd(root, fed, out, {**GLASU_RUN, "checkpoint_every": 1}), out)
         ckpt = load_checkpoint(out)
@@ -318,7 +320,7 @@ def test_deployed_glasu_party_killed_mid_run_is_dropped_and_the_survivors_finish
     root = write_deployment_files(tmp_path, 3, ("--algorithm", "glasu"))
     out = root / "out-drop"
     keys = {**GLASU_RUN, "on_client_failure": "drop"}
-    with Loopback(root / "fed-drop", root / "shards", root / "keys", 3) as fed:
+    with Loopback(root / "fed-drop", root / "shards", root / "keys", 3, PLAINTEXT) as fed:
         code, err = run_server_killing_a_client(
             fed, server_cmd(root, fed, out, keys, message_timeout=60), 2,
             "train.glasu__local_updates")

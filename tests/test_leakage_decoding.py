@@ -63,6 +63,30 @@ def test_equal_scales_hide_the_columns_where_the_nodes_differ():
         == 2
 
 
+def test_known_values_count_the_columns_a_row_gives_away_though_no_node_is_exact():
+    """Counted by hand. 0-1, 0-2 (node 3 isolated), client 0 owns node 0, min contributors 2:
+    client 0's one row holds x1/√2 + x2/√2 = [1, 2, 1, 0]/√2 (x1 = 0110, x2 = 1100). Neither
+    node is exact (columns 0 and 2 read 1 of 2 either way), yet column 1 (2: both are 1) and
+    column 3 (0: both are 0) are: 4 of the 8 remote values are known. Client 1's rows of node 0
+    alone are withheld: nothing remote, nothing known."""
+    graph, part = _hand([(0, 1), (0, 2)])
+    rep = leakage_report(graph, part, _cfg(min_contributors=2))
+    c0, c1 = rep["per_client"]
+    assert c0["exact_remote_nodes"] == 0
+    assert (c0["remote_values"], c0["known_values"], c0["known_values_share"]) == (8, 4, 0.5)
+    assert (c1["remote_values"], c1["known_values"], c1["known_values_share"]) == (0, 0, 0.0)
+    assert (rep["total"]["known_values"], rep["total"]["known_values_share"]) == (4, 0.5)
+    # an exact node's values are all known: without the filter client 1 reads node 0 (4
+    # values) from a single row, and client 0's row is as before
+    rep = leakage_report(graph, part, _cfg())
+    assert [c["known_values"] for c in rep["per_client"]] == [4, 4]
+    assert rep["total"]["exact_remote_nodes"] == 1
+    # the plaintext server reads every partial sum: each node alone in one of them (x0 in
+    # S_0[1], x1 in S_1[1], x2 in S_1[2], x3 in S_1[3]), so all 16 values
+    view = rep["server_view"]
+    assert (view["values"], view["values_known"], view["values_known_share"]) == (16, 16, 1.0)
+
+
 def test_three_levels_are_decoded():
     x = [[1, 0.5, 0, 0], [0.5, 1, 0, 0.5], [0, 0.5, 1, 1], [1, 1, 1, 0]]
     graph, part = _hand([(0, 1), (0, 2), (2, 3)], x=x)

@@ -9,7 +9,9 @@ two worlds' transcripts must be equal: no reply reveals client 0's input. Every 
 line. A plaintext federation is the control: there the same comparison finds the difference.
 
 Released by design and excluded from the comparison (docs/threat-model.md): ``fedavg.fit``'s
-mean training ``loss`` and ``fedavg.evaluate``'s correct-prediction counts, both in clear.
+mean training ``loss`` and, under ``he`` (no secure models), ``fedavg.evaluate``'s
+correct-prediction counts, both in clear; with secure models the counts go through the secure
+sum (tests/test_evaluate_once.py).
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ from fedgl.data.client_data import split_graph
 from fedgl.data.own.placement import OwnedGraph, setup_in_process
 from fedgl.data.own.secret import read_secret
 from fedgl.data.partition import Partition
+from fedgl.privacy.policy import ClientPolicy
 from tests.own_data_helpers import BANKS, ingest_banks, whole_graph, write_banks
 
 FIELDS = ("node_ids", "x", "y", "train_mask", "val_mask", "test_mask", "edge_index")
@@ -275,13 +276,13 @@ def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) 
     organisation's fedgl place; the config names own:banks) give the result of fedgl run
     --shards; nothing the server wrote holds a raw id."""
     from fedgl.api import run_shards
-    from tests.flower_helpers import assert_same_ledger, deployed_run
+    from tests.flower_helpers import PLAINTEXT, assert_same_ledger, deployed_run
 
     pytest.importorskip("flwr")
     root, truth, dirs = banks
     place_shards(root, dirs)
     keys = {**RUN, "oracle_eval": False}
-    deployed = deployed_run(root, "own", {**keys, "dataset": "own:banks", "clients": 3}, [])
+    deployed = deployed_run(root, "own", {**keys, "dataset": "own:banks", "clients": 3}, PLAINTEXT)
     local = run_shards(dirs, **keys).repeats[0]
     rep = deployed["repeats"][0]
     columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
@@ -329,11 +330,12 @@ def test_a_deployed_run_under_other_settings_is_refused_at_setup(banks: tuple) -
     import sys
 
     from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import PLAINTEXT
 
     pytest.importorskip("flwr")
     root, _, dirs = banks
     place_shards(root, dirs)
-    with Loopback(root / "fed", root / "shards", root / "keys", 3, []) as fed:
+    with Loopback(root / "fed", root / "shards", root / "keys", 3, PLAINTEXT) as fed:
         proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
                                fed.address, "--roster", str(root / "keys" / "roster.json"),
                                *fed.tls_flags, "--out", str(root / "out"), "--join-timeout",
@@ -378,7 +380,7 @@ def test_a_settings_refusal_at_setup_stops_the_server_as_bad_input(banks: tuple)
     root, _, dirs = banks
     place_shards(root, dirs)
     parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
-                     root / "keys" / "roster.json") for k in range(3)]
+                     root / "keys" / "roster.json", ClientPolicy(secure_sum="none")) for k in range(3)]
 
     class Relay:   # FlowerRuntime.call's contract: a refusal raises ProtocolViolation
         on_client_failure = "abort"

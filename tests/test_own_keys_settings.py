@@ -9,6 +9,7 @@ from pathlib import Path
 
 from fedgl.cli import main
 from fedgl.config import Config
+from fedgl.privacy.policy import ClientPolicy
 from tests.flower_helpers import needs_flwr
 from tests.own_data_helpers import ingest_banks, write_banks
 
@@ -90,7 +91,7 @@ def test_a_party_refuses_a_run_that_is_not_its_shards(tmp_path: Path) -> None:
 
     def party() -> Party:
         return Party(tmp_path / "shard" / "client-1.json", tmp_path / "keys" / "client-1.key",
-                     roster)
+                     roster, ClientPolicy(secure_sum="none"))
 
     p = party()
     send(p, "party.hello", {"challenge": b"\x01" * 32})

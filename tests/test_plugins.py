@@ -318,8 +318,8 @@ def test_docs_fedprox_runs_on_a_loopback_flower_federation(fedprox_here, data_ro
     """docs/extending.md's FedProx, installed and changing nothing in fedgl, on Flower (one
     SuperLink, a process per client: fedgl shard, fedgl client, fedgl server) equals its local
     run: history, value bytes, wire bytes and message counts."""
-    from tests.flower_helpers import assert_same_as_local, deployed_run
+    from tests.flower_helpers import PLAINTEXT, assert_same_as_local, deployed_run
 
-    deployed = deployed_run(fedprox_shards(tmp_path), "fedprox", FEDPROX, [])
+    deployed = deployed_run(fedprox_shards(tmp_path), "fedprox", FEDPROX, PLAINTEXT)
     assert deployed["config"]["algorithm"] == "fedprox"
     assert_same_as_local(deployed, FEDPROX)

@@ -425,3 +425,41 @@ def test_honest_runs_are_the_same_with_a_state_folder(tmp_path, monkeypatch, key
         assert a.final[key] == b.final[key], key
     assert a.extra["privacy"]["protocol"] == b.extra["privacy"]["protocol"]
     assert (tmp_path / "s" / "client-0").is_dir()
+
+
+def test_a_restored_backup_of_the_record_is_refused(tmp_path):
+    """A backup taken after one aggregate and one DP draw, restored after two more of each:
+    opening it is refused in one line (it would reopen the later inputs); the latest record
+    opens; deleting the stamp accepts the restored one."""
+    import shutil
+
+    from fedgl.privacy.inputs import RecordRolledBack, stamp_path
+
+    folder = tmp_path / "state" / "client-0"
+    rec = InputRecord(folder)
+    rec.commit("pretrain:a", "aggregate:1", [0, 1], "x")
+    rec.noise("pretrain:a", "features:f", 1.0, 1e-5, 1.0, None, "client 0")
+    shutil.copytree(folder, tmp_path / "backup")
+    for name in ("b", "c"):
+        rec.commit(f"pretrain:{name}", f"aggregate:{name}", [0, 1], "x")
+        rec.noise(f"pretrain:{name}", "features:f", 1.0, 1e-5, 1.0, None, "client 0")
+    assert stamp_path(folder).is_file() and not str(stamp_path(folder)).startswith(str(folder))
+    latest = tmp_path / "latest"
+    shutil.copytree(folder, latest)
+    shutil.rmtree(folder)
+    shutil.copytree(tmp_path / "backup", folder)
+    with pytest.raises(RecordRolledBack) as err:
+        InputRecord(folder)
+    line = str(err.value)
+    assert "\n" not in line and "holds 1 entries but 3 were recorded" in line
+    assert "reopens every input released since" in line and str(stamp_path(folder)) in line
+    shutil.rmtree(folder)
+    shutil.copytree(latest, folder)
+    assert InputRecord(folder).aggregate_of("pretrain:c") is not None   # the latest opens
+    shutil.rmtree(folder)
+    shutil.copytree(tmp_path / "backup", folder)
+    stamp_path(folder).unlink()   # the operator accepts the restored copy
+    back = InputRecord(folder)
+    assert back.aggregate_of("pretrain:c") is None and len(back.releases()) == 1
+    # a record in memory has no stamp
+    InputRecord(None).commit("pretrain:z", "aggregate:z", [0], "x")

@@ -17,6 +17,7 @@ from fedgl.cli import main
 from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
 from fedgl.data.own.secret import pseudonyms, read_secret
 from fedgl.data.shard_format import read_shard
+from fedgl.privacy.policy import ClientPolicy
 from fedgl.privacy.vertical_align import align_in_process
 from tests.test_own_vertical import write_parties
 
@@ -260,7 +261,7 @@ def test_a_deployed_run_under_other_settings_is_refused_by_the_party(placed: tup
     root, _, _ = placed
     write_keys(root / "keys", 3)
     party = Party(root / "shards" / "client-1.json", root / "keys" / "client-1.key",
-                  root / "keys" / "roster.json")
+                  root / "keys" / "roster.json", ClientPolicy(secure_sum="none"))
     send(party, "party.hello", {"challenge": b"\x06" * 32})
     cfg = {"algorithm": "glasu", "dataset": "cora", "clients": 3, "label_holders": "one"}
     head, _ = send(party, SETUP, {"config": cfg, "seed": 0, "run_tag": "a1", "resumed": False})
@@ -278,7 +279,7 @@ def test_a_placed_partys_set_up_names_the_entities_it_was_aligned_on(placed: tup
     root, _, _ = placed
     write_keys(root / "keys", 3)
     party = Party(root / "shards" / "client-1.json", root / "keys" / "client-1.key",
-                  root / "keys" / "roster.json")
+                  root / "keys" / "roster.json", ClientPolicy(secure_sum="none"))
     send(party, "party.hello", {"challenge": b"\x07" * 32})
     cfg = {**GLASU, "dataset": "own:telco", "clients": 3, "label_holders": "one"}
     head, (_, reply) = send(party, SETUP, {"config": cfg, "seed": 0, "run_tag": "a2",
@@ -295,13 +296,13 @@ def test_loopback_glasu_over_psi_placed_shards_equals_run_shards(placed: tuple) 
     their ingest folders; nothing the server wrote and nothing the relay handled holds an id."""
     from fedgl.api import run_shards
     from fedgl.privacy.identity import write_keys
-    from tests.flower_helpers import assert_same_ledger, deployed_run
+    from tests.flower_helpers import PLAINTEXT, assert_same_ledger, deployed_run
 
     pytest.importorskip("flwr")
     root, truth, dirs = placed
     write_keys(root / "keys", 3)
     keys = {**GLASU, "dataset": "own:telco", "clients": 3, "label_holders": "one"}
-    deployed = deployed_run(root, "psi", keys, [])
+    deployed = deployed_run(root, "psi", keys, PLAINTEXT)
     local = run_shards(dirs, **GLASU).repeats[0]
     rep = deployed["repeats"][0]
 

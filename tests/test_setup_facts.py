@@ -19,6 +19,7 @@ from fedgl.federation.facts import FACTS, agree, learn_facts
 from fedgl.federation.ledger import Ledger
 from fedgl.federation.protocol import ProtocolViolation
 from fedgl.federation.runtime import LocalRuntime
+from fedgl.privacy.policy import ClientPolicy
 from tests.helpers import random_graph, random_partition
 
 CFG = {"algorithm": "fedgcn", "clients": 3, "hops": 0, "progress": False, "rounds": 2}
@@ -182,7 +183,8 @@ def test_deployed_parties_whose_shards_disagree_are_refused_at_set_up(tmp_path) 
         if k == 2:
             shard = dataclasses.replace(shard, x=torch.rand(3, 5))
         manifest = write_shard(shard, tmp_path / f"shard-{k}")
-        party = Party(manifest, tmp_path / "keys" / f"client-{k}.key", roster)
+        party = Party(manifest, tmp_path / "keys" / f"client-{k}.key", roster,
+                      ClientPolicy(secure_sum="none"))
         for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
                                   (SETUP, {"config": cfg.to_dict(), "seed": 0,
                                            "run_tag": "t1", "resumed": False})):

@@ -17,6 +17,7 @@ from torch import Tensor
 from fedgl import progress
 from fedgl.config import Config, parse_num_neighbors
 from fedgl.data.client_data import ClientData
+from fedgl.errors import RunAborted
 from fedgl.evaluation import SPLITS, pooled_accuracy
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.federation.client_sampling import ClientSampler
@@ -82,6 +83,9 @@ class GNNClient(FactsParty, ABC):
         self._sampled = None  # SampledInputs of mini-batch training, built on first use
         self._y = data.y.to(self.device)
         self._masks = {s: getattr(data, f"{s}_mask").to(self.device) for s in SPLITS}
+        #: the evaluations this client has answered, by the digest of the model scored: a
+        #: model is evaluated once, a repeat is answered from here (the same counts)
+        self.evaluated: dict[str, dict] = {}
 
     def protocol_limits(self) -> dict[str, int]:
         """Shape bounds of the messages this client accepts (named in handler schemas)."""
@@ -308,9 +312,18 @@ class GNNClient(FactsParty, ABC):
 
     @handles("fedavg.evaluate", phases=("train", "eval"), schema={"weights": MODEL})
     def evaluate(self, weights: State) -> dict:
-        """Correct predictions and node counts of the given model on own train/val/test nodes."""
+        """Correct predictions and node counts of the given model on own train/val/test nodes.
+
+        A given model is evaluated once: asked again for the same weights (as a rider or on
+        its own, under any round), the client answers from :attr:`evaluated`, the same counts,
+        without scoring it a second time."""
+        key = evaluation_key(weights)
+        done = self.evaluated.get(key)
+        if done is not None:
+            return _copy_counts(done)
         out = self._counts(self.predict(weights))
         self.release_model()
+        self.evaluated[key] = _copy_counts(out)
         return out
 
     def _counts(self, log_probs: Tensor) -> dict:
@@ -328,12 +341,19 @@ class GNNClient(FactsParty, ABC):
 
         if not uniform_group(clients) or clients[0].minibatch:
             return None
+        key = evaluation_key(weights)
+        if all(key in c.evaluated for c in clients):   # each has scored this model once
+            return [_copy_counts(c.evaluated[key]) for c in clients]
         log_probs = cls._predict_many(clients, weights, cache)
         for c in clients:
             c.release_model()
         if log_probs is None:
             return None
-        return [c._counts(lp) for c, lp in zip(clients, log_probs, strict=True)]
+        out = []
+        for c, lp in zip(clients, log_probs, strict=True):
+            counts = c.evaluated.setdefault(key, c._counts(lp))   # an earlier answer stands
+            out.append(_copy_counts(counts))
+        return out
 
     @classmethod
     def _predict_many(cls, clients: list[GNNClient], weights: State,
@@ -354,6 +374,17 @@ class FedAvgClient(GNNClient):
 
     def model_inputs(self) -> ModelInputs:
         return local_subgraph_inputs(self.data, self.data.x)
+
+
+def evaluation_key(weights: State) -> str:
+    """The name of a model a client is asked to score: the digest of its names and values."""
+    from fedgl.privacy.inputs import digest
+
+    return digest("evaluate", weights)
+
+
+def _copy_counts(counts: dict) -> dict:
+    return {k: list(v) if isinstance(v, list) else v for k, v in counts.items()}
 
 
 def local_subgraph_inputs(data: ClientData, x: Tensor, *, pre_aggregated: bool = False
@@ -480,7 +511,7 @@ class FedAvgServer:
             if pending is not None:
                 if set(scores) != set(pending[4]):   # a client dropped: score w_t on its own
                     scores = self._score(pending[1], pending[3])
-                yield self._evaluated(pending, pooled_accuracy(scores))
+                yield self._evaluated(pending, self.pool(scores))
                 pending = None
             self.row_mark = None
             with ledger.timer("train"):
@@ -516,8 +547,25 @@ class FedAvgServer:
         """Federated accuracy: every client scores the global model (or ``weights``) on its own
         nodes; the server pools the counts (the paper's metric: per-client accuracy weighted by
         node counts). ``clients``: those taking part (default: :meth:`active_clients`)."""
-        return pooled_accuracy(self._score(self.weights if weights is None else weights,
-                                           self.active_clients() if clients is None else clients))
+        return self.pool(self._score(self.weights if weights is None else weights,
+                                     self.active_clients() if clients is None else clients))
+
+    def pool(self, scores: dict[int, dict]) -> dict[str, float]:
+        """The pooled accuracies of the clients' evaluation replies: their counts, or, where
+        they answered ``secure_counts`` (secure models), one secure sum of the counts they hold
+        (:meth:`fedgl.privacy.secure_models.SecureFedAvg.pooled_counts`)."""
+        secure = [k for k, s in scores.items() if "secure_counts" in s]
+        if not secure:
+            return pooled_accuracy(scores)
+        summed = getattr(self.strategy, "pooled_counts", None)
+        if len(secure) != len(scores) or summed is None:
+            raise RunAborted("some clients answered the evaluation only through the secure sum, "
+                             "which this run does not average models with; the run stops")
+        lengths = {int(scores[k]["secure_counts"]) for k in secure}
+        if len(lengths) != 1:
+            raise RunAborted("clients announced different numbers of secure evaluation counts; "
+                             "the run stops")
+        return summed(sorted(secure), lengths.pop())
 
     def _score(self, weights: State, clients: list[int] | None) -> dict[int, dict]:
         n = len(self.runtime.client_ids if clients is None else clients)
@@ -528,7 +576,13 @@ class FedAvgServer:
 
 
 def take_scores(results: dict[int, dict]) -> dict[int, dict]:
-    """The ``correct``/``total`` counts that came back beside fit updates (removed from the
-    replies); clients whose reply carries none are left out."""
-    return {k: {"correct": r.pop("correct"), "total": r.pop("total")}
-            for k, r in results.items() if "correct" in r and "total" in r}
+    """The ``correct``/``total`` counts that came back beside fit updates, or their number
+    (``secure_counts``) where the client keeps them for the secure sum (removed from the
+    replies); clients whose reply carries neither are left out."""
+    out: dict[int, dict] = {}
+    for k, r in results.items():
+        if "correct" in r and "total" in r:
+            out[k] = {"correct": r.pop("correct"), "total": r.pop("total")}
+        elif "secure_counts" in r:
+            out[k] = {"secure_counts": r.pop("secure_counts")}
+    return out

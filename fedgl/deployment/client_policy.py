@@ -3,8 +3,14 @@
 
 The file is a YAML mapping of the policy's keys (the run's configuration names: ``secure_sum``,
 ``dp_epsilon``, ``feature_bound``, ..., and ``algorithms``: a list); a flag given on the command
-line overrides the file's value. Without either, the policy is the permissive default (no secure
-sum, no DP, no bounds, any deployable algorithm): docs/deployment.md says what to start with.
+line overrides the file's value. Where neither names a secure-sum mode, every key left out takes
+its protective default (:data:`~fedgl.privacy.policy.PROTECTIVE`: the robust secure sum with
+secure models, the edge adjacency check, two contributors at least, a feature bound); plaintext
+is served only when ``secure_sum: none`` (``--secure-sum none``) is named, and the client then
+says, in one line, what a plaintext server learns (:func:`plaintext_notice`). An empty or
+comment-only policy file is an error. A policy with DP and no ``dp_budget`` gets
+:data:`~fedgl.privacy.policy.DEFAULT_DP_RELEASES` releases' worth, and needs ``--state-dir``
+(where the ε spent is kept across restarts).
 """
 
 from __future__ import annotations
@@ -13,7 +19,37 @@ import argparse
 from typing import Any
 
 from fedgl.errors import ConfigError
-from fedgl.privacy.policy import ClientPolicy, load_policy
+from fedgl.privacy.policy import (
+    ANY_BOUND,
+    DEFAULT_DP_RELEASES,
+    ClientPolicy,
+    read_policy_file,
+    with_dp_budget,
+    with_protective_defaults,
+)
+
+#: what an independent decoder found a plaintext FedGCN server knows (docs/threat-model.md,
+#: "Plaintext: what the server learns"); the run's leakage report counts it for its own graph
+PLAINTEXT_KNOWN = "99.96 % of Cora's feature values (10 clients, beta 1)"
+
+
+def plaintext_notice(who: str) -> str:
+    """The one line a client or run starting in plaintext prints: what the server learns."""
+    return (f"{who}: plaintext secure_sum none: the server sees exact partial sums and, from "
+            f"them, decodes e.g. {PLAINTEXT_KNOWN}; name --secure-sum robust (or mask/he) to "
+            "hide them")
+
+def plaintext_exchange(cfg: Any) -> bool:
+    """Whether the run ``cfg`` sends partial sums to the server in clear (FedGCN's plaintext
+    pre-training exchange, 1 or 2 hops)."""
+    return ("secure_sum" in getattr(cfg.spec, "privacy", ()) and cfg.secure_sum == "none"
+            and int(getattr(cfg, "hops", 0) or 0) >= 1)
+
+
+def _bound(text: str) -> float:
+    """``--feature-bound``'s value: a positive number, or ``any`` (a bound must be set)."""
+    return ANY_BOUND if text.strip().lower() == "any" else float(text)
+
 
 #: flag dest -> (type, metavar or None for a switch, help)
 _FLAGS: dict[str, tuple[Any, str | None, str]] = {
@@ -23,11 +59,15 @@ _FLAGS: dict[str, tuple[Any, str | None, str]] = {
     "dp_epsilon": (float, "EPS", "require DP on the released sums with ε at most EPS"),
     "dp_delta": (float, "DELTA", "with --dp-epsilon: require δ at most DELTA (default 1e-5)"),
     "dp_clip": (float, "C", "with --dp-epsilon: require the clip at most C (default 1)"),
-    "dp_budget": (float, "EPS", "require the run's dp_budget set and at most EPS"),
-    "feature_bound": (float, "B", "require the public feature bound set and at most B"),
+    "dp_budget": (float, "EPS", "require the run's dp_budget set and at most EPS (with "
+                                f"--dp-epsilon: default {DEFAULT_DP_RELEASES} times its ε)"),
+    "feature_bound": (_bound, "B", "require the public feature bound set and at most B ('any': "
+                                   "set, of any value; the default where --secure-sum is not "
+                                   "named)"),
     "update_bound": (float, "U", "require the server's model-update bound set and at most U"),
     "adjacency_check": (str, "{node,edge}", "require at least this adjacency check (node < "
-                                            "edge)"),
+                                            "edge; default: edge, node where --secure-sum is "
+                                            "named)"),
     "algorithms": (str, "A,B", "the algorithms this client runs (comma-separated; default: "
                                "any deployable one)"),
 }
@@ -41,12 +81,14 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
                              "refused in one line")
     parser.add_argument("--secure-sum", choices=("none", "mask", "robust", "he"), default=None,
                         help="this organisation's secure-sum mode; a run asking another is "
-                             "refused (default: none)")
+                             "refused (default: robust, with the protective defaults of the "
+                             "other keys; none: plaintext, only when named)")
     parser.add_argument("--secagg-threshold", type=int, default=None, metavar="T",
                         help="robust secure sum: this client's Shamir threshold (0: clients // "
                              "2 + 1); must be the run's")
     parser.add_argument("--min-contributors", type=int, default=None, metavar="K",
-                        help="refuse runs with a smaller min_contributors (default: 1)")
+                        help="refuse runs with a smaller min_contributors (default: 2; 1 "
+                             "where --secure-sum is named)")
     for dest, (kind, metavar, text) in _FLAGS.items():
         flag = "--" + dest.replace("_", "-")
         if kind is bool:
@@ -65,8 +107,10 @@ def policy_from_args(args: Any) -> ClientPolicy:
     names = ("secure_sum", "secagg_threshold", "min_contributors", *_FLAGS)
     given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     path = getattr(args, "policy", None)
-    policy = load_policy(path, given) if path is not None else \
-        ClientPolicy.from_mapping(given, source="fedgl client flags")
+    written = read_policy_file(path) if path is not None else {}
+    source = f"policy file '{path}'" if path is not None else "fedgl client flags"
+    policy = ClientPolicy.from_mapping(
+        with_dp_budget(with_protective_defaults({**written, **given})), source=source)
     from fedgl.config.registry import deployable_names, get_spec
 
     def runs_deployed(name: str) -> bool:
@@ -76,6 +120,10 @@ def policy_from_args(args: Any) -> ClientPolicy:
             return False
         return spec.deployable and spec.name == name   # the name a run's config carries
 
+    if policy.dp_epsilon is not None and getattr(args, "state_dir", "unset") is None:
+        raise ConfigError("this client's policy names DP (dp_epsilon): start it with "
+                          "--state-dir DIR, where it keeps the ε it spent against its dp_budget "
+                          "across restarts")
     unknown = [a for a in policy.algorithms or () if not runs_deployed(a)]
     if unknown:
         raise ConfigError(f"policy algorithms: {unknown[0]!r} does not run deployed; name some "

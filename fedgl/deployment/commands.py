@@ -183,6 +183,10 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
         flower_args += ["--auth-supernode-private-key", str(args.auth_key)]
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
+    if party.safety.plaintext:
+        from fedgl.deployment.client_policy import plaintext_notice
+
+        print(plaintext_notice(f"client {party.client_id}"), flush=True)
     env = _flower_env(flwr_home)
     proc, runner = _start_supernode(layout, flower_args, runtime, sock_path, relay_token, env)
 
@@ -395,6 +399,10 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
                           f"`fedgl server --resume {out}` or choose another --out")
     _flower_bin("flwr")
     check_reachable(superlink)
+    from fedgl.deployment.client_policy import plaintext_exchange, plaintext_notice
+
+    if plaintext_exchange(cfg):
+        print(plaintext_notice("fedgl server"), flush=True)
     check_transport(superlink, None if args.insecure else args.root_certificates)
     with scratch_folder("fedgl-server-") as work, terminate_as_interrupt():
         return _serve_run(args, cfg, superlink, tls, out, resume, work)

@@ -78,7 +78,7 @@ from fedgl.federation.protocol import (
 )
 from fedgl.privacy.identity import Identity, Roster, frame
 from fedgl.privacy.inputs import party_record
-from fedgl.privacy.policy import ClientPolicy
+from fedgl.privacy.policy import ClientPolicy, with_protective_defaults
 
 HELLO_CONTEXT = "fedgl-flower-hello/1"
 #: the trained model at the end of a run (:mod:`fedgl.deployment.model_release`)
@@ -156,7 +156,9 @@ class Party:
         if self.roster.to_dict()[str(self.client_id)] != self.identity.public.hex():
             raise ConfigError(f"key '{key}' is not client {self.client_id}'s roster key; use "
                               f"client-{self.client_id}.key")
-        self.safety = safety or ClientPolicy()
+        # no policy given: the protective default `fedgl client` starts with (never plaintext)
+        self.safety = safety if safety is not None else \
+            ClientPolicy.from_mapping(with_protective_defaults({}))
         self.device = device
         self.threads = threads
         #: the torch threads of the run set up (its ``threads``, or this party's ``threads``);

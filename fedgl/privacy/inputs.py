@@ -28,7 +28,15 @@ before the value it covers leaves the party, under an exclusive lock (two proces
 the folder see each other's lines). A last line torn by a crash is ignored (and cut before the
 next append): it was never followed by a release. Without a folder the record lives in memory,
 as long as the party object (a simulated client: its run; a ``fedgl client`` process: until it
-stops)."""
+stops).
+
+*Rollback.* Restoring an older copy of the folder (a backup) forgets every aggregate and DP
+draw made since: each of those inputs could then enter a second aggregate and draw fresh noise.
+So every append also writes a stamp, the number of entries of each file, **outside** the folder
+(:func:`stamp_path`: ``$FEDGL_STAMP_DIR``, default ``~/.local/state/fedgl/record-stamps``, one
+small file per record folder, replaced atomically). Opening a record with fewer entries than
+its stamp counts is refused (:class:`RecordRolledBack`, one line naming both files). The stamp
+must stay out of the backups it judges; deleting it accepts the folder as it is."""
 
 from __future__ import annotations
 
@@ -55,6 +63,21 @@ _SLACK = 1e-9  # relative float slack of the budget check (0.1 + 0.2 <= 0.3 hold
 
 class InputReused(AttackDetected):
     """The server asked for a private input in a second, different aggregate."""
+
+
+class RecordRolledBack(OutputError):
+    """The record holds fewer entries than its stamp counts: an older copy was restored."""
+
+
+#: where record stamps are kept, unless ``$FEDGL_STAMP_DIR`` says otherwise
+DEFAULT_STAMP_DIR = Path("~/.local/state/fedgl/record-stamps")
+
+
+def stamp_path(folder: str | Path) -> Path:
+    """The stamp file of the record in ``folder`` (see the module docstring, "Rollback")."""
+    root = Path(os.environ.get("FEDGL_STAMP_DIR") or DEFAULT_STAMP_DIR).expanduser()
+    name = hashlib.sha256(str(Path(folder).absolute()).encode()).hexdigest()[:32]
+    return root / f"{name}.json"
 
 
 class BudgetExceeded(RunAborted):
@@ -168,6 +191,8 @@ class InputRecord:
                      "members": sorted(int(m) for m in members)}
             self._append(INPUTS_FILE, entry)
             self._aggregates[input_id] = entry
+            if self.folder is not None:
+                self._write_stamp()
 
     def noise(self, input_id: str, data: str, epsilon: float, delta: float, clip: float,
               budget: float | None, who: str) -> NoiseDraw:
@@ -190,6 +215,8 @@ class InputRecord:
                      "clip": float(clip)}
             self._append(NOISE_FILE, entry)
             self._noise[input_id] = entry
+            if self.folder is not None:
+                self._write_stamp()
             return NoiseDraw(seed, release, True)
 
     # -- storage
@@ -216,10 +243,47 @@ class InputRecord:
 
     def _reload(self) -> None:
         assert self.folder is not None
-        self._aggregates = {e["input"]: e for e in self._read(INPUTS_FILE, ("aggregate",
-                                                                            "members"))}
-        self._noise = {e["input"]: e for e in self._read(NOISE_FILE, ("data", "seed", "release",
-                                                                      "epsilon"))}
+        inputs = self._read(INPUTS_FILE, ("aggregate", "members"))
+        noise = self._read(NOISE_FILE, ("data", "seed", "release", "epsilon"))
+        self._check_stamp({INPUTS_FILE: len(inputs), NOISE_FILE: len(noise)})
+        self._aggregates = {e["input"]: e for e in inputs}
+        self._noise = {e["input"]: e for e in noise}
+
+    def _counts(self) -> dict[str, int]:
+        return {INPUTS_FILE: len(self._aggregates), NOISE_FILE: len(self._noise)}
+
+    def _check_stamp(self, found: Mapping[str, int]) -> None:
+        """Refuse a record with fewer entries than its stamp counts (a restored backup)."""
+        path = stamp_path(self.folder)
+        try:
+            stamp = json.loads(path.read_text())
+            counted = {name: int(stamp["entries"][name]) for name in found}
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError, KeyError, TypeError):
+            raise OutputError(f"the input record's stamp '{path}' is unreadable; delete it to "
+                              f"accept the record in '{self.folder}' as it is") from None
+        short_of = [name for name in found if found[name] < counted[name]]
+        if short_of:
+            name = short_of[0]
+            raise RecordRolledBack(
+                f"the input record '{self.folder / name}' holds {found[name]} entries but "
+                f"{counted[name]} were recorded (stamp '{path}'): an older copy was restored, "
+                "which reopens every input released since; restore the latest record, or "
+                "delete the stamp to accept this one")
+
+    def _write_stamp(self) -> None:
+        path = stamp_path(self.folder)
+        entry = {"folder": str(self.folder.absolute()), "entries": self._counts()}
+        try:
+            path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(entry, sort_keys=True) + "\n")
+            os.replace(tmp, path)
+        except OSError as exc:
+            raise OutputError(f"the input record's stamp '{path}' could not be written "
+                              f"({exc.strerror or type(exc).__name__}); set FEDGL_STAMP_DIR to "
+                              "a writable folder outside the state folder's backups") from None
 
     def _read(self, name: str, keys: tuple[str, ...]) -> list[dict]:
         path = self.folder / name
@@ -244,8 +308,9 @@ class InputRecord:
                 out.append(entry)
             elif n != len(lines) - 1:  # only the last line can be torn by a crash
                 raise OutputError(f"the input record '{path}' is damaged (line {n + 1}); "
-                                  "restore it from a backup: without it this party cannot "
-                                  "tell which aggregates its inputs entered")
+                                  "restore its latest backup (an older one reopens the inputs "
+                                  "released since): without it this party cannot tell which "
+                                  "aggregates its inputs entered")
         return out
 
     def _append(self, name: str, entry: dict) -> None:

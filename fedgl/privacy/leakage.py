@@ -149,7 +149,9 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
     empty = {"remote_nodes_recoverable": 0, "recoverable_with_known_degree": 0,
              "remote_nodes_unresolved": 0}
     if analysis.attack is not None:
-        empty.update(exact_remote_nodes=0, exact_unresolved=0)
+        empty.update(exact_remote_nodes=0, exact_unresolved=0, remote_values=0, known_values=0,
+                     known_values_share=0.0)
+    width = int(graph.x.shape[1]) if graph.x.dim() > 1 else 1
     if hops == 0:
         return [dict(empty) for _ in range(k_total)]
     neighbour_rows = hops >= 2 if neighbour_rows is None else neighbour_rows
@@ -168,6 +170,7 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
             row["remote_nodes_unresolved"] = int(seen.sum())
             if analysis.attack is not None:
                 row["exact_unresolved"] = int(seen.sum())
+                row["remote_values"] = int(seen.sum()) * width
             continue
         r, c = pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
         del keep
@@ -182,7 +185,10 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
                        recoverable_with_known_degree=int((found & known_degree[col_ids]).sum()),
                        remote_nodes_unresolved=int(undecided.sum()))
             if attacked is not None:
-                row.update(exact_remote_nodes=attacked[0], exact_unresolved=attacked[1])
+                remote = len(col_ids) * width
+                row.update(exact_remote_nodes=attacked[0], exact_unresolved=attacked[1],
+                           remote_values=remote, known_values=attacked[2],
+                           known_values_share=attacked[2] / remote if remote else 0.0)
         analysis.add(r, c, fill)
     return out
 
@@ -234,15 +240,19 @@ class _Features:
             out += x >= level
         return out
 
-    def attack_all(self, systems, closed) -> list[tuple[int, int]]:
-        """Per system ``(r, c, col_ids, found, undecided)``: (exact nodes, unresolved nodes)
-        among the columns of the system of released rows ``Σ_{(i, j)} d̃_j^{-1/2} x_j`` over
+    def attack_all(self, systems, closed) -> list[tuple[int, int, int]]:
+        """Per system ``(r, c, col_ids, found, undecided)``: (exact nodes, unresolved nodes,
+        known values) among the columns of the system of released rows ``Σ_{(i, j)} d̃_j^{-1/2} x_j`` over
         the pairs (r, c). The nodes ``found`` by linear algebra count as exact (their
         coefficients are known); unresolved are the nodes not exact that a bound left open
-        (``undecided`` by linear algebra, or in a row the decoder did not enumerate). The
-        systems are decoded together by :func:`fedgl.privacy.value_decoding.decode_all`, a
-        stack's worth at a time (:data:`fedgl.privacy.stacked_decoding.MAX_STACK_CELLS`), so
-        that only those systems' released rows are held at once."""
+        (``undecided`` by linear algebra, or in a row the decoder did not enumerate); known
+        values are the feature values (cells) determined correctly: every cell of an exact
+        node, and the cells the decoder decided of the others (a row of two equal-scale
+        contributors summing to 0 or to twice the top level gives both their values there,
+        though neither node is exact). The systems are decoded together by
+        :func:`fedgl.privacy.value_decoding.decode_all`, a stack's worth at a time
+        (:data:`fedgl.privacy.stacked_decoding.MAX_STACK_CELLS`), so that only those systems'
+        released rows are held at once."""
         import numpy as np
         import scipy.sparse as sp
 
@@ -252,13 +262,14 @@ class _Features:
         pending: list = []
         cells = 0
         for r, c, col_ids, found, undecided in systems:
+            width = self.x.shape[1]
             if self.alphabet is None or not r.size:
-                out.append((int(found.sum()), int(undecided.sum())))
+                out.append((int(found.sum()), int(undecided.sum()), int(found.sum()) * width))
                 continue
             row_ids, r_idx = np.unique(r, return_inverse=True)
             c_idx = np.searchsorted(col_ids, c)
             if max(len(row_ids), len(col_ids)) * self.x.shape[1] > MAX_DECODE_CELLS:
-                out.append((int(found.sum()), int((~found).sum())))
+                out.append((int(found.sum()), int((~found).sum()), int(found.sum()) * width))
                 continue
             coef = closed[col_ids].astype(np.float64) ** -0.5
             a = sp.csr_matrix((coef[c_idx], (r_idx, c_idx)),
@@ -279,7 +290,7 @@ class _Features:
 
     def _score(self, pending, out) -> None:
         """Decode the ``pending`` systems in one call and write each one's (exact,
-        unresolved) at its place in ``out``."""
+        unresolved, known values) at its place in ``out``."""
         import numpy as np
 
         from fedgl.privacy import value_decoding as vd
@@ -294,7 +305,15 @@ class _Features:
             for k in range(0, len(decoded), step):
                 part = decoded[k:k + step]
                 exact[part] = (got.levels[part] == self._truth(col_ids[part])).all(axis=1)
-            out[at] = (int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum()))
+            # known values: every cell of an exact node, and the decided cells of the others
+            known = int(exact.sum()) * self.x.shape[1]
+            partial = np.flatnonzero(~exact & got.known.any(axis=1))
+            for k in range(0, len(partial), step):
+                part = partial[k:k + step]
+                right = got.levels[part] == self._truth(col_ids[part])
+                known += int((got.known[part] & right).sum())
+            out[at] = (int(exact.sum()), int((~exact & (undecided | got.unresolved)).sum()),
+                       known)
             del got, decoded, exact    # the decoder frees a stack once its results are gone
         pending.clear()
 
@@ -412,6 +431,8 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
         per_client.append(row)
     total = {key: sum(c[key] for c in per_client) for key in per_client[0] if key != "client"} \
         if per_client else {}
+    if total.get("remote_values"):   # a share of the sums, not a sum of shares
+        total["known_values_share"] = total["known_values"] / total["remote_values"]
     alphabet = None if features is None or features.alphabet is None \
         else [float(v) for v in features.alphabet]
     return {"label": ANALYSIS_LABEL, "hops": cfg.hops, "min_contributors": m,
@@ -424,7 +445,11 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
                     "linear algebra or by decoding the rows' values over the feature alphabet, "
                     "knowing each row's contributors and their degrees; exact_unresolved "
                     "counts the nodes not found exact where a bound of the analysis was hit, "
-                    "for which exact_remote_nodes is a lower bound",
+                    "for which exact_remote_nodes is a lower bound; known_values counts the "
+                    "remote feature values (cells) the client determines, those of exact nodes "
+                    "and the decided values of nodes not exact, out of remote_values (its "
+                    "rows' remote nodes times the feature width); the server view's "
+                    "values_known counts the same out of every node's values",
             "value_decoding": {
                 "alphabet": alphabet, "applicable": alphabet is not None,
                 "assumes": "each row's contributors and their degrees are known (announced "
@@ -468,9 +493,12 @@ def _server_rows(graph, part, cfg, pairs, analysis) -> dict[str, Any]:
     import numpy as np
 
     mode = cfg.secure_sum
+    width = int(graph.x.shape[1]) if graph.x.dim() > 1 else 1
     out: dict[str, Any] = {"secure_sum": mode, "reads": _SERVER_READS[mode],
                            "nodes": graph.num_nodes, "nodes_in_single_contributor_rows": 0,
-                           "nodes_recoverable": 0, "nodes_exact": 0, "nodes_unresolved": 0}
+                           "nodes_recoverable": 0, "nodes_exact": 0, "nodes_unresolved": 0,
+                           "values": graph.num_nodes * width, "values_known": 0,
+                           "values_known_share": 0.0}
     if cfg.hops == 0 or mode == "he":
         if cfg.hops == 0:
             out["reads"] = "nothing: 0-hop has no pre-training exchange"
@@ -491,6 +519,8 @@ def _server_rows(graph, part, cfg, pairs, analysis) -> dict[str, Any]:
         out["nodes_recoverable"] += int(found.sum())
         out["nodes_exact"] += attacked[0]
         out["nodes_unresolved"] += attacked[1]
+        out["values_known"] += attacked[2]
+        out["values_known_share"] = out["values_known"] / out["values"] if out["values"] else 0.0
     for r, c in systems:
         if r.size > MAX_SYSTEM_ENTRIES:
             out["nodes_unresolved"] += int(np.unique(c).size)

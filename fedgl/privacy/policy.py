@@ -44,6 +44,22 @@ SECURE_MODEL_SUMS = "secure-model-sums"
 DROPOUT_RECOVERY = "dropout-recovery"
 TAGS = (PLAINTEXT_SUMS, KEY_EXCHANGE, HE_KEYS, SECURE_SUMS, SECURE_MODEL_SUMS, DROPOUT_RECOVERY)
 _FLOATS = ("dp_epsilon", "dp_delta", "dp_clip", "dp_budget", "feature_bound", "update_bound")
+#: a policy's ``feature_bound: any``: the run must set a feature bound, of any value (the
+#: federation's public fact about its features)
+ANY_BOUND = math.inf
+
+#: a deployed client's policy with DP ε and no ``dp_budget`` gets this many releases' worth:
+#: ``dp_budget = DEFAULT_DP_RELEASES × dp_epsilon`` (so runs with a slightly different clip,
+#: each a new input with fresh noise, cannot average the noise away without end)
+DEFAULT_DP_RELEASES = 4
+
+#: what a deployed client requires when its organisation names no secure-sum mode (flags or
+#: policy file): the robust secure sum with secure models, the edge adjacency check, at least
+#: two contributors to every received sum and a public feature bound. Plaintext is served only
+#: when the policy names ``secure_sum: none``.
+PROTECTIVE: dict[str, Any] = {"secure_sum": "robust", "secure_models": True,
+                              "adjacency_check": "edge", "min_contributors": 2,
+                              "feature_bound": ANY_BOUND}
 
 
 @dataclass(frozen=True)
@@ -134,6 +150,9 @@ class ClientPolicy:
             values["algorithms"] = tuple(a.strip() for a in algos.split(",") if a.strip())
         elif isinstance(algos, list | tuple):
             values["algorithms"] = tuple(algos)
+        if isinstance(values.get("feature_bound"), str) and \
+                values["feature_bound"].strip().lower() == "any":
+            values["feature_bound"] = ANY_BOUND
         for name in _FLOATS:  # YAML reads 1e-5 as a string
             if isinstance(values.get(name), str):
                 try:
@@ -175,6 +194,8 @@ class ClientPolicy:
             v = getattr(self, name)
             if v is None and name in ("dp_epsilon", "dp_budget", "feature_bound",
                                       "update_bound"):
+                continue
+            if name == "feature_bound" and v == ANY_BOUND:
                 continue
             if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < math.inf:
                 raise bad(name, f"must be a positive number (got {v!r})")
@@ -221,8 +242,15 @@ class ClientPolicy:
             tags.add(DROPOUT_RECOVERY)
         return frozenset(tags)
 
+    @property
+    def plaintext(self) -> bool:
+        """Whether this client serves the plaintext exchange (its partial sums in clear)."""
+        return self.secure_sum == "none"
+
     def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
+        if self.feature_bound == ANY_BOUND:
+            out["feature_bound"] = "any"
         if self.algorithms is not None:
             out["algorithms"] = list(self.algorithms)
         return out
@@ -238,15 +266,21 @@ def _compare(name: str, rule: Rule, mine: Any, theirs: Any) -> str | None:
     """Why the run's value ``theirs`` is weaker than the policy's ``mine`` under ``rule``."""
     flag = rule.flag
     if rule.kind == "equal":
-        return None if theirs == mine else \
-            f"the run asks for {name} {theirs!r} but this client runs {mine!r} (its {flag}); " \
-            "the organisations must agree"
+        if theirs == mine:
+            return None
+        fix = ("; this client serves plaintext only with `secure_sum: none` (or --secure-sum "
+               "none) named in its policy") if name == "secure_sum" and theirs == "none" else \
+            "; the organisations must agree"
+        return f"the run asks for {name} {theirs!r} but this client runs {mine!r} (its " \
+               f"{flag}){fix}"
     if rule.kind == "on":
         return None if not mine or theirs else \
             f"the run has {name} off but this client requires it ({flag})"
     if rule.kind == "at_most":
         if mine is None or (theirs is not None and theirs <= mine):
             return None
+        if theirs is None and mine == ANY_BOUND:
+            return f"the run has {name} off but this client requires one ({flag} any)"
         if theirs is None:
             return f"the run has {name} off but this client requires at most {flag} {mine}"
         return f"the run's {name} {theirs} is above this client's {flag} {mine}"
@@ -264,9 +298,9 @@ def _compare(name: str, rule: Rule, mine: Any, theirs: Any) -> str | None:
     raise ValueError(f"unknown rule kind {rule.kind!r}")
 
 
-def load_policy(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ClientPolicy:
-    """A policy file (YAML or JSON mapping of the policy's keys), with ``overrides`` (flags the
-    organisation gave explicitly) on top. Every problem is one ConfigError line."""
+def read_policy_file(path: str | Path) -> dict[str, Any]:
+    """A policy file's mapping (YAML or JSON) as written; every problem, an empty or
+    comment-only file included, is one ConfigError line."""
     import yaml
 
     try:
@@ -282,10 +316,50 @@ def load_policy(path: str | Path, overrides: Mapping[str, Any] | None = None) ->
         at = f" at line {where.line + 1}" if where is not None else ""
         raise ConfigError(f"policy file '{path}' is not valid YAML{at}; write `key: value` "
                           "lines") from None
-    if data is None:
-        data = {}
+    if data is None or data == {}:
+        raise ConfigError(f"policy file '{path}' is empty (or only comments); write the "
+                          "policy's `key: value` lines, e.g. `secure_sum: robust` (`secure_sum: "
+                          "none` for plaintext), or drop --policy for the protective default")
     if not isinstance(data, dict) or not all(isinstance(k, str) for k in data):
         raise ConfigError(f"policy file '{path}' is not a mapping of policy keys; write "
                           "`key: value` lines")
-    return ClientPolicy.from_mapping({**data, **(overrides or {})}, source=f"policy file '{path}'")
+    return data
 
+
+def with_protective_defaults(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A deployed client's policy values: what the organisation named, and where it named no
+    secure-sum mode, :data:`PROTECTIVE` for every key it left out (secure models only where
+    the keys it named allow them: not beside ``encrypt_models`` or ``update_bound``, which
+    need the server to see or encrypt each update instead)."""
+    values = dict(values)
+    if "secure_sum" in values:
+        return values
+    defaults = dict(PROTECTIVE)
+    if values.get("encrypt_models") or values.get("update_bound") is not None:
+        defaults.pop("secure_models")
+    return {**defaults, **values}
+
+
+def with_dp_budget(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A deployed client's policy values with a DP budget: where DP is named (``dp_epsilon``)
+    and ``dp_budget`` is not, ``dp_budget = DEFAULT_DP_RELEASES × dp_epsilon``. A value that
+    is not a positive number is left for :meth:`ClientPolicy.validate` to name."""
+    values = dict(values)
+    eps = values.get("dp_epsilon")
+    if isinstance(eps, str):
+        try:
+            eps = float(eps)
+        except ValueError:
+            return values
+    if values.get("dp_budget") is None and isinstance(eps, int | float) and \
+            not isinstance(eps, bool) and 0 < eps < math.inf:
+        values["dp_budget"] = DEFAULT_DP_RELEASES * float(eps)
+    return values
+
+
+def load_policy(path: str | Path, overrides: Mapping[str, Any] | None = None) -> ClientPolicy:
+    """A policy file (YAML or JSON mapping of the policy's keys), with ``overrides`` (flags the
+    organisation gave explicitly) on top, as given (no defaults added: see
+    :func:`with_protective_defaults`). Every problem is one ConfigError line."""
+    data = read_policy_file(path)
+    return ClientPolicy.from_mapping({**data, **(overrides or {})}, source=f"policy file '{path}'")

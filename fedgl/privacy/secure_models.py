@@ -10,6 +10,13 @@ Unlike ``--encrypt-models`` (CKKS), the server does hold the global model in cle
 The input is named ``H("model", global weights received, data)`` (:mod:`fedgl.privacy.inputs`),
 not by round: a fit asked twice from the same global model (under any round label) is the same
 input and enters one aggregate only, so ``Σ_{0,1,2} − Σ_{0,1}`` cannot isolate client 2's model.
+
+Evaluation counts go the same way: with secure models a client's ``fedavg.evaluate`` (on its
+own or riding on a fit) answers only ``secure_counts`` (their number) and keeps its
+``[correct per split, total per split]`` as the input ``H("evaluation", model scored, data)``;
+the server sums them with a secure sum whose instance starts with :data:`EVAL_INSTANCE`
+(:meth:`SecureFedAvg.pooled_counts`) and learns the pooled accuracy only, over every client
+(mask) or at least the threshold's survivors (robust), never one client's per-class counts.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from fedgl.privacy.inputs import data_digest, digest
 from fedgl.privacy.secagg import SecureSumParty
 from fedgl.privacy.secagg_server import SecureSumServer, secure_vector_sum
 
+#: a secure sum whose instance starts with this sums the clients' evaluation counts
+EVAL_INSTANCE = "eval/"
+
 
 class SecureModelParty(SecureSumParty):
     """Client mixin: after ``fit`` the new weights stay here until a secure sum asks for them.
@@ -33,6 +43,8 @@ class SecureModelParty(SecureSumParty):
     _model_input: np.ndarray | None = None
     _model_source: str | None = None  # digest of the global model the next fit starts from
     _model_input_id: str = "model:none"
+    _eval_input: np.ndarray | None = None
+    _eval_input_id: str = "evaluation:none"
 
     def bind_model_input(self, global_weights: State) -> None:
         """Called by ``fit`` with the global model it received, before training."""
@@ -46,6 +58,14 @@ class SecureModelParty(SecureSumParty):
                                       self.input_data_digest())
         return {"secure_length": int(self._model_input.size)}
 
+    def hold_counts(self, model_key: str, counts: dict) -> dict:
+        """Keep an evaluation's counts for the server's secure sum (see the module docstring);
+        the reply carries their number only."""
+        values = [*counts["correct"], *counts["total"]]
+        self._eval_input = np.asarray(values, dtype=np.float64)
+        self._eval_input_id = digest("evaluation", model_key, self.input_data_digest())
+        return {"secure_counts": len(values)}
+
     def input_data_digest(self) -> str:
         """The name of this client's data version (cached: a party's data does not change)."""
         name = self.__dict__.get("_data_digest")
@@ -55,10 +75,17 @@ class SecureModelParty(SecureSumParty):
 
     def secagg_instance(self, instance: str) -> str:
         """The input is this client's latest update, named by the global model it came from and
-        the data, whatever the server calls the sum."""
+        the data, whatever the server calls the sum; an evaluation sum's
+        (:data:`EVAL_INSTANCE`), the counts of the latest model it scored."""
+        if instance.startswith(EVAL_INSTANCE):
+            return self._eval_input_id
         return self._model_input_id
 
     def secagg_input(self, instance: str) -> np.ndarray:
+        if instance.startswith(EVAL_INSTANCE):
+            if self._eval_input is None:
+                raise RunAborted("a secure evaluation sum was asked for before any evaluation")
+            return self._eval_input
         if self._model_input is None:
             raise RunAborted("a secure model sum was asked for before any local training")
         return self._model_input
@@ -74,9 +101,30 @@ class SecureFedAvg(FedAvg):
         self.shapes = {k: (tuple(v.shape), v.dtype) for k, v in template.items()}
         self.rounds = 0
 
-    def _call(self, method: str, args: dict, clients: list[int]) -> dict | None:
-        out = self.runtime.call(method, args, phase="train", clients=clients)
+    def _call(self, method: str, args: dict, clients: list[int], phase: str = "train"
+              ) -> dict | None:
+        out = self.runtime.call(method, args, phase=phase, clients=clients)
         return None if any(isinstance(r, dict) and r.get("stale") for r in out.values()) else out
+
+    def pooled_counts(self, clients: list[int], length: int) -> dict[str, float]:
+        """The pooled accuracies (``<split>_acc``) from one secure sum of the ``clients``'
+        held evaluation counts (``length``: correct then total, per split)."""
+        from fedgl.evaluation import SPLITS
+
+        if length != 2 * len(SPLITS):
+            raise RunAborted(f"clients announced {length} secure evaluation counts, not "
+                             f"{2 * len(SPLITS)}; the run stops")
+        self.evaluations = getattr(self, "evaluations", 0) + 1
+        out = secure_vector_sum(lambda m, a, c: self._call(m, a, c, "eval"), sorted(clients),
+                                f"{EVAL_INSTANCE}{self.evaluations}", length, self.server)
+        if out is None:
+            raise RunAborted("a client dropped or restarted during the secure evaluation sum: "
+                             "mask mode needs every client (use --secure-sum robust for "
+                             "dropouts)")
+        total = np.rint(out[0]).astype(np.int64)
+        n = len(SPLITS)
+        return {f"{s}_acc": (int(total[i]) / int(total[n + i]) if total[n + i] else float("nan"))
+                for i, s in enumerate(SPLITS)}
 
     def aggregate(self, states: Sequence[dict], num_samples: Sequence[int]) -> State:
         if not states:

@@ -29,6 +29,7 @@ from fedgl.algorithms.base import (
     MODEL,
     GNNClient,
     ModelInputs,
+    evaluation_key,
     local_subgraph_inputs,
 )
 from fedgl.algorithms.fedgcn.bounds import first_excess, full_sum_limits, noise_sigma, value_bound
@@ -355,8 +356,24 @@ class FedGCNClient(GNNClient, SecureModelParty):
     @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
              schema={"weights": MODEL})
     def evaluate(self, weights: State) -> dict:
-        """FedAvg's evaluation (:meth:`GNNClient.evaluate`), in state ``ready`` only."""
-        return super().evaluate(weights)
+        """FedAvg's evaluation (:meth:`GNNClient.evaluate`), in state ``ready`` only. With
+        secure models the counts stay here for the server's secure sum (the reply carries
+        their number only: :meth:`SecureModelParty.hold_counts`)."""
+        out = super().evaluate(weights)
+        if self.secure_models:
+            return self.hold_counts(evaluation_key(weights), out)
+        return out
+
+    @classmethod
+    def evaluate_many(cls, clients: list[GNNClient], weights: State, *,
+                      cache: dict | None = None) -> list[dict] | None:
+        """:meth:`GNNClient.evaluate_many`, each client's counts held as :meth:`evaluate`
+        holds them with secure models."""
+        out = super().evaluate_many(clients, weights, cache=cache)
+        if out is None or not all(getattr(c, "secure_models", False) for c in clients):
+            return out
+        key = evaluation_key(weights)
+        return [c.hold_counts(key, o) for c, o in zip(clients, out, strict=True)]
 
     # ------------------------------------------------------------------ secure pre-training
     @handles("fedgcn.privacy_hello", phases=("pretrain",), needs=KEY_EXCHANGE,
