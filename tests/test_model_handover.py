@@ -56,10 +56,12 @@ def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, Tru
     from fedgl.api import as_config, save_with_model
     from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
     from fedgl.deployment.server_app import run_deployed
+    from fedgl.privacy.policy import ClientPolicy
 
     cfg = as_config(**RUN)
+    plaintext = ClientPolicy(secure_sum="none")   # named: this run is a plaintext one
     parties = [Party(files / "shards" / f"client-{k}.json", files / "keys" / f"client-{k}.key",
-                     files / "keys" / "roster.json", out=tmp_path / f"org-{k}",
+                     files / "keys" / "roster.json", plaintext, out=tmp_path / f"org-{k}",
                      receive_model=receive[k]) for k in range(3)]
     for party in parties:
         for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
