@@ -597,18 +597,28 @@ def add_certs_parser(sub: Any) -> None:
     certs = sub.add_parser("certs", help="write trial TLS certificates for the SuperLink (a CA "
                            "and a server certificate covering its addresses)",
                            description="Write ca.pem (public: give it to every organisation), "
+                                       "ca.key (the CA's private key, mode 0600: keep it on the "
+                                       "coordinator, off the SuperLink if you can), "
                                        "superlink.pem and superlink.key (the server's) into "
-                                       "--out. The certificate covers every --host: a DNS name "
-                                       "or an IP address, as the clients will reach the server. "
-                                       "For a trial; production uses the organisations' PKI.")
+                                       "--out. The certificate covers every --host (a DNS name "
+                                       "or an IP address, as the clients will reach the server) "
+                                       "and always 127.0.0.1 and localhost, which the "
+                                       "SuperLink's own SuperExec uses. Run again with the same "
+                                       "--out to add a host: the CA is reused (the organisations "
+                                       "keep their ca.pem) and a new server certificate covers "
+                                       "the old hosts and the new. For a trial; production uses "
+                                       "the organisations' PKI.")
     certs.add_argument("--host", action="append", required=True, metavar="NAME_OR_IP",
                        help="an address the SuperLink is reached by (repeat for several)")
     certs.add_argument("--out", dest="certs_out", required=True, metavar="DIR")
-    certs.add_argument("--days", type=int, default=30, help="validity (default: 30)")
+    certs.add_argument("--days", type=int, default=30,
+                       help="validity of the server certificate (default: 30; the CA lasts "
+                            "a year, or --days if longer)")
 
 
 def cmd_certs(args: Any) -> dict[str, Path]:
-    """Write the trial CA and SuperLink certificate for ``--host`` into ``--out``."""
+    """Write the SuperLink certificate for ``--host`` into ``--out``, signed by the CA kept
+    there (made first when the folder has none)."""
     import ipaddress
 
     hosts = tuple(dict.fromkeys(h.strip().strip("[]") for h in args.host))
@@ -624,10 +634,11 @@ def cmd_certs(args: Any) -> dict[str, Path]:
     if not 1 <= args.days <= 3650:
         raise ConfigError(f"--days must be between 1 and 3650 (got {args.days})")
     out = Path(args.certs_out)
-    existing = [n for n in ("ca.pem", "superlink.pem", "superlink.key") if (out / n).exists()]
-    if existing:
-        raise ConfigError(f"'{out / existing[0]}' exists; choose an empty --out folder "
-                          "(certificates are never overwritten)")
+    if not (out / "ca.pem").exists() and not (out / "ca.key").exists():
+        stray = [n for n in ("superlink.pem", "superlink.key") if (out / n).exists()]
+        if stray:
+            raise ConfigError(f"'{out / stray[0]}' exists without the CA that signed it; choose "
+                              "an empty --out folder")
     return trial_certificates(out, hosts, days=args.days)
 
 
