@@ -384,6 +384,10 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
                           f"{len(roster.ids)}")
     if cfg.repeats != 1:
         raise ConfigError("a deployed run is one repeat; set --repeats 1")
+    if str(cfg.dataset).startswith("own:") and not getattr(args, "resume", None):
+        from fedgl.data.provenance import refuse_own_keys
+
+        refuse_own_keys(cfg)
     out = Path(cfg.out).absolute()
     resume = bool(getattr(args, "resume", None))
     if out.exists() and (out / "result.json").exists() and not args.overwrite:
@@ -554,9 +558,11 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     client.add_argument("--key", required=True, metavar="KEY", help="client-<k>.key (fedgl keys)")
     client.add_argument("--roster", required=True, metavar="ROSTER", help="roster.json")
     _add_tls(client)
-    client.add_argument("--auth-key", metavar="PEM", default=None,
-                        help="SuperNode authentication private key (Flower's "
-                             "--auth-supernode-private-key)")
+    client.add_argument("--auth-key", metavar="NODE_KEY", default=None,
+                        help="SuperNode authentication private key: an EC key in OpenSSH "
+                             "format (`ssh-keygen -t ecdsa -b 384 -N \"\" -f node-a`; the "
+                             "coordinator registers node-a.pub), passed to Flower's "
+                             "--auth-supernode-private-key")
     add_policy_flags(client)
     client.add_argument("--state-dir", default=None, metavar="DIR",
                         help="this organisation's own records (its input record: the one "

@@ -48,7 +48,7 @@ from typing import Any
 
 from fedgl.config import Config
 from fedgl.config.registry import load_path
-from fedgl.data.provenance import mismatch
+from fedgl.data.provenance import mismatch, shard_record
 from fedgl.data.shard_format import read_manifest, read_shard
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
@@ -238,7 +238,12 @@ class Party:
         aligned = (self.manifest.get("source") or {}).get("common_sha256")
         if isinstance(facts, dict) and isinstance(aligned, str):
             facts = {**facts, "alignment": aligned}   # a PSI-placed shard: its entities' digest
-        return {"ok": True, "dp_releases": logged, "facts": facts}
+        reply = {"ok": True, "dp_releases": logged, "facts": facts}
+        data = shard_record(self.manifest.get("source") or {}, self.client_id,
+                            self.shard.num_nodes)
+        if data:
+            reply["data"] = data   # what the result records of this shard (environment.data)
+        return reply
 
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool
                      ) -> tuple[Config, list[str]]:
