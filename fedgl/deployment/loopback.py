@@ -106,13 +106,15 @@ class Loopback:
 
     def start_client(self, k: int, name: str, extra: list[str] | None = None
                      ) -> subprocess.Popen:
-        """Start ``fedgl client`` for client k's shard and key (log ``<name>.log``)."""
+        """Start ``fedgl client`` for client k's shard and key (its terminal ``<name>.log``,
+        its own log file ``<name>.client.log``)."""
         return self._spawn(name, [
             sys.executable, "-m", "fedgl.cli", "client", "--superlink", self.address,
             "--data", str(self.shards / f"client-{k}.json"),
             "--key", str(self.keys / f"client-{k}.key"),
             "--roster", str(self.keys / "roster.json"), *self.tls_flags,
             "--flwr-home", str(self.folder / f"node-{name}"),
+            "--log", str(self.folder / f"{name}.client.log"),
             *(a.replace("{k}", str(k)) for a in self.client_args), *(extra or [])],
             dict(os.environ))
 
