@@ -102,9 +102,11 @@ def run_banks(root: Path, accounts: int = 300, seed: int = 0, **overrides: objec
         if code != 0:
             raise SystemExit(code)
         folders.append(out)
-    # the shards decide the data set, the clients and the normalisation: a run that sets them
-    # is refused, so the overrides (tests/test_examples.py's small SBM settings) keep the rest
-    shards_decide = {"dataset", "clients", "normalize_features"}
+    # the shards decide the data set, the clients, the normalisation and the partition: a run
+    # that sets them is refused, so the overrides (tests/test_examples.py's small SBM settings)
+    # keep the rest
+    shards_decide = {"dataset", "clients", "normalize_features", "partition", "beta",
+                     "mcmahan_p", "metis_max_degree", "min_client_size"}
     keys = {"algorithm": "fedgcn", "hops": 2, "rounds": 20, "progress": False,
             **{k: v for k, v in overrides.items() if k not in shards_decide}}
     result = fedgl.run_shards(folders, **keys, out=str(root / "run"))

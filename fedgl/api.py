@@ -193,17 +193,19 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
     their ``fedgl ingest --vertical`` folders (aligned by PSI in this process) or the shards
     ``fedgl psi place`` wrote (a folder of them, or their manifests), run as they are."""
     from fedgl.data.own.placement import owned_graph, setup_in_process
-    from fedgl.data.provenance import mismatch
+    from fedgl.data.provenance import mismatch, refuse_own_keys
 
     if not folders:
         raise ConfigError("--shards needs the organisations' ingest folders")
     given = as_config(config, **overrides)
+    refuse_own_keys(given)
     if all((Path(f) / "vertical.json").is_file() for f in folders):
         return _run_vertical_shards(list(folders), given, overwrite)
     from fedgl.privacy.psi_files import placed_manifests
 
     placed = placed_manifests(list(folders))
     if placed:
+        _refuse_placed_horizontal(placed)
         return _run_vertical_shards(placed, given, overwrite, placed=True)
     shards, sources, facts = setup_in_process(list(folders))
     if given.spec.setting != "horizontal":
@@ -219,6 +221,21 @@ def run_shards(folders: list[str | Path], config: Config | dict[str, Any] | str 
         raise ConfigError(problem)
     graph = owned_graph(shards, sources, facts["name"])
     return run(given.replace(**forced), graph=graph, overwrite=overwrite)
+
+
+def _refuse_placed_horizontal(manifests: list[Path]) -> None:
+    """Refuse, in one line, shards that are not vertical (``fedgl place`` or ``fedgl shard``
+    output): ``--shards`` takes ingest folders, or the vertical shards ``fedgl psi place``
+    wrote."""
+    from fedgl.data.shard_format import read_manifest
+
+    for m in manifests:
+        manifest = read_manifest(m)
+        if manifest.get("setting") != "vertical":
+            raise ConfigError(
+                f"'{m}' is a horizontal shard (made by `fedgl place` or `fedgl shard`); give "
+                "--shards the organisations' `fedgl ingest` folders (the trial places them "
+                "itself), or deploy the placed shards with `fedgl client --data`")
 
 
 def _run_vertical_shards(folders: list[str | Path], given: Config, overwrite: bool,

@@ -375,8 +375,18 @@ def _cmd_deployment(args: argparse.Namespace) -> int:
     if args.command == "certs":
         _check_writable_folder(Path(args.certs_out), "--out")
         paths = commands.cmd_certs(args)
-        print(f"certificates written to {paths['ca'].parent}: give ca.pem to every "
-              "organisation; superlink.pem and superlink.key stay with the SuperLink")
+        from fedgl.deployment.tls import covered_hosts
+
+        covers = ", ".join(covered_hosts(paths["cert"]))
+        if "reused" in paths:
+            print(f"new SuperLink certificate in {paths['cert'].parent} covering {covers}, "
+                  "signed by the CA kept there: the organisations keep their ca.pem; restart "
+                  "the SuperLink with the new superlink.pem and superlink.key")
+        else:
+            print(f"certificates written to {paths['ca'].parent} covering {covers}: give "
+                  "ca.pem to every organisation; superlink.pem and superlink.key stay with the "
+                  "SuperLink; ca.key (private) signs later certificates (`fedgl certs --host "
+                  "X` again with this --out)")
         return 0
     from fedgl.api import as_config
 

@@ -436,7 +436,16 @@ def test_supernode_auth_admits_registered_nodes_only_and_mask_runs(
         private, _ = node_key(fed.folder / "node-keys" / "stranger")   # never registered
         stranger = fed.start_client(0, "stranger", ["--auth-key", str(private)])
         assert stranger.wait(timeout=300) != 0
-        assert "Failed to activate SuperNode" in (fed.folder / "stranger.log").read_text()
+        # one line naming the cause at the terminal; Flower's own line in the client's log
+        said = (fed.folder / "stranger.log").read_text()
+        assert "refused to activate this SuperNode" in said and "Traceback" not in said
+        assert "Failed to activate SuperNode" in (fed.folder / "stranger.client.log").read_text()
+        # a second SuperNode with a node key already connected is told that cause
+        twin = fed.start_client(1, "twin", ["--auth-key", str(fed.folder / "node-keys" /
+                                                              "node-0")])
+        assert twin.wait(timeout=300) != 0
+        said = (fed.folder / "twin.log").read_text()
+        assert "same node key is already connected" in said and "Traceback" not in said, said
         listed = fed.flwr("supernode", "list", "fedgl", "--format", "json")
         assert listed.returncode == 0, listed.stderr
         assert len(json.loads(listed.stdout)["nodes"]) == 3

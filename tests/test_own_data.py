@@ -283,8 +283,10 @@ def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) 
     place_shards(root, dirs)
     keys = {**RUN, "oracle_eval": False}
     deployed = deployed_run(root, "own", {**keys, "dataset": "own:banks", "clients": 3}, PLAINTEXT)
-    local = run_shards(dirs, **keys).repeats[0]
+    trial = run_shards(dirs, **keys)
+    local = trial.repeats[0]
     rep = deployed["repeats"][0]
+    assert deployed["environment"]["data"] == trial.environment["data"]
     columns = ("round", "train_loss", "train_acc", "val_acc", "test_acc")
     assert [{c: h.get(c) for c in columns} for h in rep["history"]] == \
         [{c: h.get(c) for c in columns} for h in local.history]
@@ -406,4 +408,47 @@ def test_a_settings_refusal_at_setup_stops_the_server_as_bad_input(banks: tuple)
     for p in parties:
         send(p, HELLO, {"challenge": b"\x08" * 32})
     ok = as_config(algorithm="fedgcn", dataset="own:banks", clients=3)
-    assert set(setup_clients(Relay(), ok, 0, "a1b2", False)) == set()
+    relay = Relay()
+    assert set(setup_clients(relay, ok, 0, "a1b2", False)) == set()
+    # the deployed result records the shards' provenance as the local trial does
+    from fedgl.data.own.placement import owned_graph
+
+    shards, sources, facts = setup_in_process(dirs)
+    assert relay.data == owned_graph(shards, sources, facts["name"]).provenance
+    assert [s["provenance"]["nodes_file"] for s in relay.data["shards"]] == ["nodes.csv"] * 3
+
+
+def test_partition_keys_over_own_shards_are_refused(banks: tuple, capsys) -> None:
+    """The shards decide the partition: --partition or --beta over own shards would not run but
+    be written into result.json, so they are refused in one line, in the local trial and before
+    a deployed run is submitted."""
+    from fedgl.privacy.identity import write_keys
+
+    root, _, dirs = banks
+    for flags, named in ((["--partition", "iid"], "--partition"),
+                         (["--beta", "0.5"], "--beta"),
+                         (["--min-client-size", "3"], "--min-client-size")):
+        assert main(["run", "--shards", *map(str, dirs), *flags, "--no-progress",
+                     "--out", str(root / "r")]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and "shards decide the partition" in err[0] and named in err[0], err
+        assert not (root / "r").exists()
+    write_keys(root / "keys", 3)
+    assert main(["server", "--superlink", "127.0.0.1:9", "--insecure", "--roster",
+                 str(root / "keys" / "roster.json"), "--dataset", "own:banks", "--clients", "3",
+                 "--beta", "0.5", "--no-progress", "--out", str(root / "s")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--beta" in err[0] and "unreachable" not in err[0], err
+    assert not (root / "s").exists()
+
+
+def test_placed_horizontal_shards_to_run_shards_name_what_they_are(banks: tuple,
+                                                                   capsys) -> None:
+    root, _, dirs = banks
+    place_shards(root, dirs)
+    capsys.readouterr()
+    assert main(["run", "--shards", str(root / "shards"), "--no-progress",
+                 "--out", str(root / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "horizontal shard" in err[0] and "fedgl ingest" in err[0], err
+    assert "glasu" not in err[0]

@@ -193,7 +193,8 @@ def ingest_parties(tmp_path: Path, parties: int) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
-def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path) -> None:
+def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path,
+                                                           capsys: pytest.CaptureFixture) -> None:
     """fedgl ingest --vertical per party (pseudonyms only), then fedgl run --shards: PSI in
     process, GLASU over exactly the aligned parts; result.json names the data and the PSI."""
     import json
@@ -202,6 +203,9 @@ def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path) -> No
 
     truth = write_parties(tmp_path)
     ingest_parties(tmp_path, 3)
+    said = capsys.readouterr().out   # the folder holds the party's own values: it stays there
+    assert "features and labels" in said and "keep it here" in said
+    assert "pseudonyms only" not in said
     written = b"".join(p.read_bytes() for k in range(3) for p in (tmp_path / f"party{k}").iterdir())
     assert not any(s.encode() in written for s in truth["universe"])   # pseudonyms only
     assert main(["run", "--shards", *[str(tmp_path / f"party{k}") for k in range(3)],

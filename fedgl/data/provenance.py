@@ -69,3 +69,37 @@ def mismatch(source: dict[str, Any], cfg: Any, setting: str = "horizontal") -> s
     diff = diff or [f"{k} {run[k]!r} (the shard has none)" for k in sorted(set(run) - set(made))]
     return (f"the run's settings differ from those its shard was made with: {', '.join(diff)}; "
             "run with the shard's settings or make shards for the run's")
+
+
+#: the keys of a shard's ``source`` a result records of it (``environment.data``)
+RECORDED = ("settings_sha256", "provenance", "dropped_edges", "common_sha256")
+
+
+def shard_record(source: dict[str, Any], client_id: int, num_nodes: int) -> dict[str, Any]:
+    """What a result records of one shard (empty when its manifest carries no settings): the
+    digest of its settings, the organisation's own provenance (table names and digests),
+    the edges dropped at placement. The local trial over the same shards records the same."""
+    if not isinstance(source.get("settings_sha256"), str):
+        return {}
+    return {"client_id": int(client_id), "num_nodes": int(num_nodes),
+            **{k: source[k] for k in RECORDED if k in source}}
+
+
+def own_keys_given(cfg: Any) -> list[str]:
+    """The data-shaping keys a run over the organisations' own shards sets although the shards
+    decide them (the partition and the keys it reads; the vertical split): a run records what
+    ran, so these are refused rather than written into the result."""
+    from fedgl.config.registry import HORIZONTAL_KEYS, VERTICAL_KEYS
+
+    return [k for k in (*HORIZONTAL_KEYS, *VERTICAL_KEYS) if k in cfg.given_keys]
+
+
+def refuse_own_keys(cfg: Any) -> None:
+    """Raise one line naming the keys :func:`own_keys_given` finds."""
+    from fedgl.errors import ConfigError
+
+    given = own_keys_given(cfg)
+    if given:
+        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
+        raise ConfigError(f"the organisations' own shards decide the partition; drop {flags} "
+                          "(it would not run, only be written into the result)")

@@ -181,16 +181,37 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
                    "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
         flower_args += ["--auth-supernode-private-key", str(args.auth_key)]
+    from fedgl.deployment.client_log import (
+        GAVE_UP,
+        NOT_ACTIVATED,
+        SupernodeLines,
+        gave_up_line,
+        not_activated_line,
+        open_log,
+    )
+
+    log_path = client_log_path(args, party)
+    log_file = open_log(log_path)
+    shown_log = log_path if log_file is not None else None
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
-          f"({party.manifest['num_nodes']} nodes), joining {superlink}", flush=True)
+          f"({party.manifest['num_nodes']} nodes), joining {superlink}"
+          f"{f'; log in {log_path}' if shown_log else ''}", flush=True)
     if party.safety.plaintext:
         from fedgl.deployment.client_policy import plaintext_notice
 
         print(plaintext_notice(f"client {party.client_id}"), flush=True)
-    env = _flower_env(flwr_home)
-    proc, runner = _start_supernode(layout, flower_args, runtime, sock_path, relay_token, env)
+    env = {**_flower_env(flwr_home), "PYTHONUNBUFFERED": "1"}
+    proc, runner = _start_supernode(layout, flower_args, runtime, sock_path, relay_token, env,
+                                    piped=True)
 
     stopped = threading.Event()   # set when fedgl client itself stops the SuperNode
+    gave_up = threading.Event()   # set when the SuperNode stopped reconnecting
+
+    def _event(event: str) -> None:
+        if event == GAVE_UP and not stopped.is_set():
+            print(gave_up_line(party.client_id, shown_log), file=sys.stderr, flush=True)
+            gave_up.set()
+            _stop()
 
     def _stop(*_: object) -> None:  # no waiting here: the main thread is in proc.wait()
         stopped.set()
@@ -210,16 +231,30 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
 
     threading.Thread(target=_watch_runner, daemon=True).start()
     previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    lines = SupernodeLines(log_file, bool(args.verbose), on_event=_event)
+    pump = lines.start(proc.stdout) if proc.stdout is not None else None
     try:
         code = proc.wait()
-        if not stopped.is_set():
-            print(f"fedgl: client {party.client_id}: the SuperNode ended by itself (exit {code}): "
-                  "the SuperLink refused or forgot this node (a SuperLink restarted without "
-                  "--database forgets every node; one with --enable-supernode-auth refuses an "
-                  "unregistered key); see the SuperNode's lines above, then restart `fedgl "
-                  "client`", file=sys.stderr, flush=True)
+        if pump is not None:
+            pump.join(timeout=2)   # the SuperNode's last lines, which may name why it ended
+        if gave_up.is_set():
+            code = 1
+        elif not stopped.is_set():
+            if NOT_ACTIVATED in lines.events:
+                print(not_activated_line(party.client_id, shown_log), file=sys.stderr,
+                      flush=True)
+            else:
+                where = f"see {shown_log}" if shown_log else "see the SuperNode's lines above"
+                print(f"fedgl: client {party.client_id}: the SuperNode ended by itself (exit "
+                      f"{code}): the SuperLink refused or forgot this node (a SuperLink "
+                      "restarted without --database forgets every node; one with "
+                      "--enable-supernode-auth refuses an unregistered key); "
+                      f"{where}, then restart `fedgl client`", file=sys.stderr, flush=True)
             code = code or 1
     except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # a second Ctrl-C: no traceback
+        print(f"client {party.client_id}: stopped (Ctrl-C)"
+              f"{f'; log in {shown_log}' if shown_log else ''}", flush=True)
         code = 130
     finally:
         stop.set()
@@ -229,11 +264,24 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         server.join(timeout=5)
+        if log_file is not None:
+            log_file.close()
     return 0 if code in (0, -signal.SIGTERM, 130) else 1
 
 
+def client_log_path(args: Any, party: Any) -> Path:
+    """``fedgl client``'s log file: ``--log``, else ``client-<k>.log`` in ``--state-dir``, else
+    beside the shard's manifest (the organisation's own folder)."""
+    if getattr(args, "client_log", None):
+        return Path(args.client_log)
+    name = f"client-{party.client_id}.log"
+    if getattr(args, "state_dir", None):
+        return Path(args.state_dir) / name
+    return Path(party.manifest["_path"]).parent / name
+
+
 def _start_supernode(layout: str, flower_args: list[str], runtime: str, sock_path: Path,
-                     token: str, env: dict[str, str]
+                     token: str, env: dict[str, str], piped: bool = False
                      ) -> tuple[subprocess.Popen, subprocess.Popen | None]:
     """The SuperNode (its own process group) and, where the layout has one, the relay runner.
 
@@ -244,12 +292,15 @@ def _start_supernode(layout: str, flower_args: list[str], runtime: str, sock_pat
     Flower's own SuperNode beside a runner polling every 0.1 s (the layout before; the
     benchmarks compare them, ``FEDGL_SUPERNODE``)."""
     paced = [sys.executable, "-m", "fedgl.federation.flower.supernode"]
+    # ``piped``: the SuperNode's output (stdout and stderr, as text lines) comes to fedgl client
+    out: dict[str, Any] = ({"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True,
+                            "bufsize": 1} if piped else {})
     if layout == "relay":
         read, write = os.pipe()
         try:
             proc = subprocess.Popen([*paced, "--party", str(sock_path), "--token-fd", str(read),
                                      *flower_args], env=env, pass_fds=(read,),
-                                    start_new_session=True, preexec_fn=_die_with_parent)
+                                    start_new_session=True, preexec_fn=_die_with_parent, **out)
         finally:
             os.close(read)
         with os.fdopen(write, "w") as pipe:
@@ -257,7 +308,7 @@ def _start_supernode(layout: str, flower_args: list[str], runtime: str, sock_pat
         return proc, None
     if layout == "flower":
         proc = subprocess.Popen([_flower_bin("flower-supernode"), *flower_args], env=env,
-                                start_new_session=True, preexec_fn=_die_with_parent)
+                                start_new_session=True, preexec_fn=_die_with_parent, **out)
         return proc, _start_relay_runner(runtime, sock_path, token, env)
     task_read, task_write = os.pipe()
     reply_read, reply_write = os.pipe()
@@ -265,7 +316,7 @@ def _start_supernode(layout: str, flower_args: list[str], runtime: str, sock_pat
         proc = subprocess.Popen([*paced, "--task-fd", str(task_write), "--reply-fd",
                                  str(reply_read), *flower_args], env=env,
                                 pass_fds=(task_write, reply_read), start_new_session=True,
-                                preexec_fn=_die_with_parent)
+                                preexec_fn=_die_with_parent, **out)
         runner = _start_relay_runner(runtime, sock_path, token, env,
                                      wake=(task_read, reply_write))
     finally:
@@ -389,6 +440,14 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
                           f"{len(roster.ids)}")
     if cfg.repeats != 1:
         raise ConfigError("a deployed run is one repeat; set --repeats 1")
+    start_timeout = getattr(args, "start_timeout", 30.0)
+    if not 1 <= start_timeout <= 3600:   # NaN fails too
+        raise ConfigError(f"--start-timeout {start_timeout:g} must be between 1 and 3600 "
+                          "seconds")
+    if str(cfg.dataset).startswith("own:") and not getattr(args, "resume", None):
+        from fedgl.data.provenance import refuse_own_keys
+
+        refuse_own_keys(cfg)
     out = Path(cfg.out).absolute()
     resume = bool(getattr(args, "resume", None))
     if out.exists() and (out / "result.json").exists() and not args.overwrite:
@@ -404,8 +463,14 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
     if plaintext_exchange(cfg):
         print(plaintext_notice("fedgl server"), flush=True)
     check_transport(superlink, None if args.insecure else args.root_certificates)
-    with scratch_folder("fedgl-server-") as work, terminate_as_interrupt():
-        return _serve_run(args, cfg, superlink, tls, out, resume, work)
+    from fedgl.deployment.run_watch import hold_server_lock
+
+    lock = hold_server_lock(out)   # before anything is submitted; released as this ends
+    try:
+        with scratch_folder("fedgl-server-") as work, terminate_as_interrupt():
+            return _serve_run(args, cfg, superlink, tls, out, resume, work)
+    finally:
+        os.close(lock)
 
 
 def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path, resume: bool,
@@ -422,6 +487,12 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
     lines = ["[superlink]", 'default = "fedgl"', "", "[superlink.fedgl]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in conn.items()]
     (home / "config.toml").write_text("\n".join(lines) + "\n")
+    from fedgl.deployment.run_watch import StartWatch, busy_line, busy_runs, flwr_json
+
+    flwr, env = _flower_bin("flwr"), _flower_env(home)
+    busy = busy_runs(flwr_json(flwr, env, "ls"))
+    if busy:
+        raise ConfigError(busy_line(superlink, busy))
     status = work / "status.json"
     job = {"config": cfg.replace(out=str(out)).to_dict(), "roster": str(Path(args.roster)
                                                                          .absolute()),
@@ -437,14 +508,32 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
         proc = subprocess.Popen(cmd, env=_flower_env(home), stdout=f,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         shown = _show_log(work / "server.log", proc, bool(cfg.progress))
+
+        def _abort() -> None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+
+        watch = StartWatch(log, (work / "run_id").exists,
+                           lambda rid: flwr_json(flwr, env, "ls", "--run-id", str(rid)),
+                           lambda rid: subprocess.run([flwr, "stop", str(rid), "fedgl"],
+                                                      env=env, capture_output=True, timeout=30,
+                                                      check=False),
+                           _abort, timeout=float(getattr(args, "start_timeout", 30.0)))
+        watcher = watch.start()
         try:
             proc.wait()
         except KeyboardInterrupt:
             _stop_run(work / "run_id", home, proc)
             raise
         finally:
+            watch.done.set()
+            watcher.join(timeout=40)
             shown.join()
             _keep_log(work / "server.log", out)
+    if watch.problem is not None:
+        raise RunAborted(watch.problem)
     if not status.is_file():
         tail = log.read_text()[-600:].strip().splitlines()
         raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
@@ -563,10 +652,17 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     client.add_argument("--key", required=True, metavar="KEY", help="client-<k>.key (fedgl keys)")
     client.add_argument("--roster", required=True, metavar="ROSTER", help="roster.json")
     _add_tls(client)
-    client.add_argument("--auth-key", metavar="PEM", default=None,
-                        help="SuperNode authentication private key (Flower's "
-                             "--auth-supernode-private-key)")
+    client.add_argument("--auth-key", metavar="NODE_KEY", default=None,
+                        help="SuperNode authentication private key: an EC key in OpenSSH "
+                             "format (`ssh-keygen -t ecdsa -b 384 -N \"\" -f node-a`; the "
+                             "coordinator registers node-a.pub), passed to Flower's "
+                             "--auth-supernode-private-key")
     add_policy_flags(client)
+    client.add_argument("--log", dest="client_log", default=None, metavar="FILE",
+                        help="this client's log file, every line of its SuperNode included "
+                             "(default: client-<k>.log in --state-dir, else beside the shard)")
+    client.add_argument("--verbose", action="store_true",
+                        help="also show Flower's own lines (always in the log file)")
     client.add_argument("--state-dir", default=None, metavar="DIR",
                         help="this organisation's own records (its input record: the one "
                              "secure sum each input entered, its DP noise, the ε spent; its DP "
@@ -605,6 +701,10 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
                         help="seconds to wait for every roster client's SuperNode")
     server.add_argument("--message-timeout", type=float, default=600.0, metavar="S",
                         help="seconds to wait for a client's reply to one message")
+    server.add_argument("--start-timeout", type=float, default=30.0, metavar="S",
+                        help="seconds the submitted run may stay pending on the SuperLink "
+                             "before it is stopped and reported (its SuperExec is not "
+                             "starting it)")
     add_config_flags(server, algorithm=algorithm)
 
 
@@ -613,18 +713,28 @@ def add_certs_parser(sub: Any) -> None:
     certs = sub.add_parser("certs", help="write trial TLS certificates for the SuperLink (a CA "
                            "and a server certificate covering its addresses)",
                            description="Write ca.pem (public: give it to every organisation), "
+                                       "ca.key (the CA's private key, mode 0600: keep it on the "
+                                       "coordinator, off the SuperLink if you can), "
                                        "superlink.pem and superlink.key (the server's) into "
-                                       "--out. The certificate covers every --host: a DNS name "
-                                       "or an IP address, as the clients will reach the server. "
-                                       "For a trial; production uses the organisations' PKI.")
+                                       "--out. The certificate covers every --host (a DNS name "
+                                       "or an IP address, as the clients will reach the server) "
+                                       "and always 127.0.0.1 and localhost, which the "
+                                       "SuperLink's own SuperExec uses. Run again with the same "
+                                       "--out to add a host: the CA is reused (the organisations "
+                                       "keep their ca.pem) and a new server certificate covers "
+                                       "the old hosts and the new. For a trial; production uses "
+                                       "the organisations' PKI.")
     certs.add_argument("--host", action="append", required=True, metavar="NAME_OR_IP",
                        help="an address the SuperLink is reached by (repeat for several)")
     certs.add_argument("--out", dest="certs_out", required=True, metavar="DIR")
-    certs.add_argument("--days", type=int, default=30, help="validity (default: 30)")
+    certs.add_argument("--days", type=int, default=30,
+                       help="validity of the server certificate (default: 30; the CA lasts "
+                            "a year, or --days if longer)")
 
 
 def cmd_certs(args: Any) -> dict[str, Path]:
-    """Write the trial CA and SuperLink certificate for ``--host`` into ``--out``."""
+    """Write the SuperLink certificate for ``--host`` into ``--out``, signed by the CA kept
+    there (made first when the folder has none)."""
     import ipaddress
 
     hosts = tuple(dict.fromkeys(h.strip().strip("[]") for h in args.host))
@@ -640,10 +750,11 @@ def cmd_certs(args: Any) -> dict[str, Path]:
     if not 1 <= args.days <= 3650:
         raise ConfigError(f"--days must be between 1 and 3650 (got {args.days})")
     out = Path(args.certs_out)
-    existing = [n for n in ("ca.pem", "superlink.pem", "superlink.key") if (out / n).exists()]
-    if existing:
-        raise ConfigError(f"'{out / existing[0]}' exists; choose an empty --out folder "
-                          "(certificates are never overwritten)")
+    if not (out / "ca.pem").exists() and not (out / "ca.key").exists():
+        stray = [n for n in ("superlink.pem", "superlink.key") if (out / n).exists()]
+        if stray:
+            raise ConfigError(f"'{out / stray[0]}' exists without the CA that signed it; choose "
+                              "an empty --out folder")
     return trial_certificates(out, hosts, days=args.days)
 
 

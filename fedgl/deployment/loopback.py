@@ -106,8 +106,9 @@ class Loopback:
 
     def start_client(self, k: int, name: str, extra: list[str] | None = None
                      ) -> subprocess.Popen:
-        """Start ``fedgl client`` for client k's shard and key (log ``<name>.log``; what it
-        receives at the end of a run in ``<name>-out`` unless the client arguments say)."""
+        """Start ``fedgl client`` for client k's shard and key (its terminal ``<name>.log``,
+        its own log file ``<name>.client.log``; what it receives at the end of a run in
+        ``<name>-out`` unless the client arguments say)."""
         given = [a.replace("{k}", str(k)) for a in self.client_args]
         out = [] if "--out" in given else ["--out", str(self.folder / f"{name}-out")]
         return self._spawn(name, [
@@ -116,6 +117,7 @@ class Loopback:
             "--key", str(self.keys / f"client-{k}.key"),
             "--roster", str(self.keys / "roster.json"), *self.tls_flags,
             "--flwr-home", str(self.folder / f"node-{name}"),
+            "--log", str(self.folder / f"{name}.client.log"),
             *given, *out, *(extra or [])],
             dict(os.environ))
 

@@ -161,8 +161,9 @@ def _ingest(args: argparse.Namespace) -> int:
         raise ConfigError(f"--out '{out}' exists and is not a folder")
     if settings.pop("vertical", False):
         path = ingest_vertical(IngestSpec(**settings), secret, out_path)
-        print(f"vertical ingest written to {path} (pseudonyms only); try the parties with "
-              "`fedgl run --shards DIR... --algorithm glasu`, deploy with `fedgl psi start` "
+        print(f"vertical ingest written to {path}: it holds this party's features and labels "
+              "(ids as keyed pseudonyms), so keep it here; try the parties with `fedgl run "
+              "--shards DIR... --algorithm glasu`, deploy with `fedgl psi start` "
               "(docs/own-data.md)")
         return 0
     request = ingest(IngestSpec(**settings), secret, out_path)

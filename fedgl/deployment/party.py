@@ -48,7 +48,7 @@ from typing import Any
 
 from fedgl.config import Config
 from fedgl.config.registry import load_path
-from fedgl.data.provenance import mismatch
+from fedgl.data.provenance import mismatch, shard_record
 from fedgl.data.shard_format import read_manifest, read_shard
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
@@ -174,6 +174,8 @@ class Party:
         self.out = Path(out) if out is not None else Path(f"fedgl-client-{self.client_id}")
         self.receive_model = bool(receive_model)
         self.endpoint: Endpoint | None = None
+        self._round_shown: int | None = None   # the latest round a progress line named
+        self._rounds: int | None = None        # the run's rounds (from its set-up)
         #: the party's own set-up protocol: ``new`` -> hello -> ``greeted`` -> setup -> ``set-up``
         self.protocol_state = "new"
         self.run_id: int | None = None
@@ -243,12 +245,20 @@ class Party:
         except FedglError as exc:
             self.own.refuse(f"'{SETUP}' {exc}")
         self.endpoint = Endpoint(role, f"client {self.client_id}")
+        self._round_shown = None
+        rounds = getattr(cfg, "rounds", None)
+        self._rounds = rounds if isinstance(rounds, int) else None
         # the set-up's second step in the same round trip: the role's own public facts
         facts = self.endpoint.dispatch(FACTS, {}, SETUP_PHASE)
         aligned = (self.manifest.get("source") or {}).get("common_sha256")
         if isinstance(facts, dict) and isinstance(aligned, str):
             facts = {**facts, "alignment": aligned}   # a PSI-placed shard: its entities' digest
-        return {"ok": True, "dp_releases": logged, "facts": facts}
+        reply = {"ok": True, "dp_releases": logged, "facts": facts}
+        data = shard_record(self.manifest.get("source") or {}, self.client_id,
+                            self.shard.num_nodes)
+        if data:
+            reply["data"] = data   # what the result records of this shard (environment.data)
+        return reply
 
     @handles(MODEL, phases=(SETUP_PHASE,), states=("set-up",), enters="released",
              schema={"weights": Weights(), "card": Str(max_len=1 << 24)})
@@ -330,7 +340,18 @@ class Party:
                             "set the run up first")
         else:
             out = self.endpoint.dispatch(msg_type, payload, phase)
+            self._progress(payload)
         return encode(msg_type + ".reply", out).to_bytes()
+
+    def _progress(self, payload: Any) -> None:
+        """One line when the server's messages reach a new training round (a message that
+        names its ``round``), so that the organisation sees the run advance."""
+        r = payload.get("round") if isinstance(payload, dict) else None
+        if isinstance(r, int) and not isinstance(r, bool) and r != self._round_shown:
+            self._round_shown = r
+            rounds = self._rounds
+            print(f"client {self.client_id}: round {r}"
+                  f"{f'/{rounds}' if rounds else ''}", flush=True)
 
     def answer(self, header: dict[str, Any], body: bytes) -> tuple[dict[str, Any], bytes]:
         """One relayed request; a refusal is a one-line ``{"refused": ...}``."""

@@ -100,7 +100,9 @@ HELLO_REPLY = {"client_id": Int(0, 1 << 31), "signature": Bytes(max_len=256)}
 #: what a party's ``party.setup`` reply must be: the DP releases it logged for the run, and its
 #: role's ``setup.facts`` reply (checked by :func:`fedgl.federation.facts.agree`)
 SETUP_REPLY = {"ok": Bool(), "dp_releases": Seq(Str(max_len=4096), max_len=1 << 20),
-               "facts": Any_()}
+               "facts": Any_(), "data": Any_()}
+#: fields a set-up reply may leave out: ``data``, what the result records of the shard
+SETUP_OPTIONAL = ("data",)
 #: where the deployment keeps the run's tag (the name the parties file their records under)
 RUN_FILE = "deployment-run.json"
 
@@ -180,15 +182,21 @@ def setup_clients(runtime: FlowerRuntime, cfg: Config, seed: int, run_tag: str,
         runtime.on_client_failure = policy
     logged: dict[str, list[str]] = {}
     facts: dict[int, Any] = {}
+    shards: dict[int, dict[str, Any]] = {}
     for k, reply in replies.items():
         bad = "not a record" if not isinstance(reply, dict) else \
-            check_fields(reply, SETUP_REPLY, (), {})
+            check_fields(reply, SETUP_REPLY, SETUP_OPTIONAL, {})
         if bad:
             raise RunAborted(f"client {k} answered the run set-up with a malformed reply ({bad})")
         if reply["dp_releases"]:
             logged[str(k)] = list(reply["dp_releases"])
         facts[k] = reply["facts"]
+        if isinstance(reply.get("data"), dict):
+            shards[k] = {**reply["data"], "client_id": int(k)}
     runtime.answered = {FACTS: facts}
+    runtime.data = ({"dataset": cfg.dataset, "partition": "the organisations' own"
+                     if str(cfg.dataset).startswith("own:") else cfg.partition,
+                     "shards": [shards[k] for k in sorted(shards)]} if shards else None)
     return logged
 
 
@@ -218,6 +226,8 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, seed: int,
         env["graph"] = {"num_nodes": int(sum(facts.nodes.values())),
                         "num_features": int(next(iter(facts.features.values()))),
                         "num_classes": int(facts.num_classes)}
+    if getattr(runtime, "data", None):   # the shards' own record of what they hold
+        env["data"] = runtime.data
     return RunResult(recorded, env, [rep])
 
 

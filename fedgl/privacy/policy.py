@@ -298,6 +298,23 @@ def _compare(name: str, rule: Rule, mine: Any, theirs: Any) -> str | None:
     raise ValueError(f"unknown rule kind {rule.kind!r}")
 
 
+def _yaml_where(exc: Exception) -> str:
+    """`` at line N (what is wrong)`` for a YAML error: the line of the construct at fault. A
+    key without its colon, an unclosed quote or bracket is found only on a later line (or at
+    the end of the file), where the parser notices; it names the line where the construct
+    began as its context, which is the line to fix."""
+    problem = getattr(exc, "problem_mark", None)
+    context = getattr(exc, "context_mark", None)
+    why = str(getattr(exc, "context", None) or "")
+    mark = context if context is not None and (why.startswith("while scanning")
+                                               or why.startswith("while parsing a flow")) \
+        else problem
+    if mark is None:
+        return ""
+    what = getattr(exc, "problem", None)
+    return f" at line {mark.line + 1}" + (f" ({what})" if what else "")
+
+
 def read_policy_file(path: str | Path) -> dict[str, Any]:
     """A policy file's mapping (YAML or JSON) as written; every problem, an empty or
     comment-only file included, is one ConfigError line."""
@@ -312,10 +329,8 @@ def read_policy_file(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}" if where is not None else ""
-        raise ConfigError(f"policy file '{path}' is not valid YAML{at}; write `key: value` "
-                          "lines") from None
+        raise ConfigError(f"policy file '{path}' is not valid YAML{_yaml_where(exc)}; write "
+                          "`key: value` lines") from None
     if data is None or data == {}:
         raise ConfigError(f"policy file '{path}' is empty (or only comments); write the "
                           "policy's `key: value` lines, e.g. `secure_sum: robust` (`secure_sum: "

@@ -189,6 +189,8 @@ class FlowerRuntime:
         self.nodes = dict(nodes)
         self.ledger = ledger if ledger is not None else Ledger()
         self.events: list[dict[str, Any]] = []
+        #: what the clients' shards say they hold (the result's ``environment.data``)
+        self.data: dict[str, Any] | None = None
         self.on_client_restart: Any = None
         self.timeout = timeout
         self.on_client_failure = on_client_failure
@@ -252,8 +254,8 @@ class FlowerRuntime:
             why = refusal(reply, k)
             if why is not None:
                 if reply.has_error():
-                    self._failed(k, method, phase, _flower_failure(reply, why,
-                                                                   seen.after[message_id]))
+                    self._failed(k, method, phase, _flower_failure(
+                        reply, why, seen.after[message_id], self.on_client_failure == "drop"))
                     continue
                 raise ProtocolViolation(why)
             self.flower_bytes[phase]["up"] += flower_nbytes(reply) or 0
@@ -297,10 +299,13 @@ def _silence(message_id: str, elapsed: float, timeout: float) -> str:
 NODE_UNAVAILABLE = 5
 
 
-def _flower_failure(reply: Message, why: str, after: float) -> str:
-    """A Flower error reply, said plainly, with when it came."""
+def _flower_failure(reply: Message, why: str, after: float, dropping: bool = False) -> str:
+    """A Flower error reply, said plainly, with when it came; the advice fits the run's
+    ``--on-client-failure`` (``dropping``: the run already goes on without the client)."""
     if int(reply.error.code) == NODE_UNAVAILABLE:
+        fix = ("the run goes on without it" if dropping else
+               "restart it, or run with --on-client-failure drop to go on without it")
         return (f"its SuperNode stopped reporting to the SuperLink after {after:.0f} s (Flower: "
                 "node unavailable): the organisation's `fedgl client` stopped or lost its "
-                "connection; restart it, or run with --on-client-failure drop to go on without it")
+                f"connection; {fix}")
     return f"{why} (after {after:.0f} s)"

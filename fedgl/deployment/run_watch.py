@@ -1,0 +1,150 @@
+"""``fedgl server``'s guards around the run it submits to the SuperLink.
+
+- :func:`hold_server_lock`: one ``fedgl server`` per ``--out`` folder, checked before anything is
+  submitted (the ServerApp's own results-folder lock comes only once the SuperLink starts it).
+- :func:`busy_runs`: a federation already running another run refuses a second ``fedgl server``
+  in one line (a second run would take over the organisations' SuperNodes, and the first then
+  fails on messages it never sent).
+- :class:`StartWatch`: a submitted run that stays ``pending`` (the SuperLink's SuperExec died,
+  e.g. against a certificate that does not cover 127.0.0.1) or ends before its ServerApp starts
+  is reported in one line within seconds and stopped, instead of ``fedgl server`` waiting past
+  ``--join-timeout`` in silence. Flower's own view of the runs is ``flwr ls`` / ``flwr log``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import re
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from fedgl.errors import ConfigError
+
+#: seconds a submitted run may stay ``pending`` before ``fedgl server`` reports it
+START_TIMEOUT = 30.0
+_STARTED = re.compile(r"Successfully started run (\d+)")
+
+
+def hold_server_lock(out: Path) -> int:
+    """Lock ``.<out>.server.lock`` beside ``out`` for this process's life (the returned file
+    descriptor); a second ``fedgl server`` with the same ``--out`` is refused in one line."""
+    parent = out.absolute().parent
+    parent.mkdir(parents=True, exist_ok=True)
+    path = parent / f".{out.name}.server.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 64).decode(errors="replace").strip() or "another process"
+        os.close(fd)
+        raise ConfigError(f"--out '{out}' is in use by another fedgl server ({holder}); wait "
+                          "for it to finish or choose another --out") from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"pid {os.getpid()}\n".encode())
+    return fd
+
+
+def run_id_from(text: str) -> int | None:
+    """The run id ``flwr run`` printed on submission, if it did."""
+    found = _STARTED.search(text)
+    return int(found.group(1)) if found else None
+
+
+def busy_runs(ls_json: str) -> list[tuple[str, str]]:
+    """``(run id, status)`` of every run ``flwr ls --format json`` lists as not finished."""
+    try:
+        runs = json.loads(ls_json).get("runs") or []
+    except (ValueError, AttributeError):
+        return []
+    return [(str(r.get("run-id")), str(r.get("status"))) for r in runs
+            if isinstance(r, dict) and not str(r.get("status", "")).startswith("finished")]
+
+
+def busy_line(superlink: str, busy: list[tuple[str, str]]) -> str:
+    """The one line refusing a second run on a busy federation."""
+    run_id, status = busy[0]
+    return (f"the federation at {superlink} is busy: run {run_id} is {status} (`flwr ls`); "
+            f"wait for it to finish, or stop it with `flwr stop {run_id}`, then start this run")
+
+
+def start_verdict(status: str, details: str, pending_for: float, timeout: float
+                  ) -> str | None:
+    """Why a submitted run whose ServerApp has not started yet is not going to (None: wait)."""
+    if status.startswith("finished"):
+        why = f" ({details})" if details else ""
+        return (f"ended as {status}{why} before its ServerApp started; see the SuperLink's log "
+                "(`flwr log RUN_ID` shows the run's own lines)")
+    if status == "pending" and pending_for > timeout:
+        return (f"is still pending after {pending_for:.0f} s: the SuperLink's SuperExec is not "
+                "starting it (see the SuperLink's log; a SuperLink certificate that does not "
+                "cover 127.0.0.1 stops its SuperExec: make it with `fedgl certs`); the run was "
+                "stopped")
+    return None
+
+
+class StartWatch:
+    """Watch a submitted run until its ServerApp starts (``started()`` true); ``ls(run_id)``
+    returns ``flwr ls --run-id`` JSON, ``stop(run_id)`` stops it. On a verdict,
+    :attr:`problem` holds the one line and ``abort()`` ends ``flwr run``."""
+
+    def __init__(self, log: Path, started: Callable[[], bool], ls: Callable[[int], str],
+                 stop: Callable[[int], None], abort: Callable[[], None],
+                 timeout: float = START_TIMEOUT, every: float = 2.0) -> None:
+        self.log, self.started, self.ls, self.stop, self.abort = log, started, ls, stop, abort
+        self.timeout, self.every = timeout, every
+        self.problem: str | None = None
+        self.done = threading.Event()
+
+    def check(self, run_id: int, pending_for: float) -> bool:
+        """One look at the run; True when a verdict was reached (and acted on)."""
+        try:
+            runs = json.loads(self.ls(run_id)).get("runs") or []
+        except (ValueError, AttributeError, OSError, subprocess.SubprocessError):
+            return False
+        mine = [r for r in runs if isinstance(r, dict) and str(r.get("run-id")) == str(run_id)]
+        if not mine or self.started():
+            return False
+        verdict = start_verdict(str(mine[0].get("status", "")),
+                                str(mine[0].get("status-details") or ""), pending_for,
+                                self.timeout)
+        if verdict is None:
+            return False
+        self.problem = f"run {run_id} {verdict}".replace("RUN_ID", str(run_id))
+        if not verdict.startswith("ended"):
+            self.stop(run_id)
+        self.abort()
+        return True
+
+    def watch(self) -> None:
+        """Until the ServerApp starts or ``done`` is set (``flwr run`` ended)."""
+        begun = time.monotonic()
+        run_id = None
+        while not self.done.wait(self.every):
+            if self.started():
+                return
+            if run_id is None:
+                try:
+                    run_id = run_id_from(self.log.read_text(errors="replace"))
+                except OSError:
+                    run_id = None
+                if run_id is None:
+                    continue
+            if self.check(run_id, time.monotonic() - begun):
+                return
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.watch, daemon=True)
+        thread.start()
+        return thread
+
+
+def flwr_json(flwr: str, env: dict[str, str], *args: str) -> str:
+    """``flwr ARGS --format json`` against the connection ``fedgl``; its stdout."""
+    done = subprocess.run([flwr, *args, "fedgl", "--format", "json"], env=env,
+                          capture_output=True, text=True, timeout=30, check=False)
+    return done.stdout
