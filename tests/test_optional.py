@@ -123,6 +123,17 @@ def test_pyproject_extras_match_the_helper():
                                                    for r in extras["dev"]}
 
 
+def test_core_dependencies_have_no_upper_cap():
+    """`pip install fedgl` keeps the torch (and the rest) a user already has: the core caps no
+    version; the one capped extra is Flower, whose internals fedgl uses."""
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]
+    capped = [r for r in project["dependencies"] if "<" in r or "==" in r or "~=" in r]
+    assert not capped, capped
+    extras = [r for reqs in project["optional-dependencies"].values() for r in reqs
+              if "<" in r or "==" in r or "~=" in r]
+    assert extras == ["flwr>=1.42,<1.43"], extras
+
+
 # ---------------------------------------------------------------------- start-up imports
 PROBE = r"""
 import json, sys
