@@ -10,11 +10,10 @@ from __future__ import annotations
 import torch
 
 from fedgl.config import Config
+from fedgl.data.client_data import SPLITS
 from fedgl.data.graph import GraphData
 from fedgl.federation.aggregate import State
 from fedgl.models import build_model, gcn_edge_weights
-
-SPLITS = ("train", "val", "test")
 
 
 class OracleEvaluator:

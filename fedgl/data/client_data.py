@@ -16,6 +16,9 @@ from torch import Tensor
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
 
+#: the labelled splits every client holds a mask of
+SPLITS = ("train", "val", "test")
+
 
 @dataclass
 class ClientData:

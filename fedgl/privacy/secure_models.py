@@ -109,7 +109,7 @@ class SecureFedAvg(FedAvg):
     def pooled_counts(self, clients: list[int], length: int) -> dict[str, float]:
         """The pooled accuracies (``<split>_acc``) from one secure sum of the ``clients``'
         held evaluation counts (``length``: correct then total, per split)."""
-        from fedgl.evaluation import SPLITS
+        from fedgl.data.client_data import SPLITS
 
         if length != 2 * len(SPLITS):
             raise RunAborted(f"clients announced {length} secure evaluation counts, not "
