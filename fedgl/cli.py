@@ -393,6 +393,10 @@ def _cmd_deployment(args: argparse.Namespace) -> int:
     overrides = _overrides(args)
     if args.command == "server" and args.resume:
         cfg = commands.resumed_config(args, overrides)
+    elif args.command == "server" and getattr(args, "predict", None):
+        from fedgl.deployment.model_release import predict_config
+
+        cfg = predict_config(args.predict, overrides)
     else:
         cfg = (as_config(args.config_file, **overrides) if args.config_file
                else as_config(**overrides))
@@ -406,6 +410,10 @@ def _cmd_deployment(args: argparse.Namespace) -> int:
     if not cfg.out:
         raise ConfigError("fedgl server needs --out DIR (the results folder)")
     done = commands.cmd_server(cfg, args)
+    if getattr(args, "predict", None):
+        print(f"deployed scoring finished; each organisation's scores are in its own folder; "
+              f"the summary in {done['out']}/prediction.json")
+        return 0
     print(f"deployed run finished; results in {done['out']}")
     return 0
 

@@ -86,7 +86,7 @@ def test_every_organisation_gets_its_copy_and_its_scores(files, tmp_path):
     card = json.loads((out / "model" / "model.json").read_text())
     assert card["architecture"]["in_channels"] == 1433   # the widths the clients reported
     log: list[str] = []
-    digests = release_model(PartyRuntime(parties), out, log.append)
+    digests = release_model(PartyRuntime(parties), out / "model", log.append)
     assert digests == {0: card["sha256"], 1: card["sha256"], 2: card["sha256"]}
     assert "every copy's SHA-256" in log[-1]
     hit = total = 0
@@ -116,14 +116,14 @@ def test_a_party_takes_one_model_per_run_and_only_when_it_wants_one(files, tmp_p
 
     parties, _, out = _trained(files, tmp_path, receive=(True, True, False))
     log: list[str] = []
-    digests = release_model(PartyRuntime(parties), out, log.append)
+    digests = release_model(PartyRuntime(parties), out / "model", log.append)
     assert sorted(digests) == [0, 1]
     assert any("client 2 did not take the model" in line and "--no-model" in line
                for line in log), log
     assert not (tmp_path / "org-2").exists()
     # a second hand-over in the same run is refused: the run is over for the party
     again: list[str] = []
-    assert release_model(PartyRuntime(parties), out, again.append) == {}
+    assert release_model(PartyRuntime(parties), out / "model", again.append) == {}
     assert all("did not take the model" in line for line in again[:2]), again
 
 
@@ -152,3 +152,45 @@ def test_a_model_that_is_not_the_cards_is_refused(files, tmp_path):
                      clients=[1])
     assert not (tmp_path / "org-0" / "model").exists()
     assert not (tmp_path / "org-1" / "model").exists()
+
+
+@needs_flwr
+def test_deployed_scoring_equals_the_hand_over_and_the_local_prediction(files, tmp_path):
+    """A loopback federation trains (each organisation gets its copy and its scores), then
+    `fedgl server --predict MODEL_DIR` over the same shards: the set-up exchange again, the model
+    to every organisation, the same scores in each one's folder, and the same as the local
+    `fedgl predict` computes for that organisation."""
+    import subprocess
+    import sys
+
+    import fedgl
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import deployed_run
+
+    keys = {**RUN, "rounds": 2}
+    deployed_run(files, "score-train", keys, ["--secure-sum", "none"])
+    model = files / "out-score-train" / "model"
+    trained = {k: (files / "fed-score-train" / f"client-{k}-out" / "scores.csv").read_text()
+               for k in range(3)}
+    out = tmp_path / "scored"
+    with Loopback(tmp_path / "fed", files / "shards", files / "keys", 3,
+                  ["--secure-sum", "none"]) as fed:
+        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
+                               fed.address, "--roster", str(files / "keys" / "roster.json"),
+                               *fed.tls_flags, "--out", str(out), "--join-timeout", "120",
+                               "--message-timeout", "300", "--predict", str(model)],
+                              capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads((out / "prediction.json").read_text())
+    card = json.loads((model / "model.json").read_text())
+    assert {k: v["sha256"] for k, v in summary["organisations"].items()} == \
+        {str(k): card["sha256"] for k in range(3)}
+    assert summary["exchange"]["bytes"]["pretrain"]["up"] > 0   # the set-up exchange ran
+    local = fedgl.predict(model, data_root=None)
+    for k in range(3):
+        scored = (tmp_path / "fed" / f"client-{k}-out" / "scores.csv").read_text()
+        assert scored == trained[k]
+        org = local.organisations[k]
+        rows = list(csv.DictReader(scored.splitlines()))
+        assert [int(r["id"]) for r in rows] == org.positions.tolist()
+        assert [r["prediction"] for r in rows] == [str(int(c)) for c in org.predicted()]

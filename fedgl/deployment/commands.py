@@ -444,15 +444,17 @@ def cmd_server(cfg: Config, args: Any) -> dict[str, Any]:
     if not 1 <= start_timeout <= 3600:   # NaN fails too
         raise ConfigError(f"--start-timeout {start_timeout:g} must be between 1 and 3600 "
                           "seconds")
-    if str(cfg.dataset).startswith("own:") and not getattr(args, "resume", None):
+    if str(cfg.dataset).startswith("own:") and not getattr(args, "resume", None) \
+            and not getattr(args, "predict", None):
         from fedgl.data.provenance import refuse_own_keys
 
         refuse_own_keys(cfg)
     out = Path(cfg.out).absolute()
     resume = bool(getattr(args, "resume", None))
-    if out.exists() and (out / "result.json").exists() and not args.overwrite:
-        raise ConfigError(f"'{out}' already holds results; choose another --out or pass "
-                          "--overwrite")
+    held = [n for n in ("result.json", "prediction.json") if (out / n).exists()]
+    if held and not args.overwrite:
+        raise ConfigError(f"'{out}' already holds results ({held[0]}); choose another --out or "
+                          "pass --overwrite")
     if not resume and (out / "checkpoint.pt").is_file():
         raise ConfigError(f"'{out}' holds a checkpoint of an unfinished run; continue it with "
                           f"`fedgl server --resume {out}` or choose another --out")
@@ -500,6 +502,8 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
            "resume": resume, "run_id_file": str(work / "run_id"),
            "log": str(work / "server.log"),
            "timeout": args.message_timeout, "join_timeout": args.join_timeout}
+    if getattr(args, "predict", None):
+        job["predict"] = str(Path(args.predict).absolute())
     (work / "job.json").write_text(json.dumps(job))
     cmd = [_flower_bin("flwr"), "run", str(app), "fedgl", "--stream",
            "--run-config", f'fedgl-job="{work / "job.json"}"']
@@ -697,6 +701,11 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
     server.add_argument("--resume", metavar="DIR", default=None,
                         help="continue the checkpointed deployed run in DIR (as fedgl run "
                              "--resume); the clients rejoin as for a new run")
+    server.add_argument("--predict", metavar="MODEL_DIR", default=None,
+                        help="score instead of train: the model a run wrote (<out>/model) goes "
+                             "to every organisation after the run's set-up exchange, and each "
+                             "scores its own nodes in its own folder (docs/using-the-model.md); "
+                             "the run's settings come from the model's card")
     server.add_argument("--join-timeout", type=float, default=300.0, metavar="S",
                         help="seconds to wait for every roster client's SuperNode")
     server.add_argument("--message-timeout", type=float, default=600.0, metavar="S",

@@ -34,11 +34,12 @@ from fedgl.trained import CARD_FILE, MAX_CARD_BYTES, encode_part, read_card, wri
 MODEL = "party.model"   # fedgl.deployment.party.MODEL
 
 
-def release_model(runtime: Any, out: str | Path, log: Callable[[str], None]) -> dict[int, str]:
-    """Send the model in ``out/model`` to every party of ``runtime``, one by one (a party that
-    refuses is named in the log, the others still get theirs); the digest each party answered.
-    Nothing is sent where the folder holds no single global model."""
-    folder = Path(out) / "model"
+def release_model(runtime: Any, folder: str | Path, log: Callable[[str], None]
+                  ) -> dict[int, str]:
+    """Send the model in ``folder`` (a run's ``<out>/model``) to every party of ``runtime``, one
+    by one (a party that refuses is named in the log, the others still get theirs); the digest
+    each party answered. Nothing is sent where the folder holds no single global model."""
+    folder = Path(folder)
     if not (folder / CARD_FILE).is_file():
         log("no model to hand over: the coordinator never saw it in the clear")
         return {}
@@ -70,6 +71,57 @@ def release_model(runtime: Any, out: str | Path, log: Callable[[str], None]) -> 
         log(f"model handed over to {len(digests)} of {len(runtime.client_ids)} organisations"
             + (f"; every copy's SHA-256 is {card['sha256'][:16]}..." if same else ""))
     return digests
+
+
+def predict_config(model: str | Path, overrides: dict[str, Any]) -> Any:
+    """The configuration of ``fedgl server --predict MODEL_DIR``: the model card's (the run it
+    was trained in), with where and how this run goes from the invocation (``out``, progress,
+    the failure policy); a flag that would change what is computed is refused."""
+    from fedgl.inference.load import card_config
+
+    card = read_card(model)
+    placement = {"out", "progress", "on_client_failure", "device", "threads"}
+    changed = sorted(k for k, v in overrides.items() if k not in placement and v is not None
+                     and k != "algorithm")
+    if changed:
+        raise ConfigError(f"--predict scores with the model's own settings; drop "
+                          f"{', '.join('--' + k.replace('_', '-') for k in changed)}")
+    cfg = card_config(card, **{k: v for k, v in overrides.items()
+                               if k in placement and v is not None})
+    return cfg.replace(rounds=max(1, int(cfg.rounds)))
+
+
+def score_deployed(runtime: Any, cfg: Any, seed: int, model: Path,
+                   log: Callable[[str], None]) -> dict[str, Any]:
+    """``fedgl server --predict``: the algorithm's server set up as for training (the clients'
+    facts, the same privacy), its set-up exchange (FedGCN's pre-training sums) over the
+    organisations' current shards, then the model to every party, which scores its own nodes
+    in its own folder. The summary (``prediction.json``): the model's digest, each party's
+    answer, and the exchange's bytes."""
+    from fedgl.algorithms.runner import start_server
+    from fedgl.config.registry import load_path
+    from fedgl.trained import read_model
+
+    parts, card = read_model(model)
+    _, driver, server_path = cfg.spec.deployment()
+    if driver != "fedavg" or sorted(parts) != ["global"]:
+        raise ConfigError(f"a deployed '{cfg.algorithm}' model is not scored by the "
+                          "organisations on their own (its inference is another exchange); "
+                          "score it with `fedgl predict` over the shards")
+    server, facts = start_server(runtime, load_path(server_path), cfg, seed,
+                                 secure_mode=cfg.secure_sum,
+                                 secagg_threshold=cfg.secagg_threshold,
+                                 secure_models=cfg.secure_models)
+    if facts.num_features != int(card["architecture"]["in_channels"]):
+        raise ConfigError(f"the organisations' shards have {facts.num_features} features, the "
+                          f"model takes {card['architecture']['in_channels']}; give the shards "
+                          "of the data it was trained on")
+    server.pretrain()
+    log("set-up exchange done; handing the model over for scoring")
+    digests = release_model(runtime, model, log)
+    return {"model_sha256": card["sha256"], "algorithm": card.get("algorithm"),
+            "organisations": {str(k): {"sha256": d} for k, d in digests.items()},
+            "exchange": runtime.ledger.summary()}
 
 
 def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Path,

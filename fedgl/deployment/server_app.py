@@ -231,7 +231,7 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, seed: int,
     return RunResult(recorded, env, [rep])
 
 
-def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
+def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
     """The whole server side of one deployed run (see the module docstring)."""
     cfg = Config.from_dict(job["config"])
     if cfg.repeats != 1:
@@ -267,13 +267,21 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult:
         record_hello(runtime, traffic)
         cont.logged = setup_clients(runtime, cfg, cfg.seed, run_tag, resume)
         runtime.continuation = cont
+        if job.get("predict"):   # score with a saved model instead of training
+            from fedgl.deployment.model_release import score_deployed
+
+            summary = score_deployed(runtime, cfg, cfg.seed, Path(job["predict"]), log)
+            folder.commit(lambda staging: (staging / "prediction.json").write_text(
+                json.dumps(summary, indent=2) + "\n"))
+            log(f"finished in {log.elapsed():.0f} s; the summary in {job['out']}")
+            return None
         result = run_deployed(runtime, cfg, cfg.seed,
                               {"nodes": {str(k): n for k, n in nodes.items()},
                                "refused_nodes": refused, "run_tag": run_tag})
         folder.commit(lambda staging: save_with_model(result, staging))
         from fedgl.deployment.model_release import release_model
 
-        release_model(runtime, job["out"], log)
+        release_model(runtime, Path(job["out"]) / "model", log)
         log(f"finished in {log.elapsed():.0f} s; results in {job['out']}")
         return result
     except Exception as exc:

@@ -30,6 +30,8 @@ def card_config(card: dict[str, Any], **overrides: Any) -> Config:
     stored = dict(card.get("config") or {})
     if not stored:
         raise ModelFileError("the model card holds no configuration; use the card fedgl wrote")
+    if stored.get("runtime") == "flower":   # a deployed run's record: the transport it had
+        stored["runtime"] = "local"
     stored.update({"out": None, "progress": False, **overrides})
     try:
         return Config.from_dict(migrate_stored(stored), source="the model card's config")
