@@ -67,7 +67,8 @@ def _cfg(keys: dict[str, Any]) -> Config:
 
 
 def test_every_policy_field_has_a_rule():
-    assert set(RULES) == {f.name for f in dataclasses.fields(ClientPolicy)}
+    # receive_model is what the organisation does with the model, not a rule on the run
+    assert set(RULES) == {f.name for f in dataclasses.fields(ClientPolicy)} - {"receive_model"}
     assert {row[0] for row in WEAKER} == set(RULES)
 
 

@@ -59,10 +59,11 @@ def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, Tru
     from fedgl.privacy.policy import ClientPolicy
 
     cfg = as_config(**RUN)
-    plaintext = ClientPolicy(secure_sum="none")   # named: this run is a plaintext one
+    # named: this run is a plaintext one; whether it takes the model is each one's policy
     parties = [Party(files / "shards" / f"client-{k}.json", files / "keys" / f"client-{k}.key",
-                     files / "keys" / "roster.json", plaintext, out=tmp_path / f"org-{k}",
-                     receive_model=receive[k]) for k in range(3)]
+                     files / "keys" / "roster.json",
+                     ClientPolicy(secure_sum="none", receive_model=receive[k]),
+                     out=tmp_path / f"org-{k}") for k in range(3)]
     for party in parties:
         for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
                                   (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
@@ -118,7 +119,7 @@ def test_a_party_takes_one_model_per_run_and_only_when_it_wants_one(files, tmp_p
     log: list[str] = []
     digests = release_model(PartyRuntime(parties), out / "model", log.append)
     assert sorted(digests) == [0, 1]
-    assert any("client 2 did not take the model" in line and "--no-model" in line
+    assert any("client 2 did not take the model" in line and "receive_model: false" in line
                for line in log), log
     assert not (tmp_path / "org-2").exists()
     # a second hand-over in the same run is refused: the run is over for the party

@@ -106,6 +106,8 @@ def policy_from_args(args: Any) -> ClientPolicy:
     """The policy of ``fedgl client``'s parsed arguments (file, then the flags given)."""
     names = ("secure_sum", "secagg_threshold", "min_contributors", *_FLAGS)
     given = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if getattr(args, "no_model", False):
+        given["receive_model"] = False
     path = getattr(args, "policy", None)
     written = read_policy_file(path) if path is not None else {}
     source = f"policy file '{path}'" if path is not None else "fedgl client flags"

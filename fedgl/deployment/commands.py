@@ -148,8 +148,7 @@ def cmd_client(args: Any) -> int:
     party = Party(args.data, args.key, args.roster,
                   policy_from_args(args),
                   device=args.device, threads=args.threads, state_dir=state_dir,
-                  max_message_bytes=int(args.max_message_mb * (1 << 20)), out=args.out,
-                  receive_model=not args.no_model)
+                  max_message_bytes=int(args.max_message_mb * (1 << 20)), out=args.out)
     if args.auth_key and not Path(args.auth_key).is_file():
         raise ConfigError(f"--auth-key '{args.auth_key}' does not exist")
     layout = os.environ.get("FEDGL_SUPERNODE", "relay")
@@ -677,8 +676,8 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
                              "run: the model (model/), the scores of its own nodes (scores.csv) "
                              "and its metrics (default: ./fedgl-client-<k>)")
     client.add_argument("--no-model", action="store_true",
-                        help="do not take the trained model at the end of a run (the run "
-                             "itself is not affected)")
+                        help="do not take the trained model at the end of a run (policy "
+                             "key receive_model: false; the run itself is not affected)")
     client.add_argument("--device", default=None)
     client.add_argument("--threads", type=int, default=None)
     client.add_argument("--flwr-home", default=None, metavar="DIR",

@@ -172,7 +172,7 @@ class Party:
         #: where this organisation keeps the model it receives at the end of a run, its scores
         #: and metrics (``fedgl client --out``), and whether it takes the model at all
         self.out = Path(out) if out is not None else Path(f"fedgl-client-{self.client_id}")
-        self.receive_model = bool(receive_model)
+        self.receive_model = bool(receive_model) and self.safety.receive_model
         self.endpoint: Endpoint | None = None
         self._round_shown: int | None = None   # the latest round a progress line named
         self._rounds: int | None = None        # the run's rounds (from its set-up)
@@ -272,8 +272,8 @@ class Party:
         if self._context[1] != self.run_id:
             raise ValueError(f"it is for run {self._context[1]}, not run {self.run_id}")
         if not self.receive_model:
-            raise ValueError("this organisation does not take the model (fedgl client "
-                             "--no-model)")
+            raise ValueError("this organisation does not take the model (its policy's "
+                             "receive_model: false, or fedgl client --no-model)")
         assert self.endpoint is not None
         reply = accept_model(self.endpoint.role, weights, card, self.out,
                              f"client {self.client_id}",

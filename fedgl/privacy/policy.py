@@ -124,6 +124,9 @@ class ClientPolicy:
     update_bound: float | None = None
     adjacency_check: str = "node"
     algorithms: tuple[str, ...] | None = None
+    #: whether this organisation takes the trained model at the end of a run (not a rule on
+    #: the run: the run's result does not depend on it)
+    receive_model: bool = True
 
     def __post_init__(self) -> None:
         self.validate()
@@ -183,7 +186,7 @@ class ClientPolicy:
                                     f"(got {self.secure_sum!r})")
         if self.adjacency_check not in ADJACENCY_ORDER:
             raise bad("adjacency_check", f"must be node or edge (got {self.adjacency_check!r})")
-        for name in ("secure_models", "encrypt_models"):
+        for name in ("secure_models", "encrypt_models", "receive_model"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be true or false")
         for name in ("secagg_threshold", "min_contributors"):
