@@ -195,3 +195,47 @@ def test_deployed_scoring_equals_the_hand_over_and_the_local_prediction(files, t
         rows = list(csv.DictReader(scored.splitlines()))
         assert [int(r["id"]) for r in rows] == org.positions.tolist()
         assert [r["prediction"] for r in rows] == [str(int(c)) for c in org.predicted()]
+
+
+@needs_flwr
+def test_vertical_parties_each_keep_only_their_own_part(tmp_path, data_root):
+    """A deployed GLASU run: the model is split among the parties, so each keeps its own part
+    (its sub-layers, and the classifier at the label holder) under its own folder, loadable on
+    its own; nothing of another party's part reaches it."""
+    import fedgl
+    from fedgl.api import as_config
+    from fedgl.deployment.model_release import keep_parts
+    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
+    from fedgl.deployment.server_app import run_deployed
+    from fedgl.privacy.policy import ClientPolicy
+
+    root = write_deployment_files(tmp_path / "files", 3, ("--algorithm", "glasu"))
+    cfg = as_config(algorithm="glasu", dataset="cora", clients=3, layers=2, hidden=16,
+                    agg_layers="2", stale_steps=2, rounds=2, progress=False,
+                    batch_clients=False, secure_sum="none")
+    parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
+                     root / "keys" / "roster.json", ClientPolicy(secure_sum="none"),
+                     out=tmp_path / f"org-{k}") for k in range(3)]
+    for party in parties:
+        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
+                                  (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
+                                           "run_tag": "vertical", "resumed": False})):
+            head, _ = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
+                                    "run_id": 1}, encode(msg_type, payload).to_bytes())
+            assert "refused" not in head, head
+    result = run_deployed(InProcessFlower({p.client_id: p.endpoint.role for p in parties}),
+                          cfg, cfg.seed, {})
+    assert result.environment["graph"]["num_features"] == 1433   # every party's columns
+    log: list[str] = []
+    digests = keep_parts(PartyRuntime(parties), result, log.append)
+    assert sorted(digests) == [0, 1, 2] and "3 of 3 parties keep their own part" in log[-1]
+    for k, party in enumerate(parties):
+        folder = tmp_path / f"org-{k}" / "model"
+        card = json.loads((folder / "model.json").read_text())
+        assert sorted(card["files"]) == [f"party-{k}"] and card["sha256"] == digests[k]
+        assert sorted(p.name for p in folder.glob("*.safetensors")) == [f"party-{k}.safetensors"]
+        module, _ = fedgl.load_model(folder)
+        mine = party.endpoint.role.model.state_dict()
+        assert all(torch.equal(v, mine[n]) for n, v in module[f"party-{k}"].state_dict().items())
+        holds_labels = party.endpoint.role.model.classifier is not None
+        assert ("classifier.weight" in card["files"][f"party-{k}"]["tensors"]) == holds_labels

@@ -32,6 +32,7 @@ from fedgl.federation.protocol import ProtocolViolation
 from fedgl.trained import CARD_FILE, MAX_CARD_BYTES, encode_part, read_card, write_model
 
 MODEL = "party.model"   # fedgl.deployment.party.MODEL
+OWN_PART = "party.own_part"   # fedgl.deployment.party.OWN_PART
 
 
 def release_model(runtime: Any, folder: str | Path, log: Callable[[str], None]
@@ -71,6 +72,61 @@ def release_model(runtime: Any, folder: str | Path, log: Callable[[str], None]
         log(f"model handed over to {len(digests)} of {len(runtime.client_ids)} organisations"
             + (f"; every copy's SHA-256 is {card['sha256'][:16]}..." if same else ""))
     return digests
+
+
+def keep_parts(runtime: Any, result: Any, log: Callable[[str], None]) -> dict[int, str]:
+    """The end of a deployed vertical run: the model is split among the parties, so the
+    coordinator sends each only the card (``party.own_part``) and each writes its own part
+    (``party-<m>.safetensors``) under its own folder; the digest each answered."""
+    from fedgl.inference.card import model_card
+
+    rep = result.repeats[0]
+    graph = result.environment.get("graph") or {}
+    card = model_card(result, rep, num_features=int(graph.get("num_features", 0)),
+                      num_classes=int(graph.get("num_classes", 0)))
+    final = rep.history[-1]["round"] if rep.history else None
+    card["rounds"] = {"final": final, "best_validation": None,
+                      "note": "each party keeps its own part of the final round's model"}
+    card["parts"] = [f"party-{k}" for k in runtime.client_ids]
+    text = json.dumps(card)
+    digests: dict[int, str] = {}
+    for k in runtime.client_ids:
+        try:
+            reply = runtime.call(OWN_PART, {"card": text}, phase=SETUP_PHASE, clients=[k])
+        except (ProtocolViolation, RunAborted, FedglError) as exc:
+            log(f"client {k} did not keep its part: {exc}")
+            continue
+        if k in reply and "sha256" in reply[k]:
+            digests[k] = str(reply[k]["sha256"])
+    if digests:
+        log(f"{len(digests)} of {len(runtime.client_ids)} parties keep their own part of the "
+            "model: " + ", ".join(f"party-{k} {d[:12]}" for k, d in sorted(digests.items())))
+    return digests
+
+
+def keep_own_part(role: Any, card_text: str, out: Path) -> dict[str, Any]:
+    """A vertical party's side of ``party.own_part``: its own sub-layers (and classifier) as
+    ``party-<m>.safetensors`` with the card, under ``out/model``; the reply is the digest."""
+    if len(card_text) > MAX_CARD_BYTES:
+        raise ValueError("the card is larger than a model card can be")
+    try:
+        card = json.loads(card_text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the card is not JSON ({exc})") from None
+    model, m = getattr(role, "model", None), getattr(role, "m", None)
+    if not isinstance(card, dict) or not isinstance(model, torch.nn.Module) or m is None:
+        raise ValueError("this client's role keeps no part of a split model")
+    part = f"party-{int(m)}"
+    state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+    own = {k: v for k, v in card.items() if k not in ("files", "sha256")}
+    own["received"] = {"by": part, "note": "this party's own part; the others keep theirs"}
+    try:
+        written = write_model(Path(out) / "model", {"parts": {part: state}, "best_parts": None},
+                              own)
+    except OSError as exc:
+        raise ConfigError(f"the model could not be written to '{out}' ({exc.strerror}); "
+                          "start fedgl client with a writable --out") from None
+    return {"part": part, "sha256": written["sha256"]}
 
 
 def predict_config(model: str | Path, overrides: dict[str, Any]) -> Any:

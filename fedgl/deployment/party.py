@@ -81,8 +81,9 @@ from fedgl.privacy.inputs import party_record
 from fedgl.privacy.policy import ClientPolicy, with_protective_defaults
 
 HELLO_CONTEXT = "fedgl-flower-hello/1"
-#: the trained model at the end of a run (:mod:`fedgl.deployment.model_release`)
-MODEL = "party.model"
+#: the trained model at the end of a run (:mod:`fedgl.deployment.model_release`), or, for a
+#: model split among the parties, the order to keep one's own part
+MODEL, OWN_PART = "party.model", "party.own_part"
 #: the fewest random bytes a hello challenge may have
 MIN_CHALLENGE = 16
 #: the largest body a set-up message (``party.hello``: a challenge of at most 1 KiB;
@@ -283,6 +284,25 @@ class Party:
                  if "scored" in reply else ""), flush=True)
         return reply
 
+    @handles(OWN_PART, phases=(SETUP_PHASE,), states=("set-up",), enters="released",
+             schema={"card": Str(max_len=1 << 24)})
+    def own_part(self, card: str) -> dict[str, Any]:
+        """The end of a vertical run (once per run): keep this party's own part of the split
+        model under ``--out`` with the card, where its settings take the model
+        (:func:`fedgl.deployment.model_release.keep_own_part`); the reply is its digest."""
+        from fedgl.deployment.model_release import keep_own_part
+
+        if self._context[1] != self.run_id:
+            raise ValueError(f"it is for run {self._context[1]}, not run {self.run_id}")
+        if not self.receive_model:
+            raise ValueError("this organisation does not take the model (its policy's "
+                             "receive_model: false, or fedgl client --no-model)")
+        assert self.endpoint is not None
+        reply = keep_own_part(self.endpoint.role, card, self.out)
+        print(f"own part of the model kept ({reply['part']}, SHA-256 {reply['sha256'][:16]}...) "
+              f"-> {self.out / 'model'}", flush=True)
+        return reply
+
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool
                      ) -> tuple[Config, list[str]]:
         """The role's config with ``out`` at this party's own records for the run (its DP
@@ -312,7 +332,7 @@ class Party:
         """The role's message types and their phases (the party's own are always served)."""
         if self.endpoint is None:
             return {}
-        own = {MODEL: [SETUP_PHASE]}   # the party's own message after the set-up
+        own = {MODEL: [SETUP_PHASE], OWN_PART: [SETUP_PHASE]}   # its own, after the set-up
         # every declared type, also those the role's policy does not take: the relay forwards
         # them, and the party refuses them in its own one line ("not a message type")
         return {**own, **{t: list(h.phases)

@@ -223,8 +223,11 @@ def run_deployed(runtime: FlowerRuntime, cfg: Config, seed: int,
     env = environment(seed, cfg.device)
     facts = getattr(runtime, "facts", None)
     if facts is not None:   # what the model was trained on: the clients' reported widths
-        env["graph"] = {"num_nodes": int(sum(facts.nodes.values())),
-                        "num_features": int(next(iter(facts.features.values()))),
+        widths = list(facts.features.values())   # vertical: each party's own columns
+        env["graph"] = {"num_nodes": int(sum(facts.nodes.values()) if facts.setting ==
+                                         "horizontal" else next(iter(facts.nodes.values()))),
+                        "num_features": int(widths[0] if facts.setting == "horizontal"
+                                            else sum(widths)),
                         "num_classes": int(facts.num_classes)}
     if getattr(runtime, "data", None):   # the shards' own record of what they hold
         env["data"] = runtime.data
@@ -279,9 +282,12 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
                               {"nodes": {str(k): n for k, n in nodes.items()},
                                "refused_nodes": refused, "run_tag": run_tag})
         folder.commit(lambda staging: save_with_model(result, staging))
-        from fedgl.deployment.model_release import release_model
+        from fedgl.deployment.model_release import keep_parts, release_model
 
-        release_model(runtime, Path(job["out"]) / "model", log)
+        if cfg.spec.setting == "vertical":
+            keep_parts(runtime, result, log)
+        else:
+            release_model(runtime, Path(job["out"]) / "model", log)
         log(f"finished in {log.elapsed():.0f} s; results in {job['out']}")
         return result
     except Exception as exc:
