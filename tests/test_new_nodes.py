@@ -4,7 +4,7 @@ edges (the same secret) and ``fedgl predict`` over the updated ingest folders sc
 On Cora, three organisations hold its nodes; 10 % of the nodes (none of them training nodes) are
 held back from the tables the federation trains on, then added with their edges. Their accuracy,
 scored by the model that never saw them, is within 2 points of a model trained with them all
-along (FedGCN 2-hop): a new node's neighbours at other organisations reach it through the same
+along (FedGCN 2-hop; the mean over three training seeds): a new node's neighbours at other organisations reach it through the same
 pre-training exchange.
 """
 
@@ -19,6 +19,7 @@ import fedgl
 from tests._cli_helpers import cli_fixture  # noqa: F401 - the `cli` fixture
 
 ORGS = ("north", "south", "east")
+SEEDS = (0, 1, 2)
 TRAIN = {"algorithm": "fedgcn", "hops": 2, "rounds": 100, "local_steps": 3, "lr": 0.5,
          "progress": False, "secure_sum": "none", "leakage_report": False}
 
@@ -86,23 +87,28 @@ def test_held_back_nodes_scored_after_training_match_a_run_that_had_them(data_ro
     # today's tables: without the held-back nodes; the federation trains on them
     _write_tables(tmp_path / "today", graph, owner, keep)
     before = _ingest(cli, tmp_path / "today", tmp_path / "secret", "ingest")
-    fedgl.run_shards(before, **TRAIN, out=str(tmp_path / "run-before"))
-
-    # tomorrow's tables: every node; the same secret; the model that never saw the new nodes
+    # tomorrow's tables: every node; the same secret
     everything = np.ones(graph.num_nodes, dtype=bool)
     _write_tables(tmp_path / "tomorrow", graph, owner, everything)
     after = _ingest(cli, tmp_path / "tomorrow", tmp_path / "secret", "ingest")
-    res = cli("predict", "--model", tmp_path / "run-before" / "model", "--shards", *after,
-              "--out", tmp_path / "scores-new")
-    assert res.code == 0, res.err
     new_ids = {str(i) for i in held}
-    late = _accuracy(tmp_path / "scores-new", new_ids, graph.y)
 
-    # a federation that had them all along
-    fedgl.run_shards(after, **TRAIN, out=str(tmp_path / "run-all"))
-    assert cli("predict", "--model", tmp_path / "run-all" / "model", "--shards", *after,
-               "--out", tmp_path / "scores-all").code == 0
-    along = _accuracy(tmp_path / "scores-all", new_ids, graph.y)
-    print(f"held-back nodes: accuracy {late:.4f} scored after training, {along:.4f} all along")
-    assert along > 0.6   # the reference learnt
-    assert abs(late - along) <= 0.02, (late, along)
+    # 270 nodes: one node is 0.37 points, and one training seed's accuracy moves by about two
+    # points; the comparison is of the mean over three seeds, the same seeds on both sides
+    late, along = [], []
+    for seed in SEEDS:
+        # the model that never saw the new nodes, trained on today's tables, scores tomorrow's
+        fedgl.run_shards(before, **TRAIN, seed=seed, out=str(tmp_path / f"run-before-{seed}"))
+        res = cli("predict", "--model", tmp_path / f"run-before-{seed}" / "model", "--shards",
+                  *after, "--out", tmp_path / f"scores-new-{seed}")
+        assert res.code == 0, res.err
+        late.append(_accuracy(tmp_path / f"scores-new-{seed}", new_ids, graph.y))
+        # a federation that had them all along
+        fedgl.run_shards(after, **TRAIN, seed=seed, out=str(tmp_path / f"run-all-{seed}"))
+        assert cli("predict", "--model", tmp_path / f"run-all-{seed}" / "model", "--shards",
+                   *after, "--out", tmp_path / f"scores-all-{seed}").code == 0
+        along.append(_accuracy(tmp_path / f"scores-all-{seed}", new_ids, graph.y))
+    print(f"held-back nodes, seeds {SEEDS}: accuracy {late} scored after training (mean "
+          f"{np.mean(late):.4f}), {along} all along (mean {np.mean(along):.4f})")
+    assert min(along) > 0.6   # the reference learnt
+    assert abs(np.mean(late) - np.mean(along)) <= 0.02, (late, along)

@@ -195,7 +195,7 @@ def ingest_parties(tmp_path: Path, parties: int) -> None:
 @pytest.mark.filterwarnings("ignore:.*click.utils.*:DeprecationWarning")
 def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path,
                                                            capsys: pytest.CaptureFixture) -> None:
-    """fedgl ingest --vertical per party (pseudonyms only), then fedgl run --shards: PSI in
+    """fedgl ingest --vertical per party (raw ids only in ids.csv), then fedgl run --shards: PSI in
     process, GLASU over exactly the aligned parts; result.json names the data and the PSI."""
     import json
 
@@ -206,8 +206,13 @@ def test_run_shards_aligns_vertical_ingests_and_runs_glasu(tmp_path: Path,
     said = capsys.readouterr().out   # the folder holds the party's own values: it stays there
     assert "features and labels" in said and "keep it here" in said
     assert "pseudonyms only" not in said
-    written = b"".join(p.read_bytes() for k in range(3) for p in (tmp_path / f"party{k}").iterdir())
-    assert not any(s.encode() in written for s in truth["universe"])   # pseudonyms only
+    # the raw ids stay in the party's private ids.csv; every other file names pseudonyms only
+    folders = [tmp_path / f"party{k}" for k in range(3)]
+    written = b"".join(p.read_bytes() for f in folders for p in f.iterdir() if p.name != "ids.csv")
+    assert not any(s.encode() in written for s in truth["universe"])
+    for f, held in zip(folders, truth["held"], strict=True):   # each party's own ids, its own only
+        kept = {line.split(",", 1)[1] for line in (f / "ids.csv").read_text().splitlines()[1:]}
+        assert kept == set(held)
     assert main(["run", "--shards", *[str(tmp_path / f"party{k}") for k in range(3)],
                  "--algorithm", "glasu", "--rounds", "3", "--no-progress", "--out",
                  str(tmp_path / "res")]) == 0
