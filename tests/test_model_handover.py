@@ -51,7 +51,8 @@ def files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
     return write_deployment_files(tmp_path_factory.mktemp("handover"))
 
 
-def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, True, True)):
+def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, True, True),
+             shards: Path | None = None):
     """A deployed run over in-process parties, its results and model in ``tmp_path/out``."""
     from fedgl.api import as_config, save_with_model
     from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
@@ -60,7 +61,8 @@ def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, Tru
 
     cfg = as_config(**RUN)
     # named: this run is a plaintext one; whether it takes the model is each one's policy
-    parties = [Party(files / "shards" / f"client-{k}.json", files / "keys" / f"client-{k}.key",
+    shards = shards if shards is not None else files / "shards"
+    parties = [Party(shards / f"client-{k}.json", files / "keys" / f"client-{k}.key",
                      files / "keys" / "roster.json",
                      ClientPolicy(secure_sum="none", receive_model=receive[k]),
                      out=tmp_path / f"org-{k}") for k in range(3)]
@@ -109,6 +111,29 @@ def test_every_organisation_gets_its_copy_and_its_scores(files, tmp_path):
         hit, total = hit + hits, total + metrics["test_nodes"]
     # the organisations' own scores pool to the run's federated test accuracy
     assert hit / total == pytest.approx(result.mean("test_acc"), abs=1e-12)
+
+
+@needs_flwr
+def test_an_organisations_scores_name_its_own_raw_ids(files, tmp_path):
+    """``fedgl place`` keeps each node's raw id beside the shard (``client-<k>.ids.csv``); the
+    organisation's client names its scores by them, and the coordinator never reads them."""
+    import shutil
+
+    from fedgl.data.shard_format import ids_path, read_shard, write_ids
+    from fedgl.deployment.model_release import release_model
+
+    shards = tmp_path / "shards"
+    shutil.copytree(files / "shards", shards)
+    for k in range(3):
+        nodes = read_shard(shards / f"client-{k}.json").node_ids.tolist()
+        write_ids(ids_path(shards / f"client-{k}.json", k), nodes, [f"acct-{k}-{v}" for v in nodes])
+    parties, _, out = _trained(files, tmp_path, shards=shards)
+    release_model(PartyRuntime(parties), out / "model", lambda _: None)
+    for k in range(3):
+        rows = list(csv.DictReader((tmp_path / f"org-{k}" / "scores.csv").open()))
+        assert [r["id"] for r in rows] == [f"acct-{k}-{v}" for v in
+                                           parties[k].shard.node_ids.tolist()]
+    assert not any(b"acct-" in p.read_bytes() for p in out.rglob("*") if p.is_file())
 
 
 @needs_flwr

@@ -122,9 +122,9 @@ def test_parquet_tables_give_the_csv_shards(tmp_path: Path) -> None:
 
 
 def test_index_and_place_by_command_equal_the_in_process_setup(banks: tuple) -> None:
-    from fedgl.data.shard_format import read_shard
+    from fedgl.data.shard_format import read_ids, read_shard
 
-    root, _, dirs = banks
+    root, truth, dirs = banks
     assert main(["index", *[str(d / f"request-{k}.json") for k, d in enumerate(dirs)],
                  "--out", str(root / "setup")]) == 0
     shards, _, _ = setup_in_process(dirs)
@@ -135,6 +135,15 @@ def test_index_and_place_by_command_equal_the_in_process_setup(banks: tuple) -> 
         placed = read_shard(root / "shards" / f"client-{k}.json")
         for f in FIELDS:
             assert torch.equal(getattr(placed, f), getattr(shards[k], f)), f
+        # beside the shard, privately: each node's raw id, the bank's own and no other's
+        ids = read_ids(root / "shards" / f"client-{k}.json", k)
+        assert ids is not None and sorted(ids) == placed.node_ids.tolist()
+        assert sorted(ids.values()) == sorted(r for r, b in zip(truth["ids"], truth["bank"],
+                                                                strict=True) if b == k)
+        where = dict(zip(truth["ids"], truth["split"], strict=True))
+        for i, node in enumerate(placed.node_ids.tolist()):
+            split = where[ids[node]]
+            assert bool(getattr(placed, f"{split}_mask")[i]), (node, ids[node])
 
 
 # ---------------------------------------------------------------------- bad tables

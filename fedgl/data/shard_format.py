@@ -59,6 +59,41 @@ def shard_paths(folder: str | Path, client_id: int) -> tuple[Path, Path]:
     return folder / f"client-{client_id}.json", folder / f"client-{client_id}.npz"
 
 
+def ids_path(manifest: str | Path, client_id: int) -> Path:
+    """The organisation's private map from its shard's node numbers to its own raw ids
+    (``node,id``), beside the shard's manifest (written by ``fedgl place`` from the ingest's
+    ``ids.csv``; never read by anyone but the organisation's own client)."""
+    folder = Path(manifest) if Path(manifest).is_dir() else Path(manifest).parent
+    return folder / f"client-{client_id}.ids.csv"
+
+
+def write_ids(path: Path, nodes: list[int], ids: list[str]) -> None:
+    """Write :func:`ids_path`'s file: one ``node,id`` row per own node (atomically)."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(["node", "id"])
+    w.writerows(zip(nodes, ids, strict=True))
+    write_atomic(path, buf.getvalue().encode())
+
+
+def read_ids(manifest: str | Path, client_id: int) -> dict[int, str] | None:
+    """The map :func:`write_ids` wrote for ``client_id`` beside ``manifest``, or None."""
+    import csv
+
+    path = ids_path(manifest, client_id)
+    if not path.is_file():
+        return None
+    try:
+        with path.open(newline="") as f:
+            return {int(row["node"]): str(row["id"]) for row in csv.DictReader(f)}
+    except (KeyError, ValueError, TypeError) as exc:
+        raise DataError(f"'{path}' is not a node,id file ({exc}); write it again with fedgl "
+                        "place") from None
+
+
 def write_atomic(path: Path, data: bytes) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
     with os.fdopen(fd, "wb") as f:

@@ -181,11 +181,13 @@ def score_deployed(runtime: Any, cfg: Any, seed: int, model: Path,
 
 
 def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Path,
-                 name: str, classes: list[str] | None = None) -> dict[str, Any]:
+                 name: str, classes: list[str] | None = None,
+                 own_ids: dict[int, str] | None = None) -> dict[str, Any]:
     """The party's side of ``party.model``: check, write ``out/model/``, score the own nodes
     (``out/scores.csv``) and write ``out/metrics.json``; the reply (the weights' digest).
     ``classes``: the organisations' own class names (its shard's), which its copy's card and
-    scores use (the coordinator's card numbers them)."""
+    scores use (the coordinator's card numbers them); ``own_ids``: its own raw ids of the
+    shard's nodes (the scores name them), else the shard's node numbers."""
     if len(card_text) > MAX_CARD_BYTES:
         raise ValueError("the card is larger than a model card can be")
     try:
@@ -221,7 +223,9 @@ def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Pat
     log_probs = _own_scores(role, weights)
     if log_probs is not None:
         names = [str(c) for c in own.get("classes") or range(log_probs.size(1))]
-        _write_scores(folder / "scores.csv", role.data.node_ids.tolist(), log_probs, names)
+        nodes = role.data.node_ids.tolist()
+        ids = [own_ids.get(int(v), str(v)) for v in nodes] if own_ids else nodes
+        _write_scores(folder / "scores.csv", ids, log_probs, names)
         counts = role._counts(log_probs.to(role._y.device))
         metrics = {f"{s}_acc": (c / t if t else None) for s, c, t in
                    zip(("train", "val", "test"), counts["correct"], counts["total"], strict=True)}
@@ -246,7 +250,7 @@ def _own_scores(role: Any, weights: dict[str, Tensor]) -> Tensor | None:
         return None
 
 
-def _write_scores(path: Path, ids: list[int], log_probs: Tensor, classes: list[str]) -> None:
+def _write_scores(path: Path, ids: list[Any], log_probs: Tensor, classes: list[str]) -> None:
     import csv
     import io
 

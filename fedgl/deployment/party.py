@@ -49,7 +49,7 @@ from typing import Any
 from fedgl.config import Config
 from fedgl.config.registry import load_path
 from fedgl.data.provenance import mismatch, shard_record
-from fedgl.data.shard_format import read_manifest, read_shard
+from fedgl.data.shard_format import read_ids, read_manifest, read_shard
 from fedgl.errors import ConfigError, DataError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
 from fedgl.federation.facts import FACTS
@@ -149,6 +149,9 @@ class Party:
         self.manifest = read_manifest(data)
         self.shard = read_shard(data)
         self.client_id = int(self.shard.client_id)
+        #: the organisation's own raw ids of its shard's nodes (``fedgl place`` keeps them
+        #: beside the shard), for the scores it writes; None: the shard's node numbers
+        self.own_ids = read_ids(data, self.client_id)
         self.roster = read_roster(roster)
         self.identity = read_identity(key)
         if self.client_id not in self.roster:
@@ -278,7 +281,8 @@ class Party:
         assert self.endpoint is not None
         reply = accept_model(self.endpoint.role, weights, card, self.out,
                              f"client {self.client_id}",
-                             (self.manifest.get("source") or {}).get("classes"))
+                             (self.manifest.get("source") or {}).get("classes"),
+                             self.own_ids)
         print(f"model received (SHA-256 {reply['sha256'][:16]}...) -> {self.out / 'model'}"
               + (f"; {reply['scored']} own nodes scored -> {self.out / 'scores.csv'}"
                  if "scored" in reply else ""), flush=True)

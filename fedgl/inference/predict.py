@@ -202,12 +202,6 @@ def _names(folders: list[Path]) -> list[str]:
 
 
 def _own_ids(folder: Path, own: Any) -> list[str]:
-    """The organisation's own ids in its ingest's order (``own``: the pseudonyms): the raw ids
-    its ingest kept privately (``ids.csv``), else the pseudonyms in hex."""
-    hexes = [bytes(row).hex() for row in own]
-    path = folder / "ids.csv"
-    if not path.is_file():
-        return hexes
-    with path.open(newline="") as f:
-        raw = {row["pseudonym"]: row["id"] for row in csv.DictReader(f)}
-    return [raw.get(h, h) for h in hexes]
+    from fedgl.data.own.ingest import read_own_ids
+
+    return read_own_ids(folder, own)

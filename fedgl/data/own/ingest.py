@@ -373,6 +373,20 @@ def write_own_ids(path: Path, own: np.ndarray, ids: list[str]) -> None:
     write_atomic(path, buf.getvalue().encode())
 
 
+def read_own_ids(folder: Path, own: np.ndarray) -> list[str]:
+    """The organisation's own ids in its ingest's order (``own``: the pseudonyms): the raw ids
+    its ingest kept privately (:data:`OWN_IDS`), else the pseudonyms in hex."""
+    import csv
+
+    hexes = [bytes(row).hex() for row in own]
+    path = Path(folder) / OWN_IDS
+    if not path.is_file():
+        return hexes
+    with path.open(newline="") as f:
+        raw = {row["pseudonym"]: row["id"] for row in csv.DictReader(f)}
+    return [raw.get(h, h) for h in hexes]
+
+
 def write_npz(path: Path, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> None:
     import io
 
