@@ -51,21 +51,22 @@ def files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
     return write_deployment_files(tmp_path_factory.mktemp("handover"))
 
 
-def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, True, True),
-             shards: Path | None = None):
-    """A deployed run over in-process parties, its results and model in ``tmp_path/out``."""
-    from fedgl.api import as_config, save_with_model
+def _parties(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, True, True),
+             shards: Path | None = None, run: dict | None = None, policy: dict | None = None,
+             state_dir: Path | None = None):
+    """In-process parties built as ``fedgl client`` builds them, set up for one run; its
+    configuration."""
+    from fedgl.api import as_config
     from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
-    from fedgl.deployment.server_app import run_deployed
     from fedgl.privacy.policy import ClientPolicy
 
-    cfg = as_config(**RUN)
+    cfg = as_config(**{**RUN, **(run or {})})
     # named: this run is a plaintext one; whether it takes the model is each one's policy
     shards = shards if shards is not None else files / "shards"
     parties = [Party(shards / f"client-{k}.json", files / "keys" / f"client-{k}.key",
                      files / "keys" / "roster.json",
-                     ClientPolicy(secure_sum="none", receive_model=receive[k]),
-                     out=tmp_path / f"org-{k}") for k in range(3)]
+                     ClientPolicy(secure_sum="none", receive_model=receive[k], **(policy or {})),
+                     out=tmp_path / f"org-{k}", state_dir=state_dir) for k in range(3)]
     for party in parties:
         for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
                                   (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
@@ -73,6 +74,16 @@ def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, Tru
             head, _ = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
                                     "run_id": 1}, encode(msg_type, payload).to_bytes())
             assert "refused" not in head, head
+    return parties, cfg
+
+
+def _trained(files: Path, tmp_path: Path, receive: tuple[bool, ...] = (True, True, True),
+             shards: Path | None = None, **kw):
+    """A deployed run over in-process parties, its results and model in ``tmp_path/out``."""
+    from fedgl.api import save_with_model
+    from fedgl.deployment.server_app import run_deployed
+
+    parties, cfg = _parties(files, tmp_path, receive, shards, **kw)
     result = run_deployed(InProcessFlower({p.client_id: p.endpoint.role for p in parties}),
                           cfg, cfg.seed, {})
     out = tmp_path / "out"
@@ -134,6 +145,45 @@ def test_an_organisations_scores_name_its_own_raw_ids(files, tmp_path):
         assert [r["id"] for r in rows] == [f"acct-{k}-{v}" for v in
                                            parties[k].shard.node_ids.tolist()]
     assert not any(b"acct-" in p.read_bytes() for p in out.rglob("*") if p.is_file())
+
+
+@needs_flwr
+def test_scoring_changed_data_beyond_an_organisations_releases_is_refused(files, tmp_path,
+                                                                          monkeypatch):
+    """An organisation whose policy allows one pre-training release (``pretrain_releases: 1``)
+    trains; the next day one organisation's data has changed and the coordinator asks to score
+    it (``fedgl server --predict``): the exchange over the changed data would be a second
+    release, and it is refused before any value leaves, in one line. Over unchanged data the
+    same request is answered (the same release again)."""
+    import shutil
+
+    from fedgl.data.shard_format import read_manifest, read_shard, write_shard
+    from fedgl.deployment.model_release import score_deployed
+    from fedgl.privacy.inputs import ReleasesExceeded
+    from tests.flower_helpers import InProcessFlower
+
+    monkeypatch.setenv("FEDGL_STAMP_DIR", str(tmp_path / "stamps"))
+    keys = {"run": {"pretrain_releases": 1}, "policy": {"pretrain_releases": 1},
+            "state_dir": tmp_path / "state"}
+    _, _, out = _trained(files, tmp_path, **keys)
+    model = out / "model"
+
+    def score(shards: Path) -> dict:
+        parties, cfg = _parties(files, tmp_path / "again", shards=shards, **keys)
+        runtime = InProcessFlower({p.client_id: p.endpoint.role for p in parties})
+        return score_deployed(runtime, cfg, cfg.seed, model, lambda _: None)
+
+    assert score(files / "shards")["model_sha256"]   # unchanged data: the same release
+    changed = tmp_path / "changed"
+    shutil.copytree(files / "shards", changed)
+    shard = read_shard(changed / "client-1.json")
+    shard.x[0, 0] += 1.0   # one of its customers' values changed since training
+    write_shard(shard, changed, read_manifest(changed / "client-1.json")["source"])
+    with pytest.raises(ReleasesExceeded) as err:
+        score(changed)
+    assert str(err.value).startswith("client 1: this exchange would release pre-training sums "
+                                     "over changed data")
+    assert "\n" not in str(err.value) and "pretrain_releases 1" in str(err.value)
 
 
 @needs_flwr

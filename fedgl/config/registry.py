@@ -63,7 +63,8 @@ HORIZONTAL_KEYS = ("partition", "beta", "mcmahan_p", "metis_max_degree", "min_cl
 VERTICAL_KEYS = ("feature_split", "edge_share")
 
 #: privacy features an algorithm may support (see ``PrivacyConfig`` field metadata)
-PRIVACY_FEATURES = ("secure_sum", "he", "encrypt_models", "dp", "min_contributors")
+PRIVACY_FEATURES = ("secure_sum", "he", "encrypt_models", "dp", "min_contributors",
+                    "release_budget")
 
 
 @dataclass(frozen=True)

@@ -378,6 +378,12 @@ class PrivacyConfig(Section):
                                    feature="secure_sum")
     min_contributors: int = option(1, "drop the remote part of a received sum made of fewer than "
                                       "k remote nodes", feature="min_contributors")
+    pretrain_releases: int | None = option(None, "pre-training releases each client makes over "
+                                                  "its data set, counted by content (with "
+                                                  "state_dir: across runs): training is one, "
+                                                  "each scoring of new nodes one more; a release "
+                                                  "beyond it is refused (unset: no limit)",
+                                           feature="release_budget")
 
     def check(self) -> None:
         choice("secure_sum", self.secure_sum, SECURE_SUMS)
@@ -416,6 +422,10 @@ class PrivacyConfig(Section):
         if self.state_dir is not None and not str(self.state_dir).strip():
             raise ConfigError("state_dir is empty; give a folder, or leave it unset")
         at_most("min_contributors", self.min_contributors, MAX_NODES)
+        if self.pretrain_releases is not None and (isinstance(self.pretrain_releases, bool)
+                                                   or self.pretrain_releases < 1):
+            raise ConfigError(f"pretrain_releases must be >= 1 (got {self.pretrain_releases}); "
+                              "use 1 (training only), or leave it unset for no limit")
 
     def features_in_use(self) -> list[str]:
         """Privacy features whose keys are off their defaults, in field order."""

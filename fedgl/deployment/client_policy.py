@@ -65,6 +65,10 @@ _FLAGS: dict[str, tuple[Any, str | None, str]] = {
                                    "set, of any value; the default where --secure-sum is not "
                                    "named)"),
     "update_bound": (float, "U", "require the server's model-update bound set and at most U"),
+    "pretrain_releases": (int, "N", "require the run's pretrain_releases set and at most N: "
+                                    "the pre-training releases over this organisation's data, "
+                                    "counted by content (1: training only; each scoring of new "
+                                    "nodes one more; keep them across runs with --state-dir)"),
     "adjacency_check": (str, "{node,edge}", "require at least this adjacency check (node < "
                                             "edge; default: edge, node where --secure-sum is "
                                             "named)"),

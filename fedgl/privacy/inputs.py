@@ -21,14 +21,21 @@ the noise. Every new draw adds its ε to the data set's total (basic composition
 would take the total above the organisation's ``dp_budget`` is refused
 (:class:`BudgetExceeded`) before any value is released.
 
+*Pre-training releases.* Every pre-training release is counted per data set by its content
+(:meth:`InputRecord.pretrain_release`): the same data again (a re-run, a restarted exchange,
+scoring with the same tables) is the same release; the data changed (nodes that arrived after
+training, re-ingested) is a new one. An organisation's ``pretrain_releases`` caps their number:
+1 takes part in training only, each scoring of new nodes (its own or another organisation's)
+needs one more.
+
 *Storage.* With a folder (``fedgl client --state-dir DIR``, or ``privacy.state_dir`` for
-simulated clients: ``<state_dir>/client-<k>``): two JSON-lines files, ``inputs.jsonl`` and
-``dp-noise.jsonl``, each line appended and fsync'ed (:func:`fedgl.privacy.dp.append_durably`)
-before the value it covers leaves the party, under an exclusive lock (two processes sharing
-the folder see each other's lines). A last line torn by a crash is ignored (and cut before the
-next append): it was never followed by a release. Without a folder the record lives in memory,
-as long as the party object (a simulated client: its run; a ``fedgl client`` process: until it
-stops).
+simulated clients: ``<state_dir>/client-<k>``): three JSON-lines files, ``inputs.jsonl``,
+``dp-noise.jsonl`` and ``pretrain-releases.jsonl``, each line appended and fsync'ed
+(:func:`fedgl.privacy.dp.append_durably`) before the value it covers leaves the party, under an
+exclusive lock (two processes sharing the folder see each other's lines). A last line torn by a
+crash is ignored (and cut before the next append): it was never followed by a release. Without a
+folder the record lives in memory, as long as the party object (a simulated client: its run; a
+``fedgl client`` process: until it stops).
 
 *Rollback.* Restoring an older copy of the folder (a backup) forgets every aggregate and DP
 draw made since: each of those inputs could then enter a second aggregate and draw fresh noise.
@@ -57,6 +64,7 @@ from fedgl.privacy.identity import AttackDetected, frame
 
 INPUTS_FILE = "inputs.jsonl"
 NOISE_FILE = "dp-noise.jsonl"
+RELEASES_FILE = "pretrain-releases.jsonl"
 _LOCK_FILE = ".lock"
 _SLACK = 1e-9  # relative float slack of the budget check (0.1 + 0.2 <= 0.3 holds)
 
@@ -82,6 +90,10 @@ def stamp_path(folder: str | Path) -> Path:
 
 class BudgetExceeded(RunAborted):
     """A new DP release would take the ε spent on a data set above the organisation's budget."""
+
+
+class ReleasesExceeded(RunAborted):
+    """A pre-training release over new content would exceed the organisation's count of them."""
 
 
 # ---------------------------------------------------------------------- naming
@@ -158,6 +170,7 @@ class InputRecord:
         self.folder = Path(folder) if folder is not None else None
         self._aggregates: dict[str, dict] = {}
         self._noise: dict[str, dict] = {}
+        self._releases: dict[str, dict] = {}
         if self.folder is not None:
             self._reload()  # the folder itself is made by the first line written
 
@@ -219,6 +232,30 @@ class InputRecord:
                 self._write_stamp()
             return NoiseDraw(seed, release, True)
 
+    def pretrain_release(self, input_id: str, data: str, limit: int | None, who: str) -> int:
+        """Count the pre-training release ``input_id`` (a release over this content) against
+        ``data`` (the organisation's data set): the same content again is free (the same
+        values, nothing new); a release over new content (the data changed: nodes that arrived
+        after training) is one more, refused with :class:`ReleasesExceeded` before any value
+        leaves where it would exceed ``limit`` (the policy's ``pretrain_releases``). Returns
+        how many distinct releases ``data`` has had, this one included."""
+        with self._locked():
+            mine = [e for e in self._releases.values() if e["data"] == data]
+            if input_id in self._releases:
+                return len(mine)
+            if limit is not None and len(mine) >= limit:
+                raise ReleasesExceeded(
+                    f"{who}: this exchange would release pre-training sums over changed data, "
+                    f"its release {len(mine) + 1} for '{data}', above its pretrain_releases "
+                    f"{limit}; nothing was released: the organisation raises "
+                    "--pretrain-releases to take part (each scoring of new nodes is one)")
+            entry = {"input": input_id, "data": data}
+            self._append(RELEASES_FILE, entry)
+            self._releases[input_id] = entry
+            if self.folder is not None:
+                self._write_stamp()
+            return len(mine) + 1
+
     # -- storage
     @contextlib.contextmanager
     def _locked(self) -> Iterator[None]:
@@ -245,19 +282,24 @@ class InputRecord:
         assert self.folder is not None
         inputs = self._read(INPUTS_FILE, ("aggregate", "members"))
         noise = self._read(NOISE_FILE, ("data", "seed", "release", "epsilon"))
-        self._check_stamp({INPUTS_FILE: len(inputs), NOISE_FILE: len(noise)})
+        releases = self._read(RELEASES_FILE, ("data",))
+        self._check_stamp({INPUTS_FILE: len(inputs), NOISE_FILE: len(noise),
+                           RELEASES_FILE: len(releases)})
         self._aggregates = {e["input"]: e for e in inputs}
         self._noise = {e["input"]: e for e in noise}
+        self._releases = {e["input"]: e for e in releases}
 
     def _counts(self) -> dict[str, int]:
-        return {INPUTS_FILE: len(self._aggregates), NOISE_FILE: len(self._noise)}
+        return {INPUTS_FILE: len(self._aggregates), NOISE_FILE: len(self._noise),
+                RELEASES_FILE: len(self._releases)}
 
     def _check_stamp(self, found: Mapping[str, int]) -> None:
         """Refuse a record with fewer entries than its stamp counts (a restored backup)."""
         path = stamp_path(self.folder)
         try:
             stamp = json.loads(path.read_text())
-            counted = {name: int(stamp["entries"][name]) for name in found}
+            # a file the stamp does not name is newer than the stamp: none of it was counted
+            counted = {name: int(stamp["entries"].get(name, 0)) for name in found}
         except FileNotFoundError:
             return
         except (OSError, ValueError, KeyError, TypeError):

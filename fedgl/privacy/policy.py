@@ -102,6 +102,7 @@ RULES: dict[str, Rule] = {
     "update_bound": Rule("at_most", "--update-bound"),
     "adjacency_check": Rule("ordered", "--adjacency-check", order=ADJACENCY_ORDER),
     "min_contributors": Rule("at_least", "--min-contributors"),
+    "pretrain_releases": Rule("at_most", "--pretrain-releases"),
     "algorithms": Rule("member", "--algorithms"),
 }
 
@@ -123,6 +124,9 @@ class ClientPolicy:
     feature_bound: float | None = None
     update_bound: float | None = None
     adjacency_check: str = "node"
+    #: the pre-training releases it makes over its data set, counted by content (training is
+    #: one; each scoring of new nodes, its own or another organisation's, one more); None: any
+    pretrain_releases: int | None = None
     algorithms: tuple[str, ...] | None = None
     #: whether this organisation takes the trained model at the end of a run (not a rule on
     #: the run: the run's result does not depend on it)
@@ -193,6 +197,9 @@ class ClientPolicy:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name[0] == "m" else 0):
                 raise bad(name, f"must be an integer >= {1 if name[0] == 'm' else 0} (got {v!r})")
+        v = self.pretrain_releases
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise bad("pretrain_releases", f"must be an integer >= 1 (got {v!r})")
         for name in _FLOATS:
             v = getattr(self, name)
             if v is None and name in ("dp_epsilon", "dp_budget", "feature_bound",

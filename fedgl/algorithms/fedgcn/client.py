@@ -119,6 +119,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         # arrived (``fedavg.fit``/``fedavg.evaluate`` accept state "ready" only)
         self.protocol_state = "ready" if self.hops == 0 else "pretraining"
         self._num_touched: int | None = None  # |V_k ∪ N(V_k)|, counted on first use
+        self._release_counted = False  # this release counted in the record (pretrain_releases)
 
     def protocol_limits(self) -> dict[str, int]:
         """Shape bounds of the messages this client accepts (checked on every message: the
@@ -168,6 +169,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         touched ids (own first), how many leading ones it wants back and, when neighbour rows
         come back, its own nodes' degrees. No feature values. Starts a new stream."""
         d = self.data
+        self._count_release()
         touched = self._touched()
         order = torch.argsort(touched)
         n_req = self._num_requested()
@@ -246,6 +248,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         restarted client or a new run over the same data, resends the same release (its
         privacy spent once, within ``dp_budget``), and nothing feature-sized is kept."""
         cfg, d = self.config, self.data
+        self._count_release()
         touched = self._touched()
         exact = self._sums_of(d.x, touched)
         released = exact
@@ -267,6 +270,18 @@ class FedGCNClient(GNNClient, SecureModelParty):
             counts.index_add_(0, self._row_of(d.edge_index[0], touched),
                               torch.ones(d.edge_index.size(1), dtype=torch.long))
         return touched, exact, released, counts
+
+    def _count_release(self) -> None:
+        """Before any pre-training value leaves: this release counted in the party's record
+        against its data set, by content (the same data again is free; changed data, nodes
+        that arrived after training, is one more), refused beyond its ``pretrain_releases``
+        (:meth:`fedgl.privacy.inputs.InputRecord.pretrain_release`)."""
+        if self._release_counted:
+            return
+        self.input_record().pretrain_release(
+            digest("pretrain-data", self.input_data_digest()), str(self.config.dataset),
+            getattr(self.config, "pretrain_releases", None), f"client {self.data.client_id}")
+        self._release_counted = True
 
     def pretrain_input(self) -> str:
         """The name of this client's pre-training release (:mod:`fedgl.privacy.inputs`): its

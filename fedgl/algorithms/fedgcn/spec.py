@@ -8,7 +8,8 @@ register(AlgorithmSpec(
     name="fedgcn", setting="horizontal",
     summary="FedGCN: one pre-training exchange of 0/1/2-hop neighbour sums, then FedAvg",
     entry="fedgl.algorithms.fedgcn.runner:run_fedgcn", options=FedGCNOptions,
-    privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors"),
+    privacy=("secure_sum", "he", "encrypt_models", "dp", "min_contributors",
+             "release_budget"),
     defaults=FEDGCN_PAPER, key_help={"rounds": ROUNDS_HELP["fedavg"]},
     # deployed: FedAvg is fedgcn with hops 0 (no pre-training exchange)
     client="fedgl.algorithms.fedgcn.client:FedGCNClient", driver="fedavg",
