@@ -187,6 +187,53 @@ def test_scoring_changed_data_beyond_an_organisations_releases_is_refused(files,
 
 
 @needs_flwr
+def test_under_encrypted_models_each_organisation_decrypts_its_own_copy(files, tmp_path):
+    """``--encrypt-models``: the coordinator never sees the model in the clear, writes no
+    weights and keeps no copy; at the end each organisation receives the last round's
+    encrypted model, checks and decrypts it itself, and keeps it with its own scores; every
+    copy has the same digest, and the organisations' scores pool to the run's accuracy. A model
+    in clear posing as the run's, and a lone encrypted model (a decryption oracle), are
+    refused."""
+    pytest.importorskip("tenseal", reason="tenseal is not installed (fedgl[he])")
+    from fedgl.api import save_with_model
+    from fedgl.deployment.model_release import MODEL, release_encrypted
+    from fedgl.deployment.server_app import run_deployed
+    from tests.flower_helpers import InProcessFlower
+
+    parties, cfg = _parties(files, tmp_path, run={"encrypt_models": True},
+                            policy={"encrypt_models": True})
+    runtime = InProcessFlower({p.client_id: p.endpoint.role for p in parties})
+    result = run_deployed(runtime, cfg, cfg.seed, {})
+    out = tmp_path / "out"
+    out.mkdir()
+    save_with_model(result, out)
+    assert not (out / "model").exists()   # never in the clear at the coordinator
+    encrypted = runtime.encrypted_model
+    party_runtime = PartyRuntime(parties)
+    card = json.dumps({"algorithm": "fedgcn", "classes": [str(c) for c in range(7)]})
+    with pytest.raises(ProtocolViolation, match="a model in clear is not the run's"):
+        party_runtime.call(MODEL, {"weights": {"w": torch.zeros(2)}, "card": card},
+                           phase="setup", clients=[0])
+    with pytest.raises(ProtocolViolation, match="decryption-oracle|one encrypted model"):
+        party_runtime.call(MODEL, {"weights": encrypted.parts[0], "card": card},
+                           phase="setup", clients=[0])
+    party_runtime.encrypted_model = encrypted
+    log: list[str] = []
+    digests = release_encrypted(party_runtime, result, log.append)
+    assert sorted(digests) == [0, 1, 2] and len(set(digests.values())) == 1
+    assert "every copy's SHA-256" in log[-1]
+    hit = total = 0
+    for k in range(3):
+        org = tmp_path / f"org-{k}"
+        copy = (org / "model" / "global.safetensors").read_bytes()
+        assert hashlib.sha256(copy).hexdigest() == digests[k]
+        metrics = json.loads((org / "metrics.json").read_text())
+        hit += round(metrics["test_acc"] * metrics["test_nodes"])
+        total += metrics["test_nodes"]
+    assert hit / total == pytest.approx(result.mean("test_acc"), abs=1e-12)
+
+
+@needs_flwr
 def test_a_party_takes_one_model_per_run_and_only_when_it_wants_one(files, tmp_path):
     from fedgl.deployment.model_release import release_model
 

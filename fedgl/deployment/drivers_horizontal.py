@@ -60,6 +60,8 @@ def run_fedavg(runtime: Any, cfg: Config, seed: int, t0: float, server_path: str
                        resume_from=cont.progress, checkpointer=cont.checkpointer, watch=watch)
     rep.extra.update(privacy_extra(server, cfg, cont))
     rep.extra["flower"] = {"per_round": per_round}
+    if cfg.encrypt_models:   # the clients decrypt it at the hand-over; the server never can
+        runtime.encrypted_model = getattr(server, "weights", None)
     return rep
 
 

@@ -9,8 +9,12 @@ output folder, scores its own nodes with its role (``scores.csv``: no prediction
 organisation) and its own metrics (``metrics.json``), and answers only the digest it computed,
 which the coordinator compares with its own. A party accepts one model per run.
 
-Where the coordinator never saw the model in the clear (``--encrypt-models``), or the model is
-split among the parties (GLASU), nothing is sent: each party keeps what it holds.
+Where the coordinator never saw the model in the clear (``--encrypt-models``), it writes no
+weights and sends each party the last round's encrypted model (the clients' signed CKKS
+updates) with a card that names no digest (:func:`release_encrypted`): each party checks the
+updates and decrypts them itself, as in every round, keeps its copy and answers the digest of
+what it decrypted; the coordinator compares the answers (every copy the same). Where the model
+is split among the parties (GLASU), each keeps its own part (:func:`keep_parts`).
 
 :func:`accept_model` is the party's side (called by :meth:`fedgl.deployment.party.Party.model`).
 """
@@ -71,6 +75,48 @@ def release_model(runtime: Any, folder: str | Path, log: Callable[[str], None]
         same = all(d == card["sha256"] for d in digests.values())
         log(f"model handed over to {len(digests)} of {len(runtime.client_ids)} organisations"
             + (f"; every copy's SHA-256 is {card['sha256'][:16]}..." if same else ""))
+    return digests
+
+
+def release_encrypted(runtime: Any, result: Any, log: Callable[[str], None]) -> dict[int, str]:
+    """The end of a run with ``--encrypt-models``: the coordinator never saw the model in the
+    clear and keeps no copy; each party receives the last round's encrypted model
+    (``runtime.encrypted_model``, the clients' signed updates) with a card that names no digest,
+    decrypts it itself and answers the digest of its copy. The digests each answered; the log
+    says whether every copy is the same."""
+    rep = result.repeats[0]
+    graph = result.environment.get("graph") or {}
+    from fedgl.inference.card import model_card
+
+    card = model_card(result, rep, num_features=int(graph.get("num_features", 0)),
+                      num_classes=int(graph.get("num_classes", 0)))
+    final = rep.history[-1]["round"] if rep.history else None
+    card["rounds"] = {"final": final, "best_validation": None,
+                      "note": "the final round's model, decrypted by each organisation; the "
+                              "coordinator never saw it in the clear and keeps no copy"}
+    card["parts"] = ["global"]
+    card["encrypted_hand_over"] = True
+    text = json.dumps(card)
+    digests: dict[int, str] = {}
+    for k in runtime.client_ids:
+        try:
+            reply = runtime.call(MODEL, {"weights": runtime.encrypted_model, "card": text},
+                                 phase=SETUP_PHASE, clients=[k])
+        except (ProtocolViolation, RunAborted, FedglError) as exc:
+            log(f"client {k} did not take the model: {exc}")
+            continue
+        got = reply.get(k, {}).get("sha256")
+        if got is None:
+            log(f"client {k} did not answer the model's hand-over")
+            continue
+        digests[k] = str(got)
+    if digests:
+        same = len(set(digests.values())) == 1
+        log(f"encrypted model handed over to {len(digests)} of {len(runtime.client_ids)} "
+            "organisations, each decrypting its own copy; "
+            + (f"every copy's SHA-256 is {next(iter(digests.values()))[:16]}..." if same else
+               "their copies differ: " + ", ".join(f"client {k} {d[:12]}"
+                                                   for k, d in sorted(digests.items()))))
     return digests
 
 
@@ -194,23 +240,45 @@ def accept_model(role: Any, weights: dict[str, Tensor], card_text: str, out: Pat
         card = json.loads(card_text)
     except json.JSONDecodeError as exc:
         raise ValueError(f"the card is not JSON ({exc})") from None
-    if not isinstance(card, dict) or not isinstance(card.get("files"), dict):
+    if not isinstance(card, dict):
         raise ValueError("the card is not a fedgl model card")
-    data = encode_part(weights, "global")
-    digest = hashlib.sha256(data).hexdigest()
-    if digest != card.get("sha256") or digest != (card["files"].get("global") or {}).get("sha256"):
-        raise ValueError(f"the weights' SHA-256 {digest[:16]}... is not the card's")
+    encrypted = bool(getattr(getattr(role, "config", None), "encrypt_models", False))
+    if encrypted:
+        # the run's models are encrypted: only the round's signed encrypted updates are the
+        # run's model; the role checks them and decrypts, as in every round (a lone encrypted
+        # model, or one outside the key session, is refused there: no decryption oracle)
+        if isinstance(weights, dict):
+            raise ValueError("this run's models are encrypted, so the coordinator never saw the "
+                             "model in the clear: a model in clear is not the run's")
+        weights = role.decode_weights(weights)
+        if "sha256" in card or "files" in card:
+            raise ValueError("the card of an encrypted model names no digest (the coordinator "
+                             "never saw the weights)")
+        digest = hashlib.sha256(encode_part(weights, "global")).hexdigest()
+    else:
+        if not isinstance(weights, dict):
+            raise ValueError("this run's models are not encrypted; an encrypted model is not "
+                             "its model")
+        if not isinstance(card.get("files"), dict):
+            raise ValueError("the card is not a fedgl model card")
+        digest = hashlib.sha256(encode_part(weights, "global")).hexdigest()
+        if digest != card.get("sha256") or \
+                digest != (card["files"].get("global") or {}).get("sha256"):
+            raise ValueError(f"the weights' SHA-256 {digest[:16]}... is not the card's")
     model = getattr(role, "model", None)
     if not isinstance(model, torch.nn.Module):
         raise ValueError("this client's role has no model to take weights")
     shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
     if {k: tuple(v.shape) for k, v in weights.items()} != shapes:
         raise ValueError("the weights do not fit this run's model")
-    own = {k: v for k, v in card.items() if k not in ("best_files", "best_sha256")}
+    own = {k: v for k, v in card.items() if k not in ("best_files", "best_sha256",
+                                                       "encrypted_hand_over")}
     if classes and len(classes) == len(own.get("classes") or []):
         own["classes"] = [str(c) for c in classes]
-    own["received"] = {"by": name, "note": "the final round's weights, handed over by the "
-                                           "coordinator at the end of the run"}
+    own["received"] = {"by": name, "note": (
+        "the final round's encrypted model, decrypted by this organisation at the end of the "
+        "run (the coordinator never saw it in the clear)" if encrypted else
+        "the final round's weights, handed over by the coordinator at the end of the run")}
     folder = Path(out)
     try:
         written = write_model(folder / "model", {"parts": {"global": weights},

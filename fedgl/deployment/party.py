@@ -46,6 +46,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from fedgl.algorithms.base import MODEL as RUN_MODEL
 from fedgl.config import Config
 from fedgl.config.registry import load_path
 from fedgl.data.provenance import mismatch, shard_record
@@ -72,7 +73,6 @@ from fedgl.federation.protocol import (
     MapOf,
     ProtocolViolation,
     Str,
-    Weights,
     handler_table,
     handles,
 )
@@ -265,8 +265,8 @@ class Party:
         return reply
 
     @handles(MODEL, phases=(SETUP_PHASE,), states=("set-up",), enters="released",
-             schema={"weights": Weights(), "card": Str(max_len=1 << 24)})
-    def model(self, weights: dict[str, Any], card: str) -> dict[str, Any]:
+             schema={"weights": RUN_MODEL, "card": Str(max_len=1 << 24)})
+    def model(self, weights: Any, card: str) -> dict[str, Any]:
         """The trained model at the end of the run (once per run): taken where this
         organisation's settings say so, checked against the card's digest and the role's model,
         written under ``--out`` with the scores of the own nodes and their metrics

@@ -282,10 +282,12 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
                               {"nodes": {str(k): n for k, n in nodes.items()},
                                "refused_nodes": refused, "run_tag": run_tag})
         folder.commit(lambda staging: save_with_model(result, staging))
-        from fedgl.deployment.model_release import keep_parts, release_model
+        from fedgl.deployment.model_release import keep_parts, release_encrypted, release_model
 
         if cfg.spec.setting == "vertical":
             keep_parts(runtime, result, log)
+        elif getattr(runtime, "encrypted_model", None) is not None:
+            release_encrypted(runtime, result, log)
         else:
             release_model(runtime, Path(job["out"]) / "model", log)
         log(f"finished in {log.elapsed():.0f} s; results in {job['out']}")
