@@ -323,7 +323,8 @@ def test_deployed_scoring_equals_the_hand_over_and_the_local_prediction(files, t
 def test_vertical_parties_each_keep_only_their_own_part(tmp_path, data_root):
     """A deployed GLASU run: the model is split among the parties, so each keeps its own part
     (its sub-layers, and the classifier at the label holder) under its own folder, loadable on
-    its own; nothing of another party's part reaches it."""
+    its own; nothing of another party's part reaches it. Only the label holder writes scores,
+    those of the run's final joint inference."""
     import fedgl
     from fedgl.api import as_config
     from fedgl.deployment.model_release import keep_parts
@@ -361,3 +362,15 @@ def test_vertical_parties_each_keep_only_their_own_part(tmp_path, data_root):
         assert all(torch.equal(v, mine[n]) for n, v in module[f"party-{k}"].state_dict().items())
         holds_labels = party.endpoint.role.model.classifier is not None
         assert ("classifier.weight" in card["files"][f"party-{k}"]["tensors"]) == holds_labels
+        # only a label holder scores its common entities, from the final joint inference
+        scores = tmp_path / f"org-{k}" / "scores.csv"
+        assert scores.exists() == holds_labels
+        if holds_labels:
+            rows = list(csv.DictReader(scores.open()))
+            data = party.endpoint.role.data
+            pred = torch.tensor([int(r["prediction"]) for r in rows])
+            acc = float((pred[data.test_mask] == data.y[data.test_mask]).float().mean())
+            final = result.repeats[0].history[-1]["client_test_acc"][str(k)]
+            assert acc == pytest.approx(final, abs=1e-6)
+            metrics = json.loads((tmp_path / f"org-{k}" / "metrics.json").read_text())
+            assert metrics["test_acc"] == pytest.approx(final, abs=1e-6)

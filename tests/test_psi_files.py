@@ -16,7 +16,7 @@ import torch
 from fedgl.cli import main
 from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
 from fedgl.data.own.secret import pseudonyms, read_secret
-from fedgl.data.shard_format import read_shard
+from fedgl.data.shard_format import read_ids, read_shard
 from fedgl.privacy.policy import ClientPolicy
 from fedgl.privacy.vertical_align import align_in_process
 from tests.test_own_vertical import write_parties
@@ -93,6 +93,8 @@ def test_the_file_route_gives_the_in_process_alignment(placed: tuple) -> None:
         # row r is the r-th common entity in pseudonym order: its own columns of it
         want_x = torch.tensor([truth["x"][k][s] for s in order], dtype=torch.float32)
         assert torch.equal(got.x, want_x)
+        # beside it, privately: row r's raw id, for the scores its client writes
+        assert read_ids(root / "shards" / f"client-{k}.json", k) == dict(enumerate(order))
         meta = json.loads((root / "shards" / f"client-{k}.json").read_text())
         src = meta["source"]
         assert src["dataset"] == "own:telco" and src["clients"] == 3

@@ -150,9 +150,13 @@ def keep_parts(runtime: Any, result: Any, log: Callable[[str], None]) -> dict[in
     return digests
 
 
-def keep_own_part(role: Any, card_text: str, out: Path) -> dict[str, Any]:
+def keep_own_part(role: Any, card_text: str, out: Path, classes: list[str] | None = None,
+                  own_ids: dict[int, str] | None = None) -> dict[str, Any]:
     """A vertical party's side of ``party.own_part``: its own sub-layers (and classifier) as
-    ``party-<m>.safetensors`` with the card, under ``out/model``; the reply is the digest."""
+    ``party-<m>.safetensors`` with the card, under ``out/model``; the reply is the digest. A
+    label holder also writes the scores of its common entities (``out/scores.csv``, by its
+    own raw ids where ``fedgl psi place`` kept them) and its metrics, from the run's last joint
+    inference (the final round's evaluation): no prediction leaves it."""
     if len(card_text) > MAX_CARD_BYTES:
         raise ValueError("the card is larger than a model card can be")
     try:
@@ -172,7 +176,28 @@ def keep_own_part(role: Any, card_text: str, out: Path) -> dict[str, Any]:
     except OSError as exc:
         raise ConfigError(f"the model could not be written to '{out}' ({exc.strerror}); "
                           "start fedgl client with a writable --out") from None
-    return {"part": part, "sha256": written["sha256"]}
+    reply: dict[str, Any] = {"part": part, "sha256": written["sha256"]}
+    trace = getattr(role, "trace", None)
+    if getattr(model, "classifier", None) is not None and trace:
+        with torch.no_grad():
+            log_probs = torch.log_softmax(model.classifier(trace[-1]), -1).detach().cpu()
+        rows = list(range(log_probs.size(0)))
+        names = [str(c) for c in (classes if classes and len(classes) == log_probs.size(1)
+                                  else range(log_probs.size(1)))]
+        _write_scores(Path(out) / "scores.csv",
+                      [own_ids.get(r, str(r)) for r in rows] if own_ids else rows,
+                      log_probs, names)
+        pred, data = log_probs.argmax(1), role.data
+        metrics: dict[str, Any] = {}
+        for split in ("train", "val", "test"):
+            mask = getattr(data, f"{split}_mask")
+            total = int(mask.sum())
+            metrics[f"{split}_acc"] = (float((pred[mask] == data.y[mask]).float().mean())
+                                       if total else None)
+            metrics[f"{split}_nodes"] = total
+        (Path(out) / "metrics.json").write_text(json.dumps(metrics, indent=2) + "\n")
+        reply["scored"] = len(rows)
+    return reply
 
 
 def predict_config(model: str | Path, overrides: dict[str, Any]) -> Any:

@@ -302,9 +302,12 @@ class Party:
             raise ValueError("this organisation does not take the model (its policy's "
                              "receive_model: false, or fedgl client --no-model)")
         assert self.endpoint is not None
-        reply = keep_own_part(self.endpoint.role, card, self.out)
+        reply = keep_own_part(self.endpoint.role, card, self.out,
+                              (self.manifest.get("source") or {}).get("classes"), self.own_ids)
         print(f"own part of the model kept ({reply['part']}, SHA-256 {reply['sha256'][:16]}...) "
-              f"-> {self.out / 'model'}", flush=True)
+              f"-> {self.out / 'model'}"
+              + (f"; {reply['scored']} common entities scored -> {self.out / 'scores.csv'}"
+                 if "scored" in reply else ""), flush=True)
         return reply
 
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool

@@ -344,9 +344,22 @@ def place(ingest: str | Path, result_file: str | Path, out: str | Path) -> Path:
               "common_sha256": hashlib.sha256(as_keys(arrays["own"][common]).tobytes())
               .hexdigest(), "provenance": meta.get("provenance")}
     path = write_shard(shard, out, source)
+    _place_ids(folder, arrays["own"], common, path, k)
     state["done"] = True
     _save_state(folder, state)
     return path
+
+
+def _place_ids(folder: Path, own: np.ndarray, common: np.ndarray, manifest: Path, k: int) -> None:
+    """Beside the shard, the party's private map from its shard's rows to its own raw ids (from
+    the ingest's ``ids.csv``), so that the scores its client writes name them."""
+    from fedgl.data.own.ingest import OWN_IDS, read_own_ids
+    from fedgl.data.shard_format import ids_path, write_ids
+
+    if not (folder / OWN_IDS).is_file():
+        return
+    ids = read_own_ids(folder, own)
+    write_ids(ids_path(manifest, k), list(range(len(common))), [ids[int(c)] for c in common])
 
 
 # ---------------------------------------------------------------------- a trial of the shards
