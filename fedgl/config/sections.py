@@ -378,6 +378,10 @@ class PrivacyConfig(Section):
                                    feature="secure_sum")
     min_contributors: int = option(1, "drop the remote part of a received sum made of fewer than "
                                       "k remote nodes", feature="min_contributors")
+    min_partial_nodes: int = option(1, "send a partial sum for another organisation's node only "
+                                       "where it aggregates at least k of the client's own "
+                                       "nodes (withheld rows are sent as zeros; 1: off)",
+                                    feature="min_contributors")
     pretrain_releases: int | None = option(None, "pre-training releases each client makes over "
                                                   "its data set, counted by content (with "
                                                   "state_dir: across runs): training is one, "
@@ -422,6 +426,10 @@ class PrivacyConfig(Section):
         if self.state_dir is not None and not str(self.state_dir).strip():
             raise ConfigError("state_dir is empty; give a folder, or leave it unset")
         at_most("min_contributors", self.min_contributors, MAX_NODES)
+        if isinstance(self.min_partial_nodes, bool) or self.min_partial_nodes < 1:
+            raise ConfigError(f"min_partial_nodes must be >= 1 (got {self.min_partial_nodes}); "
+                              "use 1 (off) or 2 so that no partial sum carries one own node")
+        at_most("min_partial_nodes", self.min_partial_nodes, MAX_NODES)
         if self.pretrain_releases is not None and (isinstance(self.pretrain_releases, bool)
                                                    or self.pretrain_releases < 1):
             raise ConfigError(f"pretrain_releases must be >= 1 (got {self.pretrain_releases}); "

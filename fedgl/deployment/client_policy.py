@@ -65,6 +65,10 @@ _FLAGS: dict[str, tuple[Any, str | None, str]] = {
                                    "set, of any value; the default where --secure-sum is not "
                                    "named)"),
     "update_bound": (float, "U", "require the server's model-update bound set and at most U"),
+    "min_partial_nodes": (int, "K", "require the run's min_partial_nodes at least K: a partial "
+                                    "sum for another organisation's node is sent only where it "
+                                    "aggregates at least K of this organisation's nodes (else "
+                                    "zeros), whatever the server does"),
     "pretrain_releases": (int, "N", "require the run's pretrain_releases set and at most N: "
                                     "the pre-training releases over this organisation's data, "
                                     "counted by content (1: training only; each scoring of new "

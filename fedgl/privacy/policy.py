@@ -102,6 +102,7 @@ RULES: dict[str, Rule] = {
     "update_bound": Rule("at_most", "--update-bound"),
     "adjacency_check": Rule("ordered", "--adjacency-check", order=ADJACENCY_ORDER),
     "min_contributors": Rule("at_least", "--min-contributors"),
+    "min_partial_nodes": Rule("at_least", "--min-partial-nodes"),
     "pretrain_releases": Rule("at_most", "--pretrain-releases"),
     "algorithms": Rule("member", "--algorithms"),
 }
@@ -124,6 +125,10 @@ class ClientPolicy:
     feature_bound: float | None = None
     update_bound: float | None = None
     adjacency_check: str = "node"
+    #: the fewest of its own nodes a partial sum for another organisation's node must aggregate
+    #: before it is sent (withheld rows go as zeros): whatever the server does, no row it sends
+    #: for another organisation carries fewer of its customers
+    min_partial_nodes: int = 1
     #: the pre-training releases it makes over its data set, counted by content (training is
     #: one; each scoring of new nodes, its own or another organisation's, one more); None: any
     pretrain_releases: int | None = None
@@ -193,7 +198,7 @@ class ClientPolicy:
         for name in ("secure_models", "encrypt_models", "receive_model"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be true or false")
-        for name in ("secagg_threshold", "min_contributors"):
+        for name in ("secagg_threshold", "min_contributors", "min_partial_nodes"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < (1 if name[0] == "m" else 0):
                 raise bad(name, f"must be an integer >= {1 if name[0] == 'm' else 0} (got {v!r})")

@@ -222,7 +222,9 @@ class FedGCNClient(GNNClient, SecureModelParty):
         """The exact plaintext release (no DP noise, no per-row counts) is streamed, computed in
         row chunks and sent sparse where smaller (:mod:`fedgl.algorithms.fedgcn.sparse_sums`);
         otherwise the release is drawn once (:meth:`_release`)."""
-        return self.config.dp_epsilon is None and self.config.min_contributors == 1
+        cfg = self.config
+        return cfg.dp_epsilon is None and cfg.min_contributors == 1 and \
+            int(getattr(cfg, "min_partial_nodes", 1)) == 1
 
     def _num_requested(self) -> int:
         return len(self._touched()) if self.neighbour_rows else self.data.num_nodes
@@ -264,11 +266,24 @@ class FedGCNClient(GNNClient, SecureModelParty):
             released = mech.add_noise(self._sums_of(clip_rows(d.x, cfg.dp_clip), touched),
                                       np.random.default_rng(self._dp_seed))
         counts = None
-        if cfg.min_contributors > 1:
+        least = int(getattr(cfg, "min_partial_nodes", 1))
+        if cfg.min_contributors > 1 or least > 1:
             counts = torch.zeros(len(touched), dtype=torch.long)
             counts[:d.num_nodes] = 1
             counts.index_add_(0, self._row_of(d.edge_index[0], touched),
                               torch.ones(d.edge_index.size(1), dtype=torch.long))
+        if least > 1:
+            # this client's own rule, whatever the server does: a partial sum for another
+            # organisation's node that aggregates fewer than `least` own nodes is sent as zeros
+            # (and counted as none), so no such row carries one of its customers alone
+            withheld = counts < least
+            withheld[:d.num_nodes] = False   # its own nodes' rows come back to itself
+            released = released.clone()
+            released[withheld] = 0
+            counts = counts.clone()
+            counts[withheld] = 0
+        if cfg.min_contributors == 1:
+            counts = None
         return touched, exact, released, counts
 
     def _count_release(self) -> None:

@@ -1,0 +1,65 @@
+"""A client's own rule on the partial sums it sends (``min_partial_nodes``): a sum for another
+organisation's node goes out only where it aggregates at least k of the client's own nodes,
+else as zeros. The rule is the client's: the server asks for the partial sums with no argument
+it could bend, and under any secure-sum mode the values that enter the sum are the same rows.
+
+Without it, a lone node whose only neighbour is another organisation's customer receives that
+customer's (degree-scaled) features as its aggregate; ``min_contributors`` stops that only where
+the server applies it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import fedgl
+from tests.helpers import fedgcn_federation, random_graph, random_partition
+
+
+def _own_counts(graph, part, k: int, touched: torch.Tensor) -> torch.Tensor:
+    """How many of client k's own nodes each touched row aggregates (its own row: itself)."""
+    owner = torch.as_tensor(part.owner)
+    src, dst = graph.edge_index
+    mine = owner[dst] == k
+    counts = torch.zeros(graph.num_nodes, dtype=torch.long)
+    counts.index_add_(0, src[mine], torch.ones(int(mine.sum()), dtype=torch.long))
+    counts[owner == k] += 1
+    return counts[touched]
+
+
+@pytest.mark.parametrize("least", [2, 3])
+def test_rows_for_others_with_fewer_own_nodes_leave_as_zeros(least: int) -> None:
+    graph = random_graph(nodes=150, seed=7)
+    part = random_partition(graph.num_nodes, 4, seed=7)
+    exact = fedgcn_federation(graph, part, hops=2)
+    ruled = fedgcn_federation(graph, part, hops=2, min_partial_nodes=least)
+    sent = ruled.runtime.call("fedgcn.partial_sums", {}, phase="pretrain")
+    full = exact.runtime.call("fedgcn.partial_sums", {}, phase="pretrain")
+    withheld_any = kept_any = False
+    for k in ruled.runtime.client_ids:
+        ids, sums = sent[k]["ids"], sent[k]["sums"]
+        assert torch.equal(ids, full[k]["ids"])
+        n_own = int((torch.as_tensor(part.owner) == k).sum())
+        counts = _own_counts(graph, part, k, ids)
+        others = torch.zeros(len(ids), dtype=torch.bool)
+        others[n_own:] = True
+        withheld = others & (counts < least)
+        assert bool((sums[withheld] == 0).all())   # not one of them carries a value
+        assert torch.equal(sums[~withheld], full[k]["sums"][~withheld])   # the rest exact
+        withheld_any |= bool(withheld.any())
+        kept_any |= bool((others & ~withheld).any())
+    assert withheld_any and kept_any   # the graph has rows of both kinds
+
+
+def test_a_run_under_the_rule_trains(data_root) -> None:
+    """Cora, 2-hop, 10 clients: the rule withholds the single cross-client contributions, so the
+    clients learn from less of their neighbourhoods; the run still trains."""
+    common = {"algorithm": "fedgcn", "dataset": "cora", "data_root": str(data_root),
+              "hops": 2, "rounds": 30, "progress": False, "leakage_report": False}
+    ruled = fedgl.run(**common, min_partial_nodes=2)
+    full = fedgl.run(**common)
+    print(f"test accuracy with min_partial_nodes 2: {ruled.mean('test_acc'):.4f}, "
+          f"without: {full.mean('test_acc'):.4f}")
+    assert ruled.mean("test_acc") > 0.6
+    assert ruled.mean("test_acc") != full.mean("test_acc")   # the rule changed the inputs
