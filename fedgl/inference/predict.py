@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -124,7 +125,22 @@ def predict(model: str | Path, *, dataset: str | None = None, shards: list[str |
         ids = ([raw_ids[int(i)] for i in node_ids] if raw_ids is not None
                else [str(int(i)) for i in node_ids])
         orgs.append(OrganisationScores(name, ids, torch.exp(log_probs.float()), node_ids))
+    own = _own_classes(shards) if shards else None
+    if own and len(own) == len(card.get("classes") or []):
+        card = {**card, "classes": own}   # the organisations' names (a deployed card numbers them)
     return Prediction(card, orgs, ledger.summary())
+
+
+def _own_classes(shards: list[str | Path]) -> list[str] | None:
+    """The organisations' own class names, from their ingests (a label holder's, vertically)."""
+    for folder in map(Path, shards):
+        for name in ("ingest.json", "vertical.json"):
+            path = folder / name
+            if path.is_file():
+                classes = json.loads(path.read_text()).get("classes")
+                if classes:
+                    return [str(c) for c in classes]
+    return None
 
 
 def _own_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list[str]]:
