@@ -182,6 +182,9 @@ def main() -> None:
                                str(root / "shards")]) == 0
         # named: a client's default is the protective policy, which these runs need not match
         client_args = ["--secure-sum", args.secure_sum if args.algorithm == "fedgcn" else "none"]
+        if client_args[1] != "none":   # the mode alone: these runs ask for nothing else
+            client_args += ["--adjacency-check", "node", "--min-contributors", "1",
+                            "--feature-bound", "none", "--no-secure-models"]
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()
                  if not isinstance(v, bool)]
         flags += [f"--{'' if v else 'no-'}{k.replace('_', '-')}" for k, v in keys.items()

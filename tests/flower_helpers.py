@@ -52,6 +52,12 @@ def write_deployment_files(root: Path, clients: int = 3, shard_args: tuple[str, 
 #: policy: the robust secure sum, secure models, the edge check, two contributors, a bound)
 PLAINTEXT = ["--secure-sum", "none"]
 
+#: ``fedgl client``'s flags that, beside a named secure-sum mode, drop the other protective
+#: defaults (the edge check, two contributors, a feature bound, secure models): for runs that
+#: test something else and ask for none of them
+AS_ASKED = ["--adjacency-check", "node", "--min-contributors", "1", "--feature-bound", "none",
+            "--no-secure-models"]
+
 RUN = {"algorithm": "fedgcn", "dataset": "cora", "clients": 3, "hops": 2, "rounds": 2,
        "local_steps": 2, "progress": False, "oracle_eval": False, "batch_clients": False}
 

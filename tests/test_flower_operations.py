@@ -19,6 +19,7 @@ from fedgl.data.shard_format import write_shard
 from fedgl.federation.codec import Encoded, decode, encode
 from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
+    AS_ASKED,
     PLAINTEXT,
     RUN,
     deployed_run,
@@ -431,7 +432,7 @@ def test_supernode_auth_admits_registered_nodes_only_and_mask_runs(
     root = federation_files
     keys = {**RUN, "secure_sum": "mask"}
     out = root / "out-auth-mask"
-    with Loopback(root / "fed-auth", root / "shards", root / "keys", 3, ["--secure-sum", "mask"],
+    with Loopback(root / "fed-auth", root / "shards", root / "keys", 3, ["--secure-sum", "mask", *AS_ASKED],
                   tls=True, supernode_auth=True) as fed:
         private, _ = node_key(fed.folder / "node-keys" / "stranger")   # never registered
         stranger = fed.start_client(0, "stranger", ["--auth-key", str(private)])
@@ -468,7 +469,7 @@ def test_deployed_privacy_modes_equal_local(federation_files: Path, mode: str) -
     keys = {**RUN, "encrypt_models": True} if mode == "encrypt_models" else \
         {**RUN, "secure_sum": mode}
     client_args = [*PLAINTEXT, "--encrypt-models"] if mode == "encrypt_models" else \
-        ["--secure-sum", mode]
+        ["--secure-sum", mode, *AS_ASKED]
     rep = deployed_run(federation_files, f"mode-{mode}", keys, client_args)["repeats"][0]
     # CKKS is approximate and randomised: two local runs of `he` differ in the second round's
     # loss at 1e-7 (1.82143286 / 1.82143289), and its keys and ciphertexts are serialised
@@ -523,7 +524,7 @@ def test_client_killed_during_the_robust_secure_sum(federation_files: Path) -> N
     out = root / "out-robust-killed"
     keys = {**RUN, "secure_sum": "robust", "on_client_failure": "drop"}
     with Loopback(root / "fed-robust-killed", root / "shards", root / "keys", 3,
-                  ["--secure-sum", "robust"]) as fed:
+                  ["--secure-sum", "robust", *AS_ASKED]) as fed:
         code, err = run_server_killing_a_client(
             fed, server_cmd(root, fed, out, keys, message_timeout=60), 2, "query.secagg__keys")
         log = fed.folder / "client-2.log"
