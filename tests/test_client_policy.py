@@ -211,12 +211,13 @@ RECOVERY = {"secagg.consistency", "secagg.unmask"}
 ACCEPTED = {
     ("none", ""): FIT_EVAL | PLAIN,
     ("none", "encrypt_models"): FIT_EVAL | PLAIN | KEYS | HE_KEYS,
-    ("mask", ""): FIT_EVAL | KEYS | SECURE,
+    # every secure mode takes the generic secure sums: its evaluation counts go only there
+    ("mask", ""): FIT_EVAL | KEYS | SECURE | MODEL_SUM,
     ("mask", "secure_models"): FIT_EVAL | KEYS | SECURE | MODEL_SUM,
-    ("robust", ""): FIT_EVAL | KEYS | SECURE | RECOVERY,
+    ("robust", ""): FIT_EVAL | KEYS | SECURE | MODEL_SUM | RECOVERY,
     ("robust", "secure_models"): FIT_EVAL | KEYS | SECURE | MODEL_SUM | RECOVERY,
-    ("he", ""): FIT_EVAL | KEYS | HE_KEYS | SECURE,
-    ("he", "encrypt_models"): FIT_EVAL | KEYS | HE_KEYS | SECURE,
+    ("he", ""): FIT_EVAL | KEYS | HE_KEYS | SECURE | MODEL_SUM,
+    ("he", "encrypt_models"): FIT_EVAL | KEYS | HE_KEYS | SECURE | MODEL_SUM,
 }
 #: algorithms whose clients support a secure sum (every other one is refused by its config)
 SECURE_CAPABLE = {"fedgcn"}

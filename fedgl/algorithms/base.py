@@ -552,15 +552,17 @@ class FedAvgServer:
 
     def pool(self, scores: dict[int, dict]) -> dict[str, float]:
         """The pooled accuracies of the clients' evaluation replies: their counts, or, where
-        they answered ``secure_counts`` (secure models), one secure sum of the counts they hold
-        (:meth:`fedgl.privacy.secure_models.SecureFedAvg.pooled_counts`)."""
+        they answered ``secure_counts`` (a secure-sum mode), one secure sum of the counts they
+        hold (:func:`fedgl.privacy.secure_models.pooled_counts`: the strategy's with secure
+        models, else the server's own)."""
         secure = [k for k, s in scores.items() if "secure_counts" in s]
         if not secure:
             return pooled_accuracy(scores)
-        summed = getattr(self.strategy, "pooled_counts", None)
+        summed = getattr(self.strategy, "pooled_counts", None) or \
+            getattr(self, "pooled_counts", None)
         if len(secure) != len(scores) or summed is None:
             raise RunAborted("some clients answered the evaluation only through the secure sum, "
-                             "which this run does not average models with; the run stops")
+                             "which this run has none of; the run stops")
         lengths = {int(scores[k]["secure_counts"]) for k in secure}
         if len(lengths) != 1:
             raise RunAborted("clients announced different numbers of secure evaluation counts; "

@@ -38,7 +38,8 @@ KEY_EXCHANGE = "key-exchange"
 HE_KEYS = "he-keys"
 #: the secure pre-training exchange: masked or encrypted uploads, aggregated replies
 SECURE_SUMS = "secure-sums"
-#: a generic masked sum of this client's latest model (``--secure-models``)
+#: generic masked sums: this client's latest model (``--secure-models``) and its evaluation
+#: counts (every secure-sum mode)
 SECURE_MODEL_SUMS = "secure-model-sums"
 #: the robust secure sum's recovery steps (consistency signatures, unmasking shares)
 DROPOUT_RECOVERY = "dropout-recovery"
@@ -240,7 +241,7 @@ class ClientPolicy:
             tags.update((KEY_EXCHANGE, SECURE_SUMS))
         if self.secure_sum == "he" or self.encrypt_models:
             tags.update((KEY_EXCHANGE, HE_KEYS))
-        if self.secure_models and self.secure_sum in ("mask", "robust"):
+        if self.secure_sum != "none":   # the evaluation counts' sums (and secure models')
             tags.add(SECURE_MODEL_SUMS)
         if self.secure_sum == "robust":
             tags.add(DROPOUT_RECOVERY)
