@@ -87,6 +87,9 @@ def deployed_run(root: Path, name: str, keys: dict, client_args: list[str],
     for needle in ("organisations joined and proved their roster keys",
                    f"round {rounds}/{rounds}: ", "finished in"):
         assert needle in log, (needle, log[-1500:])
+    for k in range(clients):   # each organisation's terminal: the end, and where its files are
+        said = (root / f"fed-{name}" / f"client-{k}.log").read_text()
+        assert f"finished after round {rounds}; files in" in said, said[-1500:]
     card_path = out / "model" / "model.json"
     if card_path.is_file() and sorted(json.loads(card_path.read_text())["files"]) == ["global"]:
         # every organisation received the coordinator's model: the same digest everywhere

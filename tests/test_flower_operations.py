@@ -183,13 +183,39 @@ def test_the_server_cannot_lower_the_clients_safety_settings(tmp_path: Path) -> 
     assert party.endpoint is None and party.protocol_state == "greeted"
 
 
+def test_the_end_of_a_run_is_one_finished_line_with_where_the_files_are(tmp_path: Path,
+                                                                       capsys) -> None:
+    """``party.finished`` (the server's last message of a run) after the set-up, or after the
+    model's hand-over: one line naming the run, its last round, the organisation's --out (where
+    it holds files) and its log file; before the set-up, or for another run, it is refused."""
+    party = make_party(tmp_path, out=tmp_path / "org-out")
+    party.log_path = tmp_path / "client-1.log"
+    head, _ = send(party, "party.finished", {"round": 3})
+    assert "arrived before" in head["refused"] or "state" in head["refused"]
+    send(party, "party.hello", {"challenge": b"\x06" * 32})
+    assert "refused" not in send(party, "party.setup", setup_payload())[0]
+    head, _ = send(party, "party.finished", {"round": 3}, run=RUN_ID + 1)
+    assert "not run" in head["refused"]
+    (tmp_path / "org-out").mkdir()
+    (tmp_path / "org-out" / "scores.csv").write_text("node\n")
+    capsys.readouterr()
+    head, _ = send(party, "party.finished", {"round": 3})
+    assert "refused" not in head
+    line = capsys.readouterr().out.strip()
+    assert "\n" not in line and line.startswith(f"client 1: run {RUN_ID} finished after round 3")
+    assert f"files in {tmp_path / 'org-out'}" in line and f"log in {party.log_path}" in line
+    head, _ = send(party, "party.finished", {"round": 3})   # once per run
+    assert "refused" in head
+
+
 def test_docs_list_the_partys_own_message_types() -> None:
     from fedgl.deployment.party import Party
     from fedgl.federation.protocol import handler_table
 
     docs = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
     table = handler_table(Party)
-    assert sorted(table) == ["party.hello", "party.model", "party.own_part", "party.setup"]
+    assert sorted(table) == ["party.finished", "party.hello", "party.model", "party.own_part",
+                             "party.setup"]
     for msg_type in table:
         assert f"| `{msg_type}` |" in docs, msg_type
 

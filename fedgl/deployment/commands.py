@@ -192,6 +192,7 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
     log_path = client_log_path(args, party)
     log_file = open_log(log_path)
     shown_log = log_path if log_file is not None else None
+    party.log_path = shown_log   # named in the party's "finished" line
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}"
           f"{f'; log in {log_path}' if shown_log else ''}", flush=True)

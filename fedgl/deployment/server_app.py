@@ -44,7 +44,7 @@ from fedgl.config import Config
 from fedgl.config.registry import load_path
 from fedgl.deployment.party import hello_message, read_roster
 from fedgl.deployment.server_log import WAIT_LINE_EVERY, ServerLog
-from fedgl.errors import ConfigError, RunAborted
+from fedgl.errors import ConfigError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
 from fedgl.federation.facts import FACTS
 from fedgl.federation.flower.client_app import (
@@ -276,6 +276,7 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
             summary = score_deployed(runtime, cfg, cfg.seed, Path(job["predict"]), log)
             folder.commit(lambda staging: (staging / "prediction.json").write_text(
                 json.dumps(summary, indent=2) + "\n"))
+            tell_finished(runtime, 0, log)
             log(f"finished in {log.elapsed():.0f} s; the summary in {job['out']}")
             return None
         result = run_deployed(runtime, cfg, cfg.seed,
@@ -288,6 +289,7 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
             keep_parts(runtime, result, log)
         else:
             release_model(runtime, Path(job["out"]) / "model", log)
+        tell_finished(runtime, int(cfg.rounds or 0), log)
         log(f"finished in {log.elapsed():.0f} s; results in {job['out']}")
         return result
     except Exception as exc:
@@ -296,6 +298,19 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
     finally:
         log.close()
         folder.close()
+
+
+def tell_finished(runtime: FlowerRuntime, last_round: int, log: ServerLog) -> None:
+    """The run's last message (``party.finished``, once its results are written): every
+    organisation's ``fedgl client`` says in one line that the run finished and where its files
+    are. A client that does not answer changes nothing of the run; the server says so."""
+    from fedgl.deployment.party import FINISHED
+
+    try:
+        runtime.call(FINISHED, {"round": max(0, last_round)}, phase=SETUP_PHASE)
+    except (FedglError, RunAborted) as exc:
+        log(f"the organisations were not all told that the run finished ({exc}); the "
+            "results are written")
 
 
 def _checkpointing(cfg: Config, out: Path, resume: bool, folder: OutputFolder
