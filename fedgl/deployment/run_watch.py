@@ -4,7 +4,9 @@
   submitted (the ServerApp's own results-folder lock comes only once the SuperLink starts it).
 - :func:`busy_runs`: a federation already running another run refuses a second ``fedgl server``
   in one line (a second run would take over the organisations' SuperNodes, and the first then
-  fails on messages it never sent).
+  fails on messages it never sent), unless it is asked to take the federation over
+  (``--take-over``): it then stops the other run on the SuperLink first, and that run's
+  ``fedgl server`` ends with one line saying so (:func:`stopped_line`) and how to continue it.
 - :class:`StartWatch`: a submitted run that stays ``pending`` (the SuperLink's SuperExec died,
   e.g. against a certificate that does not cover 127.0.0.1) or ends before its ServerApp starts
   is reported in one line within seconds and stopped, instead of ``fedgl server`` waiting past
@@ -69,7 +71,35 @@ def busy_line(superlink: str, busy: list[tuple[str, str]]) -> str:
     """The one line refusing a second run on a busy federation."""
     run_id, status = busy[0]
     return (f"the federation at {superlink} is busy: run {run_id} is {status} (`flwr ls`); "
-            f"wait for it to finish, or stop it with `flwr stop {run_id}`, then start this run")
+            f"wait for it to finish, or take it over with --take-over (it stops run {run_id})")
+
+
+def stopped_line(run_id_file: Path, out: Path, ls: Callable[[int], str]) -> str | None:
+    """The one line of a ``fedgl server`` whose started run was stopped on the SuperLink by
+    someone else (another ``fedgl server --take-over``, or ``flwr stop``), with how to go on:
+    ``--resume`` where it checkpointed. None when the run was not stopped that way."""
+    try:
+        run_id = int(run_id_file.read_text())
+        runs = json.loads(ls(run_id)).get("runs") or []
+    except (OSError, ValueError, AttributeError, subprocess.SubprocessError):
+        return None
+    mine = [r for r in runs if isinstance(r, dict) and str(r.get("run-id")) == str(run_id)]
+    if not mine or str(mine[0].get("status", "")) != "finished:stopped":
+        return None
+    head = (f"run {run_id} was stopped on the SuperLink (another fedgl server took the "
+            f"federation over with --take-over, or `flwr stop {run_id}`)")
+    if (out / "checkpoint.pt").is_file():
+        from fedgl.checkpoint import load_checkpoint
+
+        try:
+            done = load_checkpoint(out).progress
+        except Exception:   # noqa: BLE001 - the line names the folder either way
+            done = None
+        at = f" at round {done.round}" if done is not None else ""
+        return (f"{head}; its checkpoint{at} is in {out}: continue it with `fedgl server "
+                f"--resume {out}` once the federation is free")
+    return (f"{head}; it kept no checkpoint, so start it again (with --checkpoint-every N it "
+            "can continue where it stopped)")
 
 
 def start_verdict(status: str, details: str, pending_for: float, timeout: float
