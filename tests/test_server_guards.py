@@ -162,3 +162,18 @@ def test_a_second_server_takes_the_federation_over_only_when_asked(tmp_path: Pat
     assert first.returncode != 0
     last = err.strip().splitlines()[-1]
     assert "was stopped on the SuperLink" in last and f"--resume {first_out}" in last, err[-1500:]
+
+
+def test_a_superlink_that_stops_answering_is_one_line_and_its_return_another() -> None:
+    """Two failed connections in a row: one line naming the SuperLink; one success: one line
+    with how long it was away; nothing while it answers, nothing twice."""
+    from fedgl.deployment.run_watch import LinkWatch
+
+    answers = iter([True, False, True, False, False, False, False, True, True])
+    said: list[str] = []
+    watch = LinkWatch("10.0.0.1:9093", lambda: next(answers), said.append, every=2.0)
+    for t in range(9):
+        watch.step(2.0 * t)
+    assert len(said) == 2, said
+    assert "10.0.0.1:9093 does not answer" in said[0] and "\n" not in said[0]
+    assert said[1].startswith("the SuperLink at 10.0.0.1:9093 is back after 8 s")

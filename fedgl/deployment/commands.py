@@ -531,6 +531,11 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
                                                       check=False),
                            _abort, timeout=float(getattr(args, "start_timeout", 30.0)))
         watcher = watch.start()
+        from fedgl.deployment.run_watch import LinkWatch, tcp_reachable
+
+        link = LinkWatch(superlink, lambda: tcp_reachable(superlink), lambda line: print(
+            f"fedgl: {time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True))
+        link.start()
         try:
             proc.wait()
         except KeyboardInterrupt:
@@ -538,6 +543,7 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
             raise
         finally:
             watch.done.set()
+            link.done.set()
             watcher.join(timeout=40)
             shown.join()
             _keep_log(work / "server.log", out)

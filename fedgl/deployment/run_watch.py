@@ -11,6 +11,8 @@
   e.g. against a certificate that does not cover 127.0.0.1) or ends before its ServerApp starts
   is reported in one line within seconds and stopped, instead of ``fedgl server`` waiting past
   ``--join-timeout`` in silence. Flower's own view of the runs is ``flwr ls`` / ``flwr log``.
+- :class:`LinkWatch`: while the run goes on, one line when the SuperLink stops accepting
+  connections (restarting, or gone) and one when it is back, with how long it was away.
 """
 
 from __future__ import annotations
@@ -171,6 +173,55 @@ class StartWatch:
         thread = threading.Thread(target=self.watch, daemon=True)
         thread.start()
         return thread
+
+
+class LinkWatch:
+    """Say when the SuperLink at ``address`` stops answering and when it is back (``say``
+    gets each line). ``reachable()``: whether a connection to it succeeds now; two failures in
+    a row (``every`` seconds apart) make it away, one success back."""
+
+    def __init__(self, address: str, reachable: Callable[[], bool], say: Callable[[str], None],
+                 every: float = 2.0) -> None:
+        self.address, self.reachable, self.say, self.every = address, reachable, say, every
+        self.failures = 0
+        self.away_since: float | None = None
+        self.done = threading.Event()
+
+    def step(self, now: float) -> None:
+        """One look at the SuperLink at time ``now`` (monotonic seconds)."""
+        if self.reachable():
+            if self.away_since is not None:
+                self.say(f"the SuperLink at {self.address} is back after "
+                         f"{now - self.away_since:.0f} s; the run goes on")
+            self.failures, self.away_since = 0, None
+            return
+        self.failures += 1
+        if self.failures == 2 and self.away_since is None:
+            self.away_since = now - self.every
+            self.say(f"the SuperLink at {self.address} does not answer (restarting, or gone); "
+                     "the run waits for it (a SuperLink started with --database keeps the "
+                     "run and its SuperNodes; see its log)")
+
+    def watch(self) -> None:
+        while not self.done.wait(self.every):
+            self.step(time.monotonic())
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.watch, daemon=True)
+        thread.start()
+        return thread
+
+
+def tcp_reachable(address: str, timeout: float = 1.0) -> bool:
+    """Whether a TCP connection to ``HOST:PORT`` succeeds now."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def flwr_json(flwr: str, env: dict[str, str], *args: str) -> str:
