@@ -208,14 +208,33 @@ def test_the_end_of_a_run_is_one_finished_line_with_where_the_files_are(tmp_path
     assert "refused" in head
 
 
+def test_a_node_not_admitted_says_so_in_one_line(tmp_path: Path, capsys) -> None:
+    """``party.not_admitted`` after this run's hello (the server saw the same identity proved
+    first by another node): one line in the party's own words; an unknown reason, another run
+    or a party already set up refuses it."""
+    party = make_party(tmp_path)
+    assert party.types() == {"party.not_admitted": ["setup"]}   # the relay forwards it
+    send(party, "party.hello", {"challenge": b"\x07" * 32})
+    head, _ = send(party, "party.not_admitted", {"reason": "lies"})
+    assert "unknown reason" in head["refused"]
+    head, _ = send(party, "party.not_admitted", {"reason": "duplicate"}, run=RUN_ID + 1)
+    assert "refused" in head
+    capsys.readouterr()
+    head, _ = send(party, "party.not_admitted", {"reason": "duplicate"})
+    assert "refused" not in head
+    line = capsys.readouterr().out.strip()
+    assert "\n" not in line and f"run {RUN_ID} did not admit this node" in line
+    assert "same identity key" in line and party.protocol_state == "new"
+
+
 def test_docs_list_the_partys_own_message_types() -> None:
     from fedgl.deployment.party import Party
     from fedgl.federation.protocol import handler_table
 
     docs = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
     table = handler_table(Party)
-    assert sorted(table) == ["party.finished", "party.hello", "party.model", "party.own_part",
-                             "party.setup"]
+    assert sorted(table) == ["party.finished", "party.hello", "party.model",
+                             "party.not_admitted", "party.own_part", "party.setup"]
     for msg_type in table:
         assert f"| `{msg_type}` |" in docs, msg_type
 

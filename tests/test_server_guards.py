@@ -177,3 +177,34 @@ def test_a_superlink_that_stops_answering_is_one_line_and_its_return_another() -
     assert len(said) == 2, said
     assert "10.0.0.1:9093 does not answer" in said[0] and "\n" not in said[0]
     assert said[1].startswith("the SuperLink at 10.0.0.1:9093 is back after 8 s")
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_a_second_node_with_the_same_identity_is_told_it_is_not_admitted(tmp_path: Path,
+                                                                        data_root: Path
+                                                                        ) -> None:
+    """Two ``fedgl client``s with client 1's shard and identity key (two SuperNodes): the run
+    goes on with the node that proved it first, and the other's ``fedgl client`` says in one
+    line that it was not admitted, instead of sitting idle."""
+    import subprocess
+
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import PLAINTEXT, RUN, server_cmd, write_deployment_files
+
+    root = write_deployment_files(tmp_path)
+    out = root / "out"
+    with Loopback(root / "fed", root / "shards", root / "keys", 3, PLAINTEXT) as fed:
+        fed.start_client(1, "twin")
+        import time
+
+        time.sleep(10)   # the twin's SuperNode joins too
+        proc = subprocess.run(server_cmd(root, fed, out, {**RUN, "rounds": 1}),
+                              capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [(root / "fed" / f"{name}.log").read_text() for name in ("client-1", "twin")]
+    told = [s for s in said if "did not admit this node" in s]
+    assert len(told) == 1, [s[-800:] for s in said]
+    assert "same identity key" in told[0]
+    log = (out / "server.log").read_text()
+    assert "client 1 is already node" in log
