@@ -7,6 +7,15 @@ times, the peak RSS of every process and the machine's load average. Prints one 
     FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --rounds 5 --supernode flower  # before
     FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --algorithm swift-fedgnn --rounds 6
     FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --algorithm glasu --rounds 4
+    FEDGL_DATA=../shared/data python benchmarks/bench_flower.py --policy --rounds 5   # safety
+
+``--policy``: FedGCN under the documented safety policy (the clients' default: the robust secure
+sum with secure models, the edge check, two contributors, a feature bound; the run adds DP
+with ε = 1): the local plaintext run is timed too, so the deployed time splits into the
+computation (local plaintext), what the policy adds in one process (its cryptography and its
+extra protocol steps: local policy run minus local plaintext) and what the deployment adds
+(Flower's round trips: deployed minus local policy run), with the messages per client and
+phase that carry it.
 
 ``--algorithm``: FedGCN (``--hops``, ``--secure-sum``), Swift-FedGNN (its mini-batch steps and
 every ``period``-th cross-client step; shards with its recipe, METIS and normalised features)
@@ -29,6 +38,10 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+#: the documented safety policy's run keys (what the clients' default requires, and DP)
+POLICY = {"secure_sum": "robust", "secure_models": True, "adjacency_check": "edge",
+          "min_contributors": 2, "feature_bound": 1.0, "dp_epsilon": 1.0, "dp_budget": 4.0}
 
 
 def vm_hwm_mb(pid: int) -> float | None:
@@ -148,6 +161,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--hops", type=int, default=2)
     ap.add_argument("--secure-sum", default="none")
+    ap.add_argument("--policy", action="store_true",
+                    help="FedGCN under the documented safety policy (see the docstring)")
     ap.add_argument("--supernode", choices=("relay", "runner", "flower"), default="relay",
                     help="the clients' SuperNode layout: relay (fedgl client's), runner (the "
                          "paced SuperNode beside the relay runner), flower (Flower's own beside "
@@ -166,6 +181,14 @@ def main() -> None:
         keys.update(hops=args.hops, secure_sum=args.secure_sum, oracle_eval=False)
     elif args.secure_sum != "none":
         raise SystemExit("--secure-sum is FedGCN's; drop it or use --algorithm fedgcn")
+    plain_wall = None
+    if args.policy:
+        if args.algorithm != "fedgcn":
+            raise SystemExit("--policy is FedGCN's (the one algorithm with a secure sum)")
+        t0 = time.perf_counter()
+        run(**keys)   # the computation alone, plaintext, in one process
+        plain_wall = time.perf_counter() - t0
+        keys.update(POLICY)
 
     load_start = os.getloadavg()
     t0 = time.perf_counter()
@@ -182,6 +205,11 @@ def main() -> None:
                                str(root / "shards")]) == 0
         # named: a client's default is the protective policy, which these runs need not match
         client_args = ["--secure-sum", args.secure_sum if args.algorithm == "fedgcn" else "none"]
+        if args.policy:
+            client_args = []   # the clients' default policy, which the run meets
+        elif client_args[1] != "none":   # the mode alone: these runs ask for nothing else
+            client_args += ["--adjacency-check", "node", "--min-contributors", "1",
+                            "--feature-bound", "none", "--no-secure-models"]
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in keys.items()
                  if not isinstance(v, bool)]
         flags += [f"--{'' if v else 'no-'}{k.replace('_', '-')}" for k, v in keys.items()
@@ -276,6 +304,16 @@ def main() -> None:
             "requests_per_exchange": round(sum(sum(r.values()) for r in requests.values())
                                            / max(flower.get("calls") or 1, 1), 1)}
            if requests is not None else {}),
+        **({"policy_split_seconds": {
+            "computation_local_plaintext": round(plain_wall, 2),
+            "policy_in_one_process": round(local_wall - plain_wall, 2),
+            "deployment": round(run_total - local_wall, 2)},
+            "local_policy_seconds": {p: round(local.seconds[p], 2)
+                                     for p in ("pretrain", "train", "eval")
+                                     if p in local.seconds},
+            "messages_per_client_by_phase": {
+                p: v["down"] / args.clients for p, v in rep["ledger"]["messages"].items()}}
+           if plain_wall is not None else {}),
         "load_average": {"start": [round(x, 2) for x in load_start],
                          "end": [round(x, 2) for x in os.getloadavg()]},
     }

@@ -252,6 +252,9 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
     # a chosen plugin's options are flags of `fedgl server` too (it deploys like a built-in)
     add_parsers(sub, functools.partial(_add_config_flags, plugin=plugin), algorithm)
     add_certs_parser(sub)
+    from fedgl.deployment.fleet_gate import add_gate_parser
+
+    add_gate_parser(sub)
     from fedgl.deployment import own_commands
 
     own_commands.add_parsers(sub)
@@ -293,7 +296,7 @@ def main(argv: list[str] | None = None) -> int:
             from fedgl.deployment import own_commands
 
             return own_commands.main(args)
-        if args.command in ("shard", "client", "server", "certs"):
+        if args.command in ("shard", "client", "server", "certs", "gate"):
             return _cmd_deployment(args)
         if args.command == "sweep":
             from fedgl.sweep import load_sweep, parse_only, sweep
@@ -372,6 +375,10 @@ def _cmd_deployment(args: argparse.Namespace) -> int:
 
     if args.command == "client":
         return commands.cmd_client(args)
+    if args.command == "gate":
+        from fedgl.deployment.fleet_gate import cmd_gate
+
+        return cmd_gate(args)
     if args.command == "certs":
         _check_writable_folder(Path(args.certs_out), "--out")
         paths = commands.cmd_certs(args)

@@ -52,6 +52,12 @@ def write_deployment_files(root: Path, clients: int = 3, shard_args: tuple[str, 
 #: policy: the robust secure sum, secure models, the edge check, two contributors, a bound)
 PLAINTEXT = ["--secure-sum", "none"]
 
+#: ``fedgl client``'s flags that, beside a named secure-sum mode, drop the other protective
+#: defaults (the edge check, two contributors, a feature bound, secure models): for runs that
+#: test something else and ask for none of them
+AS_ASKED = ["--adjacency-check", "node", "--min-contributors", "1", "--feature-bound", "none",
+            "--no-secure-models"]
+
 RUN = {"algorithm": "fedgcn", "dataset": "cora", "clients": 3, "hops": 2, "rounds": 2,
        "local_steps": 2, "progress": False, "oracle_eval": False, "batch_clients": False}
 
@@ -81,6 +87,9 @@ def deployed_run(root: Path, name: str, keys: dict, client_args: list[str],
     for needle in ("organisations joined and proved their roster keys",
                    f"round {rounds}/{rounds}: ", "finished in"):
         assert needle in log, (needle, log[-1500:])
+    for k in range(clients):   # each organisation's terminal: the end, and where its files are
+        said = (root / f"fed-{name}" / f"client-{k}.log").read_text()
+        assert f"finished after round {rounds}; files in" in said, said[-1500:]
     card_path = out / "model" / "model.json"
     if card_path.is_file() and sorted(json.loads(card_path.read_text())["files"]) == ["global"]:
         # every organisation received the coordinator's model: the same digest everywhere

@@ -215,12 +215,13 @@ RECOVERY = {"secagg.consistency", "secagg.unmask"}
 ACCEPTED = {
     ("none", ""): FIT_EVAL | PLAIN,
     ("none", "encrypt_models"): FIT_EVAL | PLAIN | KEYS | HE_KEYS,
-    ("mask", ""): FIT_EVAL | KEYS | SECURE,
+    # every secure mode takes the generic secure sums: its evaluation counts go only there
+    ("mask", ""): FIT_EVAL | KEYS | SECURE | MODEL_SUM,
     ("mask", "secure_models"): FIT_EVAL | KEYS | SECURE | MODEL_SUM,
-    ("robust", ""): FIT_EVAL | KEYS | SECURE | RECOVERY,
+    ("robust", ""): FIT_EVAL | KEYS | SECURE | MODEL_SUM | RECOVERY,
     ("robust", "secure_models"): FIT_EVAL | KEYS | SECURE | MODEL_SUM | RECOVERY,
-    ("he", ""): FIT_EVAL | KEYS | HE_KEYS | SECURE,
-    ("he", "encrypt_models"): FIT_EVAL | KEYS | HE_KEYS | SECURE,
+    ("he", ""): FIT_EVAL | KEYS | HE_KEYS | SECURE | MODEL_SUM,
+    ("he", "encrypt_models"): FIT_EVAL | KEYS | HE_KEYS | SECURE | MODEL_SUM,
 }
 #: algorithms whose clients support a secure sum (every other one is refused by its config)
 SECURE_CAPABLE = {"fedgcn"}
@@ -304,7 +305,8 @@ def test_client_flags_build_the_policy_and_name_a_bad_algorithm(tmp_path: Path):
                               "--algorithms", "fedgcn,fedgat"])
     assert policy_from_args(args) == ClientPolicy(   # DP named: the default budget, 4 ε
         secure_sum="robust", secure_models=True, dp_epsilon=2.0, dp_budget=8.0,
-        feature_bound=1.0, adjacency_check="edge", algorithms=("fedgcn", "fedgat"))
+        feature_bound=1.0, adjacency_check="edge", algorithms=("fedgcn", "fedgat"),
+        min_contributors=2)
     # no secure-sum mode named: the protective default; plaintext only when named
     assert policy_from_args(parser.parse_args([])) == ClientPolicy(
         secure_sum="robust", secure_models=True, adjacency_check="edge", min_contributors=2,
@@ -312,7 +314,9 @@ def test_client_flags_build_the_policy_and_name_a_bad_algorithm(tmp_path: Path):
     assert policy_from_args(parser.parse_args(["--secure-sum", "none"])) == ClientPolicy()
     (tmp_path / "p.yaml").write_text("secure_sum: mask\nmin_contributors: 3\n")
     args = parser.parse_args(["--policy", str(tmp_path / "p.yaml"), "--min-contributors", "2"])
-    assert policy_from_args(args) == ClientPolicy(secure_sum="mask", min_contributors=2)
+    assert policy_from_args(args) == ClientPolicy(   # a named mode keeps the other defaults
+        secure_sum="mask", min_contributors=2, secure_models=True, adjacency_check="edge",
+        feature_bound=ANY_BOUND)
     with pytest.raises(ConfigError, match="'fedgcm' does not run deployed") as err:
         policy_from_args(parser.parse_args(["--algorithms", "fedgcm"]))
     assert "\n" not in str(err.value)
@@ -429,6 +433,30 @@ def test_a_plaintext_run_says_what_the_server_learns(tmp_path: Path, capsys):
         assert all(PLAINTEXT_KNOWN in line for line in lines)
 
 
+def test_a_named_secure_mode_keeps_the_other_protective_defaults(tmp_path: Path):
+    """``--secure-sum mask`` (or robust, he) alone still requires the edge check, two
+    contributors and a feature bound (and secure models where the mode averages models); each
+    is dropped only when named otherwise, by flag or in the file; plaintext takes what it is
+    given."""
+    protective = {"adjacency_check": "edge", "min_contributors": 2, "feature_bound": ANY_BOUND}
+    for mode in ("mask", "robust"):
+        assert _default_policy("--secure-sum", mode) == ClientPolicy(
+            secure_sum=mode, secure_models=True, **protective)
+    assert _default_policy("--secure-sum", "he") == ClientPolicy(secure_sum="he", **protective)
+    pol = _default_policy("--secure-sum", "mask")
+    line = pol.weaker(_cfg({"secure_sum": "mask"}))   # the run asks for the mode only
+    assert line is not None and "\n" not in line
+    assert _default_policy("--secure-sum", "mask", "--adjacency-check", "node",
+                           "--min-contributors", "1", "--feature-bound", "none",
+                           "--no-secure-models") == ClientPolicy(secure_sum="mask")
+    (tmp_path / "p.yaml").write_text("secure_sum: robust\nadjacency_check: node\n"
+                                     "min_contributors: 1\nfeature_bound: none\n"
+                                     "secure_models: false\n")
+    assert _default_policy("--policy", str(tmp_path / "p.yaml")) == ClientPolicy(
+        secure_sum="robust")
+    assert _default_policy("--secure-sum", "none") == ClientPolicy()
+
+
 # ---------------------------------------------------------------------- DP needs a budget
 def test_a_dp_policy_without_a_budget_gets_the_default_one():
     from fedgl.privacy.policy import DEFAULT_DP_RELEASES
@@ -438,9 +466,11 @@ def test_a_dp_policy_without_a_budget_gets_the_default_one():
     assert _default_policy("--dp-epsilon", "1", "--dp-budget", "2").dp_budget == 2.0
     assert _default_policy("--secure-sum", "mask").dp_budget is None   # no DP, no budget
     # a run with DP and no budget (or a larger one) is refused by such a policy, in one line
-    line = pol.weaker(_cfg({"secure_sum": "mask", "dp_epsilon": 0.5}))
+    protected = {"secure_sum": "mask", "secure_models": True, "adjacency_check": "edge",
+                 "min_contributors": 2, "feature_bound": 1.0, "dp_epsilon": 0.5}
+    line = pol.weaker(_cfg(protected))
     assert line is not None and "dp_budget off" in line and "\n" not in line
-    assert pol.weaker(_cfg({"secure_sum": "mask", "dp_epsilon": 0.5, "dp_budget": 2.0})) is None
+    assert pol.weaker(_cfg({**protected, "dp_budget": 2.0})) is None
 
 
 @needs_flwr

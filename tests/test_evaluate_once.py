@@ -74,16 +74,33 @@ def test_a_model_is_scored_once_whatever_the_server_asks(mode, batch, monkeypatc
     server.runtime.close()
 
 
-# ---------------------------------------------------------------------- secure models
+# ---------------------------------------------------------------------- secure modes
+#: every secure-sum mode sums the evaluation counts, with or without secure models
+SECURE = {
+    "mask-secure-models": MODES["mask"],
+    "mask": {"secure_sum": "mask"},
+    "robust": {"secure_sum": "robust"},
+    "he": {"secure_sum": "he"},
+}
+
+
+def _secure_server(name: str, batch: bool) -> FedGCNServer:
+    if name == "he":
+        pytest.importorskip("tenseal", reason="tenseal is not installed (fedgl[he])")
+    return _server(SECURE[name], batch=batch)
+
+
 @pytest.mark.parametrize("batch", [False, True], ids=["one-by-one", "batched"])
-def test_with_secure_models_the_server_learns_only_the_pooled_accuracy(batch):
-    """mask with secure models: every evaluation reply (riding on a fit or on its own) carries
-    the number of counts only; the round's accuracies come from one secure sum of them and
-    equal the pooled accuracy of what each client scored."""
+@pytest.mark.parametrize("name", sorted(SECURE))
+def test_under_a_secure_mode_the_server_learns_only_the_pooled_accuracy(name, batch):
+    """Every secure-sum mode (mask with or without secure models, robust, he): every
+    evaluation reply (riding on a fit or on its own) carries the number of counts only; the
+    round's accuracies come from one secure sum of them and equal the pooled accuracy of what
+    each client scored."""
     from fedgl.algorithms.base import evaluation_key
     from fedgl.evaluation import pooled_accuracy
 
-    server = _server(MODES["mask"], batch=batch)
+    server = _secure_server(name, batch=batch)
     calls: list[tuple[str, dict]] = []
     call = server.runtime.call
 
@@ -100,7 +117,8 @@ def test_with_secure_models_the_server_learns_only_the_pooled_accuracy(batch):
                for r in out.values()]
     assert replies and not any("correct" in r or "total" in r for r in replies)
     assert any(r.get("secure_counts") == 6 for r in replies)
-    assert sum(method == "secagg.upload" for method, _ in calls) >= 2 * 3   # models, counts
+    uploads = sum(method == "secagg.upload" for method, _ in calls)
+    assert uploads >= (2 if name == "mask-secure-models" else 1) * 3   # (models,) counts
     roles = [ep.role for ep in server.runtime._endpoints.values()]
     for _, weights, metrics in rows:
         key = evaluation_key(weights)
@@ -110,8 +128,8 @@ def test_with_secure_models_the_server_learns_only_the_pooled_accuracy(batch):
     server.runtime.close()
 
 
-@pytest.mark.parametrize("mode", ["mask", "robust"])
-def test_a_malicious_server_cannot_isolate_one_clients_counts(mode):
+@pytest.mark.parametrize("name", sorted(SECURE))
+def test_a_malicious_server_cannot_isolate_one_clients_counts(name):
     """The server crafts a model and asks for the counts: the reply holds their number only.
     A secure sum of the counts over client 0 alone is refused (mask: every client; robust:
     the threshold), and after the sum over everyone, a second sum without client 2 (which the
@@ -120,15 +138,13 @@ def test_a_malicious_server_cannot_isolate_one_clients_counts(mode):
     from fedgl.errors import RunAborted
     from fedgl.privacy.secagg_server import secure_vector_sum
 
-    server = _server({"secure_sum": mode, "secure_models": True}, batch=False)
+    server = _secure_server(name, batch=False)
     replies = server.runtime.call("fedavg.evaluate", {"weights": _crafted(server, 3)},
                                   phase="eval")
     assert all(r == {"secure_counts": 6} for r in replies.values()), replies
-    strategy = server.strategy
 
-    def secure_sum(clients: list[int], name: str):
-        return secure_vector_sum(lambda m, a, c: strategy._call(m, a, c, "eval"), clients,
-                                 name, 6, strategy.server)
+    def secure_sum(clients: list[int], instance: str):
+        return secure_vector_sum(server._eval_call, clients, instance, 6, server.secagg)
 
     with pytest.raises(Exception) as err:
         secure_sum([0], "eval/alone")

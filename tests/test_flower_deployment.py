@@ -18,6 +18,7 @@ from fedgl.data.shard_format import read_shard, shard_paths, write_shard
 from fedgl.errors import ConfigError, DataError, RunAborted
 from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
+    AS_ASKED,
     PLAINTEXT,
     RUN,
     assert_same_as_local,
@@ -287,8 +288,8 @@ def test_loopback_fedgcn_robust_secure_sum_equals_local(deployment_files: Path) 
     and key, over Flower's TLS, FedGCN 2-hop with the robust secure sum = the local runtime."""
     # no leakage report in the local reference run (about 10 s on Cora; it has its own tests)
     keys = {**RUN, "secure_sum": "robust", "leakage_report": False}
-    deployed = deployed_run(deployment_files, "robust", keys, ["--secure-sum", "robust"],
-                            tls=True)
+    deployed = deployed_run(deployment_files, "robust", keys, ["--secure-sum", "robust",
+                                                                  *AS_ASKED], tls=True)
     assert_same_as_local(deployed, keys)
 
 

@@ -165,7 +165,9 @@ def test_a_malicious_serverapp_gets_one_line_refusals_and_no_values(tmp_path: Pa
     write_keys(tmp_path / "keys", clients)
     for k, mode in enumerate(MODES):
         write_shard(tiny_shard(k), tmp_path / "shards")
-        (tmp_path / f"policy-{k}.yaml").write_text(f"secure_sum: {mode}\n")
+        (tmp_path / f"policy-{k}.yaml").write_text(   # the mode alone, nothing else required
+            f"secure_sum: {mode}\nadjacency_check: node\nmin_contributors: 1\n"
+            "feature_bound: none\nsecure_models: false\n")
     app = write_app(tmp_path / "app", serverapp="malicious_server:app",
                     config_key="attack-job", name="fedgl-malicious")
     (app / "malicious_server.py").write_text(MALICIOUS)

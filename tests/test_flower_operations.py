@@ -19,6 +19,7 @@ from fedgl.data.shard_format import write_shard
 from fedgl.federation.codec import Encoded, decode, encode
 from fedgl.privacy.identity import write_keys
 from tests.flower_helpers import (
+    AS_ASKED,
     PLAINTEXT,
     RUN,
     deployed_run,
@@ -182,13 +183,58 @@ def test_the_server_cannot_lower_the_clients_safety_settings(tmp_path: Path) -> 
     assert party.endpoint is None and party.protocol_state == "greeted"
 
 
+def test_the_end_of_a_run_is_one_finished_line_with_where_the_files_are(tmp_path: Path,
+                                                                       capsys) -> None:
+    """``party.finished`` (the server's last message of a run) after the set-up, or after the
+    model's hand-over: one line naming the run, its last round, the organisation's --out (where
+    it holds files) and its log file; before the set-up, or for another run, it is refused."""
+    party = make_party(tmp_path, out=tmp_path / "org-out")
+    party.log_path = tmp_path / "client-1.log"
+    head, _ = send(party, "party.finished", {"round": 3})
+    assert "arrived before" in head["refused"] or "state" in head["refused"]
+    send(party, "party.hello", {"challenge": b"\x06" * 32})
+    assert "refused" not in send(party, "party.setup", setup_payload())[0]
+    head, _ = send(party, "party.finished", {"round": 3}, run=RUN_ID + 1)
+    assert "not run" in head["refused"]
+    (tmp_path / "org-out").mkdir()
+    (tmp_path / "org-out" / "scores.csv").write_text("node\n")
+    capsys.readouterr()
+    head, _ = send(party, "party.finished", {"round": 3})
+    assert "refused" not in head
+    line = capsys.readouterr().out.strip()
+    assert "\n" not in line and line.startswith(f"client 1: run {RUN_ID} finished after round 3")
+    assert f"files in {tmp_path / 'org-out'}" in line and f"log in {party.log_path}" in line
+    head, _ = send(party, "party.finished", {"round": 3})   # once per run
+    assert "refused" in head
+
+
+def test_a_node_not_admitted_says_so_in_one_line(tmp_path: Path, capsys) -> None:
+    """``party.not_admitted`` after this run's hello (the server saw the same identity proved
+    first by another node): one line in the party's own words; an unknown reason, another run
+    or a party already set up refuses it."""
+    party = make_party(tmp_path)
+    assert party.types() == {"party.not_admitted": ["setup"]}   # the relay forwards it
+    send(party, "party.hello", {"challenge": b"\x07" * 32})
+    head, _ = send(party, "party.not_admitted", {"reason": "lies"})
+    assert "unknown reason" in head["refused"]
+    head, _ = send(party, "party.not_admitted", {"reason": "duplicate"}, run=RUN_ID + 1)
+    assert "refused" in head
+    capsys.readouterr()
+    head, _ = send(party, "party.not_admitted", {"reason": "duplicate"})
+    assert "refused" not in head
+    line = capsys.readouterr().out.strip()
+    assert "\n" not in line and f"run {RUN_ID} did not admit this node" in line
+    assert "same identity key" in line and party.protocol_state == "new"
+
+
 def test_docs_list_the_partys_own_message_types() -> None:
     from fedgl.deployment.party import Party
     from fedgl.federation.protocol import handler_table
 
     docs = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
     table = handler_table(Party)
-    assert sorted(table) == ["party.hello", "party.model", "party.own_part", "party.setup"]
+    assert sorted(table) == ["party.finished", "party.hello", "party.model",
+                             "party.not_admitted", "party.own_part", "party.setup"]
     for msg_type in table:
         assert f"| `{msg_type}` |" in docs, msg_type
 
@@ -431,7 +477,7 @@ def test_supernode_auth_admits_registered_nodes_only_and_mask_runs(
     root = federation_files
     keys = {**RUN, "secure_sum": "mask"}
     out = root / "out-auth-mask"
-    with Loopback(root / "fed-auth", root / "shards", root / "keys", 3, ["--secure-sum", "mask"],
+    with Loopback(root / "fed-auth", root / "shards", root / "keys", 3, ["--secure-sum", "mask", *AS_ASKED],
                   tls=True, supernode_auth=True) as fed:
         private, _ = node_key(fed.folder / "node-keys" / "stranger")   # never registered
         stranger = fed.start_client(0, "stranger", ["--auth-key", str(private)])
@@ -468,7 +514,7 @@ def test_deployed_privacy_modes_equal_local(federation_files: Path, mode: str) -
     keys = {**RUN, "encrypt_models": True} if mode == "encrypt_models" else \
         {**RUN, "secure_sum": mode}
     client_args = [*PLAINTEXT, "--encrypt-models"] if mode == "encrypt_models" else \
-        ["--secure-sum", mode]
+        ["--secure-sum", mode, *AS_ASKED]
     rep = deployed_run(federation_files, f"mode-{mode}", keys, client_args)["repeats"][0]
     # CKKS is approximate and randomised: two local runs of `he` differ in the second round's
     # loss at 1e-7 (1.82143286 / 1.82143289), and its keys and ciphertexts are serialised
@@ -523,7 +569,7 @@ def test_client_killed_during_the_robust_secure_sum(federation_files: Path) -> N
     out = root / "out-robust-killed"
     keys = {**RUN, "secure_sum": "robust", "on_client_failure": "drop"}
     with Loopback(root / "fed-robust-killed", root / "shards", root / "keys", 3,
-                  ["--secure-sum", "robust"]) as fed:
+                  ["--secure-sum", "robust", *AS_ASKED]) as fed:
         code, err = run_server_killing_a_client(
             fed, server_cmd(root, fed, out, keys, message_timeout=60), 2, "query.secagg__keys")
         log = fed.folder / "client-2.log"

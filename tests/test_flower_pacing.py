@@ -98,6 +98,12 @@ def flower_loop(monkeypatch: pytest.MonkeyPatch) -> Any:
     loop = importlib.import_module("flwr.supernode.start_client_internal")
     for name in ("time", "pull_objects", "_pull_and_store_message", "_push_messages"):
         monkeypatch.setattr(loop, name, getattr(loop, name))
+    from flwr.supercore import heartbeat
+    from flwr.supernode import fleet_http_connection
+
+    for module in (heartbeat, fleet_http_connection):   # install() shortens the heartbeat
+        monkeypatch.setattr(module, "HEARTBEAT_DEFAULT_INTERVAL",
+                            module.HEARTBEAT_DEFAULT_INTERVAL)
     results: list[Any] = []
     monkeypatch.setattr(loop, "_pull_and_store_message", lambda **_: results.pop(0))
     pushed: list[int] = []
@@ -129,6 +135,14 @@ def test_install_announces_each_stored_message_and_paces_flowers_waits(flower_lo
         assert flower_loop.pull_objects.func is pull_objects
         assert flower_loop.pull_objects.keywords == {"initial_backoff": OBJECT_FIRST_BACKOFF}
         assert clock.monotonic is time.monotonic   # every other attribute is time's
+        # the node's heartbeat: Flower's shortest, so a SuperNode that stops is taken for gone
+        # about 20 s after its last heartbeat (two intervals), not 60 s
+        from flwr.common.constant import HEARTBEAT_MIN_INTERVAL
+        from flwr.supercore import heartbeat
+        from flwr.supernode import fleet_http_connection
+
+        assert fleet_http_connection.HEARTBEAT_DEFAULT_INTERVAL == HEARTBEAT_MIN_INTERVAL
+        assert heartbeat.HEARTBEAT_DEFAULT_INTERVAL == HEARTBEAT_MIN_INTERVAL
 
         flower_loop.fake_results.extend([None, 42])
         before = clock.since

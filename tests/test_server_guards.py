@@ -17,8 +17,10 @@ from fedgl.deployment.run_watch import (
     hold_server_lock,
     run_id_from,
     start_verdict,
+    stopped_line,
 )
 from fedgl.errors import ConfigError
+from tests.flower_helpers import needs_flwr
 
 
 def test_a_second_server_with_the_same_out_is_refused_before_submitting(tmp_path: Path) -> None:
@@ -44,7 +46,7 @@ def test_a_busy_federation_is_named_with_its_run() -> None:
     busy = busy_runs(_ls(("1", "finished:completed"), ("7", "running")))
     assert busy == [("7", "running")]
     line = busy_line("10.0.0.1:9093", busy)
-    assert "busy" in line and "flwr stop 7" in line and "\n" not in line
+    assert "busy" in line and "--take-over" in line and "\n" not in line
     assert busy_runs("not json") == [] and busy_runs("") == []
 
 
@@ -103,3 +105,106 @@ def test_the_start_watch_reads_the_run_id_and_returns_once_started(tmp_path: Pat
     watch = StartWatch(log, started, ls, lambda rid: None, lambda: None, every=0.01)
     watch.watch()
     assert seen and set(seen) == {5} and watch.problem is None
+
+
+def test_a_run_stopped_by_another_is_one_line_with_how_to_go_on(tmp_path: Path) -> None:
+    """The first ``fedgl server`` of a federation another one took over: one line naming its
+    run, the cause, and ``--resume`` where it checkpointed; nothing when its run was not
+    stopped that way."""
+    rid = tmp_path / "run_id"
+    rid.write_text("7")
+    out = tmp_path / "out"
+    out.mkdir()
+    assert stopped_line(rid, out, lambda r: _ls(("7", "finished:failed"))) is None
+    assert stopped_line(rid, out, lambda r: _ls(("8", "finished:stopped"))) is None
+    assert stopped_line(tmp_path / "none", out, lambda r: _ls(("7", "finished:stopped"))) is None
+    line = stopped_line(rid, out, lambda r: _ls(("7", "finished:stopped")))
+    assert line is not None and "\n" not in line and "--take-over" in line
+    assert "no checkpoint" in line and "--checkpoint-every" in line
+    (out / "checkpoint.pt").write_bytes(b"not a checkpoint")   # unreadable: still one line
+    line = stopped_line(rid, out, lambda r: _ls(("7", "finished:stopped")))
+    assert line is not None and f"fedgl server --resume {out}" in line and "\n" not in line
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_a_second_server_takes_the_federation_over_only_when_asked(tmp_path: Path,
+                                                                    data_root: Path) -> None:
+    """A loopback federation busy with a checkpointing run: a second ``fedgl server`` is
+    refused in one line; with ``--take-over`` it stops the first run and runs its own, and the
+    first ``fedgl server`` ends with one line saying so and how to continue (``--resume``)."""
+    import subprocess
+
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import PLAINTEXT, RUN, server_cmd, wait_for, write_deployment_files
+
+    root = write_deployment_files(tmp_path)
+    first_out, second_out = root / "out-first", root / "out-second"
+    with Loopback(root / "fed", root / "shards", root / "keys", 3, PLAINTEXT) as fed:
+        first = subprocess.Popen(server_cmd(root, fed, first_out, {**RUN, "rounds": 500,
+                                                                    "checkpoint_every": 1}),
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(lambda: (first_out / "checkpoint.pt").is_file(), first)
+            refused = subprocess.run(server_cmd(root, fed, second_out, {**RUN, "rounds": 1}),
+                                     capture_output=True, text=True, timeout=300, check=False)
+            second = subprocess.run([*server_cmd(root, fed, second_out, {**RUN, "rounds": 1}),
+                                     "--take-over"], capture_output=True, text=True,
+                                    timeout=600, check=False)
+            _, err = first.communicate(timeout=300)
+        finally:
+            if first.poll() is None:
+                first.kill()
+                first.wait()
+    assert refused.returncode == 2 and "is busy" in refused.stderr, refused.stderr[-1000:]
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "taking the federation over" in second.stdout + second.stderr
+    assert first.returncode != 0
+    last = err.strip().splitlines()[-1]
+    assert "was stopped on the SuperLink" in last and f"--resume {first_out}" in last, err[-1500:]
+
+
+def test_a_superlink_that_stops_answering_is_one_line_and_its_return_another() -> None:
+    """Two failed connections in a row: one line naming the SuperLink; one success: one line
+    with how long it was away; nothing while it answers, nothing twice."""
+    from fedgl.deployment.run_watch import LinkWatch
+
+    answers = iter([True, False, True, False, False, False, False, True, True])
+    said: list[str] = []
+    watch = LinkWatch("10.0.0.1:9093", lambda: next(answers), said.append, every=2.0)
+    for t in range(9):
+        watch.step(2.0 * t)
+    assert len(said) == 2, said
+    assert "10.0.0.1:9093 does not answer" in said[0] and "\n" not in said[0]
+    assert said[1].startswith("the SuperLink at 10.0.0.1:9093 is back after 8 s")
+
+
+@needs_flwr
+@pytest.mark.slow
+def test_a_second_node_with_the_same_identity_is_told_it_is_not_admitted(tmp_path: Path,
+                                                                        data_root: Path
+                                                                        ) -> None:
+    """Two ``fedgl client``s with client 1's shard and identity key (two SuperNodes): the run
+    goes on with the node that proved it first, and the other's ``fedgl client`` says in one
+    line that it was not admitted, instead of sitting idle."""
+    import subprocess
+
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import PLAINTEXT, RUN, server_cmd, write_deployment_files
+
+    root = write_deployment_files(tmp_path)
+    out = root / "out"
+    with Loopback(root / "fed", root / "shards", root / "keys", 3, PLAINTEXT) as fed:
+        fed.start_client(1, "twin")
+        import time
+
+        time.sleep(10)   # the twin's SuperNode joins too
+        proc = subprocess.run(server_cmd(root, fed, out, {**RUN, "rounds": 1}),
+                              capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    said = [(root / "fed" / f"{name}.log").read_text() for name in ("client-1", "twin")]
+    told = [s for s in said if "did not admit this node" in s]
+    assert len(told) == 1, [s[-800:] for s in said]
+    assert "same identity key" in told[0]
+    log = (out / "server.log").read_text()
+    assert "client 1 is already node" in log

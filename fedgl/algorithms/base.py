@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
+from collections import defaultdict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -435,6 +436,8 @@ class FedAvgServer:
         #: runtime's failure events, and a copy of the ledger, from before that fit (the row's
         #: network columns and its checkpoint are as of the end of its round); else None
         self.row_mark: tuple[int, Ledger] | None = None
+        #: with :attr:`row_mark`, what Flower had carried by then (a deployment; else None)
+        self.row_flower: dict[str, dict[str, int]] | None = None
         #: resumed from a checkpoint taken while its round's scores rode on the next fit: that
         #: fit carries the request again (the bytes of an uninterrupted run); the scores are
         #: already in the history
@@ -504,6 +507,9 @@ class FedAvgServer:
                 copy = Ledger.from_state_dict(self.runtime.ledger.state_dict())
                 copy.network = self.runtime.ledger.network
                 self.row_mark = (len(self.runtime.events), copy)
+                carried = getattr(self.runtime, "flower_bytes", None)   # a deployment's
+                self.row_flower = None if carried is None else defaultdict(
+                    lambda: {"up": 0, "down": 0}, {p: dict(v) for p, v in carried.items()})
             with ledger.timer("train"):
                 results = self.runtime.call("fedavg.fit", args, phase="train", clients=chosen)
             scores = take_scores(results) if "evaluate" in args else {}
@@ -552,15 +558,17 @@ class FedAvgServer:
 
     def pool(self, scores: dict[int, dict]) -> dict[str, float]:
         """The pooled accuracies of the clients' evaluation replies: their counts, or, where
-        they answered ``secure_counts`` (secure models), one secure sum of the counts they hold
-        (:meth:`fedgl.privacy.secure_models.SecureFedAvg.pooled_counts`)."""
+        they answered ``secure_counts`` (a secure-sum mode), one secure sum of the counts they
+        hold (:func:`fedgl.privacy.secure_models.pooled_counts`: the strategy's with secure
+        models, else the server's own)."""
         secure = [k for k, s in scores.items() if "secure_counts" in s]
         if not secure:
             return pooled_accuracy(scores)
-        summed = getattr(self.strategy, "pooled_counts", None)
+        summed = getattr(self.strategy, "pooled_counts", None) or \
+            getattr(self, "pooled_counts", None)
         if len(secure) != len(scores) or summed is None:
             raise RunAborted("some clients answered the evaluation only through the secure sum, "
-                             "which this run does not average models with; the run stops")
+                             "which this run has none of; the run stops")
         lengths = {int(scores[k]["secure_counts"]) for k in secure}
         if len(lengths) != 1:
             raise RunAborted("clients announced different numbers of secure evaluation counts; "

@@ -68,7 +68,10 @@ def bytes_now(runtime: Any, server: Any = None) -> dict[str, int]:
     fl = runtime.flower_bytes
     mark = getattr(server, "row_mark", None)
     if mark is not None:
-        ledger, fl = mark[1], getattr(runtime, "flower_bytes_before_call", fl)
+        ledger = mark[1]   # Flower's bytes as of the same moment (secure evaluation sums of
+        # the scores that rode on the fit come after it, in several calls)
+        fl = getattr(server, "row_flower", None) or getattr(runtime, "flower_bytes_before_call",
+                                                            fl)
     return {"ledger_wire_bytes": sum(ledger.wire_bytes(p) for p in ("train", "eval")),
             "ledger_value_bytes": ledger.bytes("train") + ledger.bytes("eval"),
             "flower_bytes": sum(fl[p]["up"] + fl[p]["down"] for p in ("train", "eval"))}

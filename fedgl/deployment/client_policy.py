@@ -3,10 +3,13 @@
 
 The file is a YAML mapping of the policy's keys (the run's configuration names: ``secure_sum``,
 ``dp_epsilon``, ``feature_bound``, ..., and ``algorithms``: a list); a flag given on the command
-line overrides the file's value. Where neither names a secure-sum mode, every key left out takes
-its protective default (:data:`~fedgl.privacy.policy.PROTECTIVE`: the robust secure sum with
-secure models, the edge adjacency check, two contributors at least, a feature bound); plaintext
-is served only when ``secure_sum: none`` (``--secure-sum none``) is named, and the client then
+line overrides the file's value. Every key left out takes its protective default
+(:data:`~fedgl.privacy.policy.PROTECTIVE`: the robust secure sum with secure models, the edge
+adjacency check, two contributors at least, a feature bound), also where a secure-sum mode is
+named (``--secure-sum mask`` keeps the others; secure models only with mask or robust), until
+the organisation names otherwise (``--adjacency-check node``, ``--min-contributors 1``,
+``--feature-bound none``, ``--no-secure-models``); plaintext is served only when ``secure_sum:
+none`` (``--secure-sum none``) is named, which takes the policy as written, and the client then
 says, in one line, what a plaintext server learns (:func:`plaintext_notice`). An empty or
 comment-only policy file is an error. A policy with DP and no ``dp_budget`` gets
 :data:`~fedgl.privacy.policy.DEFAULT_DP_RELEASES` releases' worth, and needs ``--state-dir``
@@ -28,6 +31,9 @@ from fedgl.privacy.policy import (
     with_protective_defaults,
 )
 
+#: ``--feature-bound none`` (``feature_bound: none`` in a file): no feature bound required
+NO_BOUND = "none"
+
 #: what an independent decoder found a plaintext FedGCN server knows (docs/threat-model.md,
 #: "Plaintext: what the server learns"); the run's leakage report counts it for its own graph
 PLAINTEXT_KNOWN = "99.96 % of Cora's feature values (10 clients, beta 1)"
@@ -46,9 +52,11 @@ def plaintext_exchange(cfg: Any) -> bool:
             and int(getattr(cfg, "hops", 0) or 0) >= 1)
 
 
-def _bound(text: str) -> float:
-    """``--feature-bound``'s value: a positive number, or ``any`` (a bound must be set)."""
-    return ANY_BOUND if text.strip().lower() == "any" else float(text)
+def _bound(text: str) -> float | str:
+    """``--feature-bound``'s value: a positive number, ``any`` (a bound must be set) or
+    ``none`` (none required: :data:`NO_BOUND`)."""
+    word = text.strip().lower()
+    return ANY_BOUND if word == "any" else NO_BOUND if word == "none" else float(text)
 
 
 #: flag dest -> (type, metavar or None for a switch, help)
@@ -62,8 +70,7 @@ _FLAGS: dict[str, tuple[Any, str | None, str]] = {
     "dp_budget": (float, "EPS", "require the run's dp_budget set and at most EPS (with "
                                 f"--dp-epsilon: default {DEFAULT_DP_RELEASES} times its ε)"),
     "feature_bound": (_bound, "B", "require the public feature bound set and at most B ('any': "
-                                   "set, of any value; the default where --secure-sum is not "
-                                   "named)"),
+                                   "set, of any value, the default; 'none': not required)"),
     "update_bound": (float, "U", "require the server's model-update bound set and at most U"),
     "min_partial_nodes": (int, "K", "require the run's min_partial_nodes at least K: a partial "
                                     "sum for another organisation's node is sent only where it "
@@ -74,8 +81,8 @@ _FLAGS: dict[str, tuple[Any, str | None, str]] = {
                                     "counted by content (1: training only; each scoring of new "
                                     "nodes one more; keep them across runs with --state-dir)"),
     "adjacency_check": (str, "{node,edge}", "require at least this adjacency check (node < "
-                                            "edge; default: edge, node where --secure-sum is "
-                                            "named)"),
+                                            "edge; default: edge, node with --secure-sum "
+                                            "none)"),
     "algorithms": (str, "A,B", "the algorithms this client runs (comma-separated; default: "
                                "any deployable one)"),
 }
@@ -89,19 +96,25 @@ def add_policy_flags(parser: argparse.ArgumentParser) -> None:
                              "refused in one line")
     parser.add_argument("--secure-sum", choices=("none", "mask", "robust", "he"), default=None,
                         help="this organisation's secure-sum mode; a run asking another is "
-                             "refused (default: robust, with the protective defaults of the "
-                             "other keys; none: plaintext, only when named)")
+                             "refused (default: robust; the other keys keep their protective "
+                             "defaults with any mode but none, which is plaintext, only when "
+                             "named, and takes the other keys as given)")
     parser.add_argument("--secagg-threshold", type=int, default=None, metavar="T",
                         help="robust secure sum: this client's Shamir threshold (0: clients // "
                              "2 + 1); must be the run's")
     parser.add_argument("--min-contributors", type=int, default=None, metavar="K",
                         help="refuse runs with a smaller min_contributors (default: 2; 1 "
-                             "where --secure-sum is named)")
+                             "with --secure-sum none)")
     for dest, (kind, metavar, text) in _FLAGS.items():
         flag = "--" + dest.replace("_", "-")
         if kind is bool:
             parser.add_argument(flag, dest=dest, action="store_const", const=True, default=None,
                                 help=text)
+            if dest == "secure_models":
+                parser.add_argument("--no-secure-models", dest=dest, action="store_const",
+                                    const=False, help="do not require secure models (the "
+                                                      "default with --secure-sum mask or "
+                                                      "robust requires them)")
         elif dest == "adjacency_check":
             parser.add_argument(flag, dest=dest, choices=("node", "edge"), default=None,
                                 help=text)
@@ -119,8 +132,11 @@ def policy_from_args(args: Any) -> ClientPolicy:
     path = getattr(args, "policy", None)
     written = read_policy_file(path) if path is not None else {}
     source = f"policy file '{path}'" if path is not None else "fedgl client flags"
-    policy = ClientPolicy.from_mapping(
-        with_dp_budget(with_protective_defaults({**written, **given})), source=source)
+    values = with_dp_budget(with_protective_defaults({**written, **given}))
+    bound = values.get("feature_bound")
+    if isinstance(bound, str) and bound.strip().lower() == NO_BOUND:
+        values["feature_bound"] = None   # named: no bound required
+    policy = ClientPolicy.from_mapping(values, source=source)
     from fedgl.config.registry import deployable_names, get_spec
 
     def runs_deployed(name: str) -> bool:

@@ -192,6 +192,7 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
     log_path = client_log_path(args, party)
     log_file = open_log(log_path)
     shown_log = log_path if log_file is not None else None
+    party.log_path = shown_log   # named in the party's "finished" line
     print(f"client {party.client_id}: shard {party.manifest['_path']} "
           f"({party.manifest['num_nodes']} nodes), joining {superlink}"
           f"{f'; log in {log_path}' if shown_log else ''}", flush=True)
@@ -492,8 +493,13 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
 
     flwr, env = _flower_bin("flwr"), _flower_env(home)
     busy = busy_runs(flwr_json(flwr, env, "ls"))
-    if busy:
+    if busy and not getattr(args, "take_over", False):
         raise ConfigError(busy_line(superlink, busy))
+    for run_id, state in busy:   # --take-over: the other run stops; its fedgl server says so
+        subprocess.run([flwr, "stop", run_id, "fedgl"], env=env, capture_output=True,
+                       timeout=30, check=False)
+        print(f"fedgl server: taking the federation over: run {run_id} ({state}) stopped on "
+              "the SuperLink", flush=True)
     status = work / "status.json"
     job = {"config": cfg.replace(out=str(out)).to_dict(), "roster": str(Path(args.roster)
                                                                          .absolute()),
@@ -525,6 +531,11 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
                                                       check=False),
                            _abort, timeout=float(getattr(args, "start_timeout", 30.0)))
         watcher = watch.start()
+        from fedgl.deployment.run_watch import LinkWatch, tcp_reachable
+
+        link = LinkWatch(superlink, lambda: tcp_reachable(superlink), lambda line: print(
+            f"fedgl: {time.strftime('%H:%M:%S')} {line}", file=sys.stderr, flush=True))
+        link.start()
         try:
             proc.wait()
         except KeyboardInterrupt:
@@ -532,12 +543,19 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
             raise
         finally:
             watch.done.set()
+            link.done.set()
             watcher.join(timeout=40)
             shown.join()
             _keep_log(work / "server.log", out)
     if watch.problem is not None:
         raise RunAborted(watch.problem)
     if not status.is_file():
+        from fedgl.deployment.run_watch import stopped_line
+
+        stopped = stopped_line(work / "run_id", out, lambda rid: flwr_json(
+            flwr, env, "ls", "--run-id", str(rid)))
+        if stopped is not None:
+            raise RunAborted(stopped)
         tail = log.read_text()[-600:].strip().splitlines()
         raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
                          f"{tail[-1] if tail else 'no output'}")
@@ -709,6 +727,11 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
                         help="seconds to wait for every roster client's SuperNode")
     server.add_argument("--message-timeout", type=float, default=600.0, metavar="S",
                         help="seconds to wait for a client's reply to one message")
+    server.add_argument("--take-over", action="store_true",
+                        help="where the federation is busy with another run, stop that run on "
+                             "the SuperLink and start this one (its fedgl server says so in one "
+                             "line; a run that checkpoints continues later with --resume); "
+                             "without it a busy federation is refused")
     server.add_argument("--start-timeout", type=float, default=30.0, metavar="S",
                         help="seconds the submitted run may stay pending on the SuperLink "
                              "before it is stopped and reported (its SuperExec is not "

@@ -41,11 +41,14 @@ class Loopback:
     verify it (``fed.tls_flags`` are the flags ``fedgl server`` needs); ``supernode_auth=True``
     (with TLS, as Flower requires): the SuperLink admits only registered SuperNodes
     (``--enable-supernode-auth``), and every client's node key is made and registered with
-    ``flwr supernode register`` before it starts."""
+    ``flwr supernode register`` before it starts; ``gate=True``: the clients reach the SuperLink
+    through ``fedgl gate`` (:mod:`.fleet_gate`, the Fleet API only) at ``fed.client_address``,
+    as docs/deployment.md sets up a coordinator, while ``fed.address`` (``fedgl server``,
+    ``flwr``) is the SuperLink's own."""
 
     def __init__(self, folder: str | Path, shards: str | Path, keys: str | Path, clients: int,
                  client_args: list[str] | None = None, start_timeout: float = 60.0, *,
-                 tls: bool = False, supernode_auth: bool = False) -> None:
+                 tls: bool = False, supernode_auth: bool = False, gate: bool = False) -> None:
         if supernode_auth and not tls:
             raise ValueError("Flower's SuperNode authentication needs TLS (tls=True)")
         self.folder = Path(folder)
@@ -56,6 +59,8 @@ class Loopback:
         self.start_timeout = start_timeout
         self.procs: dict[str, subprocess.Popen] = {}
         self.address = ""
+        self.client_address = ""
+        self.gate = gate
         self.tls = tls
         self.tls_flags = ["--insecure"]
         self.supernode_auth = supernode_auth
@@ -92,6 +97,9 @@ class Loopback:
                                       "--disable-runtime-dependency-installation"],
                         _flower_env(home, task_poll=False))   # as docs/deployment.md starts it
             self._wait_port(port)
+            self.client_address = self.address
+            if self.gate:
+                self._start_gate(link_tls)
             for k in range(self.clients):
                 auth: list[str] = []
                 if self.supernode_auth:
@@ -104,6 +112,20 @@ class Loopback:
             raise
         return self
 
+    def _start_gate(self, link_tls: list[str]) -> None:
+        """``fedgl gate`` in front of the SuperLink (its certificate and key, if TLS)."""
+        gate_port = free_port()
+        tls = ["--insecure"]
+        if self.tls:
+            value = dict(zip(link_tls[::2], link_tls[1::2], strict=False))
+            tls = ["--root-certificates", value["--ssl-ca-certfile"], "--ssl-certfile",
+                   value["--ssl-certfile"], "--ssl-keyfile", value["--ssl-keyfile"]]
+        self._spawn("gate", [sys.executable, "-m", "fedgl.cli", "gate", "--listen",
+                             f"127.0.0.1:{gate_port}", "--superlink", self.address, *tls],
+                    dict(os.environ))
+        self._wait_port(gate_port, "gate")
+        self.client_address = f"127.0.0.1:{gate_port}"
+
     def start_client(self, k: int, name: str, extra: list[str] | None = None
                      ) -> subprocess.Popen:
         """Start ``fedgl client`` for client k's shard and key (its terminal ``<name>.log``,
@@ -112,7 +134,7 @@ class Loopback:
         given = [a.replace("{k}", str(k)) for a in self.client_args]
         out = [] if "--out" in given else ["--out", str(self.folder / f"{name}-out")]
         return self._spawn(name, [
-            sys.executable, "-m", "fedgl.cli", "client", "--superlink", self.address,
+            sys.executable, "-m", "fedgl.cli", "client", "--superlink", self.client_address,
             "--data", str(self.shards / f"client-{k}.json"),
             "--key", str(self.keys / f"client-{k}.key"),
             "--roster", str(self.keys / "roster.json"), *self.tls_flags,
@@ -121,13 +143,14 @@ class Loopback:
             *given, *out, *(extra or [])],
             dict(os.environ))
 
-    def flwr(self, *args: str) -> subprocess.CompletedProcess:
-        """``flwr ARGS`` against this SuperLink's Control API (the connection ``fedgl``)."""
+    def flwr(self, *args: str, address: str | None = None) -> subprocess.CompletedProcess:
+        """``flwr ARGS`` against this SuperLink's Control API (the connection ``fedgl``), or
+        against ``address``."""
         home = self.folder / "control-home"
         home.mkdir(exist_ok=True)
         conn = (f'root-certificates = "{self.ca}"' if self.ca is not None else "insecure = true")
         (home / "config.toml").write_text(f'[superlink]\ndefault = "fedgl"\n\n'
-                                          f'[superlink.fedgl]\naddress = "{self.address}"\n'
+                                          f'[superlink.fedgl]\naddress = "{address or self.address}"\n'
                                           f"{conn}\n")
         return subprocess.run([_flower_bin("flwr"), *args], env=_flower_env(home),
                               capture_output=True, text=True, timeout=120, check=False)
@@ -139,19 +162,19 @@ class Loopback:
             raise RuntimeError(f"flwr supernode register failed: {done.stdout[-300:]} "
                                f"{done.stderr[-300:]}")
 
-    def _wait_port(self, port: int) -> None:
+    def _wait_port(self, port: int, name: str = "superlink") -> None:
         import socket
 
         deadline = time.monotonic() + self.start_timeout
         while time.monotonic() < deadline:
-            if self.procs["superlink"].poll() is not None:
-                raise RuntimeError(f"the SuperLink exited; see {self.folder / 'superlink.log'}")
+            if self.procs[name].poll() is not None:
+                raise RuntimeError(f"the {name} exited; see {self.folder / f'{name}.log'}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
                 return
             except OSError:
                 time.sleep(0.2)
-        raise RuntimeError(f"the SuperLink did not listen on {port} within "
+        raise RuntimeError(f"the {name} did not listen on {port} within "
                            f"{self.start_timeout:g} s")
 
     def kill_client(self, k: int) -> None:
@@ -162,7 +185,7 @@ class Loopback:
 
     def close(self) -> None:
         """Stop the clients (each stops its SuperNode), then the SuperLink; SIGKILL stragglers."""
-        order = sorted(self.procs, key=lambda n: n == "superlink")
+        order = sorted(self.procs, key=lambda n: (n == "superlink", n == "gate"))
         for name in order:
             proc = self.procs[name]
             if proc.poll() is None:

@@ -23,6 +23,13 @@ set-up messages (phase ``setup``) beside its algorithm role's:
   ``setup.facts`` (:mod:`fedgl.federation.facts`: its node count, feature and class widths,
   from its own shard), so that the server learns them without a third round trip.
 
+- ``party.not_admitted`` (``reason``: ``duplicate``), after this run's hello: the server did not
+  admit this node (another node proved the same identity first); one line says so, in the
+  party's own words for the reason.
+- ``party.finished`` (``round``: the run's last round, 0 for a scoring run), the server's last
+  message of a run, once its results are written (and the model handed over): the party says
+  in one line that the run finished and where its files are (``--out``, its log file).
+
 Any other message goes to the role's protocol :class:`~fedgl.federation.protocol.Endpoint`;
 before a run is set up it is refused. Every refusal is one line, recorded in
 :attr:`Party.refused` and printed to the party's log. The relay's ``types`` request (which Flower
@@ -84,6 +91,15 @@ HELLO_CONTEXT = "fedgl-flower-hello/1"
 #: the trained model at the end of a run (:mod:`fedgl.deployment.model_release`), or, for a
 #: model split among the parties, the order to keep one's own part
 MODEL, OWN_PART = "party.model", "party.own_part"
+#: the server's last message of a run: the party prints its "finished" line
+FINISHED = "party.finished"
+#: the server did not admit this node to the run (its hello proved an identity another node of
+#: the run proved first): the party says so in one line instead of waiting in silence
+NOT_ADMITTED = "party.not_admitted"
+#: why a node was not admitted (``party.not_admitted``'s ``reason``) -> the party's own words
+NOT_ADMITTED_WHY = {
+    "duplicate": "another SuperNode proved this client's identity first (a second `fedgl "
+                 "client` with the same identity key, here or elsewhere?); stop one of them"}
 #: the fewest random bytes a hello challenge may have
 MIN_CHALLENGE = 16
 #: the largest body a set-up message (``party.hello``: a challenge of at most 1 KiB;
@@ -188,6 +204,8 @@ class Party:
         self._context: tuple[int, int] = (-1, -1)   # (node id, run id) of the message in hand
         self.lock = threading.Lock()
         self._relay_token: str | None = None
+        #: the organisation's log file (``fedgl client`` sets it), named in the finished line
+        self.log_path: Path | None = None
 
     # ------------------------------------------------------------------ set-up messages
     @handles(HELLO, phases=(SETUP_PHASE,), enters="greeted", schema={"challenge": Bytes(max_len=1024)})
@@ -310,6 +328,36 @@ class Party:
                  if "scored" in reply else ""), flush=True)
         return reply
 
+    @handles(NOT_ADMITTED, phases=(SETUP_PHASE,), states=("greeted",), enters="new",
+             schema={"reason": Str(max_len=32)})
+    def not_admitted(self, reason: str) -> dict[str, Any]:
+        """The server did not admit this node to the run it greeted: one line why."""
+        if self._context[1] != self.run_id:
+            raise ValueError(f"it is for run {self._context[1]}, not run {self.run_id}")
+        why = NOT_ADMITTED_WHY.get(reason)
+        if why is None:
+            raise ValueError(f"unknown reason {reason[:32]!r}")
+        print(f"fedgl: client {self.client_id}: run {self.run_id} did not admit this node: "
+              f"{why}", flush=True)
+        return {}
+
+    @handles(FINISHED, phases=(SETUP_PHASE,), states=("set-up", "released"), enters="finished",
+             schema={"round": Int(0, 1 << 31)})
+    def finished(self, round: int) -> dict[str, Any]:
+        """The end of this run: one line saying so, with where this organisation's files are
+        (its ``--out`` folder where it holds anything, its log file)."""
+        if self._context[1] != self.run_id:
+            raise ValueError(f"it is for run {self._context[1]}, not run {self.run_id}")
+        where = [f"files in {self.out}"] if self.out.is_dir() and any(self.out.iterdir()) \
+            else []
+        if self.log_path is not None:
+            where.append(f"log in {self.log_path}")
+        rounds = f" after round {round}" if round else ""
+        print(f"client {self.client_id}: run {self.run_id} finished{rounds}"
+              f"{'; ' + ', '.join(where) if where else ''}; waiting for the next run (Ctrl-C "
+              "stops)", flush=True)
+        return {}
+
     def _own_records(self, cfg: Config, seed: int, run_tag: str, resumed: bool
                      ) -> tuple[Config, list[str]]:
         """The role's config with ``out`` at this party's own records for the run (its DP
@@ -337,9 +385,10 @@ class Party:
 
     def types(self) -> dict[str, list[str]]:
         """The role's message types and their phases (the party's own are always served)."""
-        if self.endpoint is None:
-            return {}
-        own = {MODEL: [SETUP_PHASE], OWN_PART: [SETUP_PHASE]}   # its own, after the set-up
+        if self.endpoint is None:   # greeted, perhaps not admitted; nothing else before set-up
+            return {NOT_ADMITTED: [SETUP_PHASE]}
+        own = {MODEL: [SETUP_PHASE], OWN_PART: [SETUP_PHASE],   # its own, after the set-up
+               FINISHED: [SETUP_PHASE]}
         # every declared type, also those the role's policy does not take: the relay forwards
         # them, and the party refuses them in its own one line ("not a message type")
         return {**own, **{t: list(h.phases)

@@ -4,11 +4,15 @@
   submitted (the ServerApp's own results-folder lock comes only once the SuperLink starts it).
 - :func:`busy_runs`: a federation already running another run refuses a second ``fedgl server``
   in one line (a second run would take over the organisations' SuperNodes, and the first then
-  fails on messages it never sent).
+  fails on messages it never sent), unless it is asked to take the federation over
+  (``--take-over``): it then stops the other run on the SuperLink first, and that run's
+  ``fedgl server`` ends with one line saying so (:func:`stopped_line`) and how to continue it.
 - :class:`StartWatch`: a submitted run that stays ``pending`` (the SuperLink's SuperExec died,
   e.g. against a certificate that does not cover 127.0.0.1) or ends before its ServerApp starts
   is reported in one line within seconds and stopped, instead of ``fedgl server`` waiting past
   ``--join-timeout`` in silence. Flower's own view of the runs is ``flwr ls`` / ``flwr log``.
+- :class:`LinkWatch`: while the run goes on, one line when the SuperLink stops accepting
+  connections (restarting, or gone) and one when it is back, with how long it was away.
 """
 
 from __future__ import annotations
@@ -69,7 +73,35 @@ def busy_line(superlink: str, busy: list[tuple[str, str]]) -> str:
     """The one line refusing a second run on a busy federation."""
     run_id, status = busy[0]
     return (f"the federation at {superlink} is busy: run {run_id} is {status} (`flwr ls`); "
-            f"wait for it to finish, or stop it with `flwr stop {run_id}`, then start this run")
+            f"wait for it to finish, or take it over with --take-over (it stops run {run_id})")
+
+
+def stopped_line(run_id_file: Path, out: Path, ls: Callable[[int], str]) -> str | None:
+    """The one line of a ``fedgl server`` whose started run was stopped on the SuperLink by
+    someone else (another ``fedgl server --take-over``, or ``flwr stop``), with how to go on:
+    ``--resume`` where it checkpointed. None when the run was not stopped that way."""
+    try:
+        run_id = int(run_id_file.read_text())
+        runs = json.loads(ls(run_id)).get("runs") or []
+    except (OSError, ValueError, AttributeError, subprocess.SubprocessError):
+        return None
+    mine = [r for r in runs if isinstance(r, dict) and str(r.get("run-id")) == str(run_id)]
+    if not mine or str(mine[0].get("status", "")) != "finished:stopped":
+        return None
+    head = (f"run {run_id} was stopped on the SuperLink (another fedgl server took the "
+            f"federation over with --take-over, or `flwr stop {run_id}`)")
+    if (out / "checkpoint.pt").is_file():
+        from fedgl.checkpoint import load_checkpoint
+
+        try:
+            done = load_checkpoint(out).progress
+        except Exception:   # noqa: BLE001 - the line names the folder either way
+            done = None
+        at = f" at round {done.round}" if done is not None else ""
+        return (f"{head}; its checkpoint{at} is in {out}: continue it with `fedgl server "
+                f"--resume {out}` once the federation is free")
+    return (f"{head}; it kept no checkpoint, so start it again (with --checkpoint-every N it "
+            "can continue where it stopped)")
 
 
 def start_verdict(status: str, details: str, pending_for: float, timeout: float
@@ -141,6 +173,55 @@ class StartWatch:
         thread = threading.Thread(target=self.watch, daemon=True)
         thread.start()
         return thread
+
+
+class LinkWatch:
+    """Say when the SuperLink at ``address`` stops answering and when it is back (``say``
+    gets each line). ``reachable()``: whether a connection to it succeeds now; two failures in
+    a row (``every`` seconds apart) make it away, one success back."""
+
+    def __init__(self, address: str, reachable: Callable[[], bool], say: Callable[[str], None],
+                 every: float = 2.0) -> None:
+        self.address, self.reachable, self.say, self.every = address, reachable, say, every
+        self.failures = 0
+        self.away_since: float | None = None
+        self.done = threading.Event()
+
+    def step(self, now: float) -> None:
+        """One look at the SuperLink at time ``now`` (monotonic seconds)."""
+        if self.reachable():
+            if self.away_since is not None:
+                self.say(f"the SuperLink at {self.address} is back after "
+                         f"{now - self.away_since:.0f} s; the run goes on")
+            self.failures, self.away_since = 0, None
+            return
+        self.failures += 1
+        if self.failures == 2 and self.away_since is None:
+            self.away_since = now - self.every
+            self.say(f"the SuperLink at {self.address} does not answer (restarting, or gone); "
+                     "the run waits for it (a SuperLink started with --database keeps the "
+                     "run and its SuperNodes; see its log)")
+
+    def watch(self) -> None:
+        while not self.done.wait(self.every):
+            self.step(time.monotonic())
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.watch, daemon=True)
+        thread.start()
+        return thread
+
+
+def tcp_reachable(address: str, timeout: float = 1.0) -> bool:
+    """Whether a TCP connection to ``HOST:PORT`` succeeds now."""
+    import socket
+
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+        return True
+    except (OSError, ValueError):
+        return False
 
 
 def flwr_json(flwr: str, env: dict[str, str], *args: str) -> str:

@@ -44,7 +44,7 @@ from fedgl.config import Config
 from fedgl.config.registry import load_path
 from fedgl.deployment.party import hello_message, read_roster
 from fedgl.deployment.server_log import WAIT_LINE_EVERY, ServerLog
-from fedgl.errors import ConfigError, RunAborted
+from fedgl.errors import ConfigError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
 from fedgl.federation.facts import FACTS
 from fedgl.federation.flower.client_app import (
@@ -107,10 +107,12 @@ SETUP_OPTIONAL = ("data",)
 RUN_FILE = "deployment-run.json"
 
 
-def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
+def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float,
+              duplicates: list[int] | None = None
               ) -> tuple[dict[int, int], list[str], list[tuple]]:
     """Map Flower nodes to roster client ids by signed challenges: ``({client: node}, [one line
-    per refused node], [the hello traffic of the mapped clients, for the ledger])``."""
+    per refused node], [the hello traffic of the mapped clients, for the ledger])``; the nodes
+    that proved an identity another node proved first go into ``duplicates``."""
     run_id = int(grid.run.run_id)
     challenges = {n: os.urandom(32) for n in node_ids}
     sent = {n: encode(HELLO, {"challenge": challenges[n]}) for n in node_ids}
@@ -146,6 +148,8 @@ def handshake(grid: Grid, roster: Roster, node_ids: list[int], timeout: float
             continue
         if k in nodes:
             refused.append(f"node {n}: client {k} is already node {nodes[k]} (refused)")
+            if duplicates is not None:
+                duplicates.append(n)
             continue
         nodes[k] = n
         traffic.append((k, payload_nbytes({"challenge": challenges[n]}), sent[n].nbytes,
@@ -253,9 +257,11 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
         log(f"{cfg.algorithm}: waiting for {len(roster.ids)} organisations' SuperNodes")
         node_ids = wait_for_nodes(grid, len(roster.ids), float(job.get("join_timeout", 300)),
                                   log)
-        nodes, refused, traffic = handshake(grid, roster, node_ids, timeout)
+        duplicates: list[int] = []
+        nodes, refused, traffic = handshake(grid, roster, node_ids, timeout, duplicates)
         for line in refused:
             log(f"refused {line}")
+        tell_not_admitted(grid, duplicates)
         missing = sorted(set(roster.ids) - set(nodes))
         if missing:
             raise RunAborted(f"roster clients {missing} did not prove their identity "
@@ -276,6 +282,7 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
             summary = score_deployed(runtime, cfg, cfg.seed, Path(job["predict"]), log)
             folder.commit(lambda staging: (staging / "prediction.json").write_text(
                 json.dumps(summary, indent=2) + "\n"))
+            tell_finished(runtime, 0, log)
             log(f"finished in {log.elapsed():.0f} s; the summary in {job['out']}")
             return None
         result = run_deployed(runtime, cfg, cfg.seed,
@@ -290,6 +297,7 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
             release_encrypted(runtime, result, log)
         else:
             release_model(runtime, Path(job["out"]) / "model", log)
+        tell_finished(runtime, int(cfg.rounds or 0), log)
         log(f"finished in {log.elapsed():.0f} s; results in {job['out']}")
         return result
     except Exception as exc:
@@ -298,6 +306,33 @@ def serve(grid: Grid, job: dict[str, Any]) -> RunResult | None:
     finally:
         log.close()
         folder.close()
+
+
+def tell_not_admitted(grid: Grid, duplicates: list[int], timeout: float = 10.0) -> None:
+    """Tell each node that proved an identity another node proved first that it is not admitted
+    (``party.not_admitted``): its ``fedgl client`` says so in one line instead of waiting in
+    silence. Their replies change nothing."""
+    from fedgl.deployment.party import NOT_ADMITTED
+
+    if not duplicates:
+        return
+    body = encode(NOT_ADMITTED, {"reason": "duplicate"}).to_bytes()
+    exchange(grid, [Message(fedgl_content({"phase": SETUP_PHASE}, body), dst_node_id=n,
+                            message_type=flower_type(NOT_ADMITTED, SETUP_PHASE))
+                    for n in duplicates], timeout)
+
+
+def tell_finished(runtime: FlowerRuntime, last_round: int, log: ServerLog) -> None:
+    """The run's last message (``party.finished``, once its results are written): every
+    organisation's ``fedgl client`` says in one line that the run finished and where its files
+    are. A client that does not answer changes nothing of the run; the server says so."""
+    from fedgl.deployment.party import FINISHED
+
+    try:
+        runtime.call(FINISHED, {"round": max(0, last_round)}, phase=SETUP_PHASE)
+    except (FedglError, RunAborted) as exc:
+        log(f"the organisations were not all told that the run finished ({exc}); the "
+            "results are written")
 
 
 def _checkpointing(cfg: Config, out: Path, resume: bool, folder: OutputFolder

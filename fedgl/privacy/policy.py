@@ -38,7 +38,8 @@ KEY_EXCHANGE = "key-exchange"
 HE_KEYS = "he-keys"
 #: the secure pre-training exchange: masked or encrypted uploads, aggregated replies
 SECURE_SUMS = "secure-sums"
-#: a generic masked sum of this client's latest model (``--secure-models``)
+#: generic masked sums: this client's latest model (``--secure-models``) and its evaluation
+#: counts (every secure-sum mode)
 SECURE_MODEL_SUMS = "secure-model-sums"
 #: the robust secure sum's recovery steps (consistency signatures, unmasking shares)
 DROPOUT_RECOVERY = "dropout-recovery"
@@ -53,10 +54,11 @@ ANY_BOUND = math.inf
 #: each a new input with fresh noise, cannot average the noise away without end)
 DEFAULT_DP_RELEASES = 4
 
-#: what a deployed client requires when its organisation names no secure-sum mode (flags or
-#: policy file): the robust secure sum with secure models, the edge adjacency check, at least
-#: two contributors to every received sum and a public feature bound. Plaintext is served only
-#: when the policy names ``secure_sum: none``.
+#: what a deployed client requires where its organisation names nothing else (flags or policy
+#: file): the robust secure sum with secure models, the edge adjacency check, at least two
+#: contributors to every received sum and a public feature bound; a named secure-sum mode keeps
+#: the others (:func:`with_protective_defaults`). Plaintext is served only when the policy names
+#: ``secure_sum: none``.
 PROTECTIVE: dict[str, Any] = {"secure_sum": "robust", "secure_models": True,
                               "adjacency_check": "edge", "min_contributors": 2,
                               "feature_bound": ANY_BOUND}
@@ -251,7 +253,7 @@ class ClientPolicy:
             tags.update((KEY_EXCHANGE, SECURE_SUMS))
         if self.secure_sum == "he" or self.encrypt_models:
             tags.update((KEY_EXCHANGE, HE_KEYS))
-        if self.secure_models and self.secure_sum in ("mask", "robust"):
+        if self.secure_sum != "none":   # the evaluation counts' sums (and secure models')
             tags.add(SECURE_MODEL_SUMS)
         if self.secure_sum == "robust":
             tags.add(DROPOUT_RECOVERY)
@@ -357,15 +359,21 @@ def read_policy_file(path: str | Path) -> dict[str, Any]:
 
 
 def with_protective_defaults(values: Mapping[str, Any]) -> dict[str, Any]:
-    """A deployed client's policy values: what the organisation named, and where it named no
-    secure-sum mode, :data:`PROTECTIVE` for every key it left out (secure models only where
-    the keys it named allow them: not beside ``encrypt_models`` or ``update_bound``, which
-    need the server to see or encrypt each update instead)."""
+    """A deployed client's policy values: what the organisation named, and :data:`PROTECTIVE`
+    for every key it left out. A named secure-sum mode replaces the robust default only: the
+    edge check, two contributors and a feature bound stay unless named otherwise, and secure
+    models too where the mode can average models (mask, robust) and the keys named allow them
+    (not beside ``encrypt_models`` or ``update_bound``, which need the server to see or
+    encrypt each update instead). ``secure_sum: none`` (plaintext, asked for by name) is taken
+    as written: a plaintext server sees every partial sum anyway, and the algorithms without a
+    secure sum or an edge check run only in plaintext."""
     values = dict(values)
-    if "secure_sum" in values:
+    mode = values.get("secure_sum", PROTECTIVE["secure_sum"])
+    if mode == "none":
         return values
     defaults = dict(PROTECTIVE)
-    if values.get("encrypt_models") or values.get("update_bound") is not None:
+    if values.get("encrypt_models") or values.get("update_bound") is not None or \
+            mode not in ("mask", "robust"):
         defaults.pop("secure_models")
     return {**defaults, **values}
 

@@ -69,6 +69,8 @@ from fedgl.privacy.policy import (
     ClientPolicy,
 )
 
+#: a secure sum whose instance starts with this sums the clients' evaluation counts
+EVAL_INSTANCE = "eval/"
 MODES = ("mask", "robust", "auth")  # auth: authenticated keys and sealing only (HE), no masks
 FIXED_POINT_BITS = 32
 Segments = Sequence[tuple[int, Sequence[int]]]  # (length, peers) in upload order
@@ -506,6 +508,8 @@ class SecureSumParty:
     (via :meth:`install_identity`) and implements :meth:`secagg_input` for generic sums."""
 
     secagg: SecAggClient | None = None
+    #: under HE (``auth``), the mask-mode client of the evaluation sums (:data:`EVAL_INSTANCE`)
+    eval_agg: SecAggClient | None = None
     secure_models: bool = False
     #: the party's own safety policy (:mod:`fedgl.privacy.policy`); a client class sets it
     policy: ClientPolicy = ClientPolicy()
@@ -560,7 +564,13 @@ class SecureSumParty:
         """Keep this party's record in ``record`` (before :meth:`install_identity`)."""
         self._input_record = record
 
-    def _agg(self) -> SecAggClient:
+    def _agg(self, session: bytes | None = None, instance: str | None = None) -> SecAggClient:
+        """The secure-sum client of the sum ``instance`` or of the session in progress: the
+        evaluation sums' own (:attr:`eval_agg`) where there is one, else the party's."""
+        extra = self.eval_agg
+        if extra is not None and ((instance or "").startswith(EVAL_INSTANCE) or (
+                session is not None and extra.current(session) is not None)):
+            return extra
         if self.secagg is None:
             raise RunAborted("this client has no identity key: secure aggregation needs a roster "
                              "(provisioned by the driver or `fedgl keys`)")
@@ -569,19 +579,21 @@ class SecureSumParty:
     @handles("secagg.advertise", schema={"session": SESSION, "instance": Str(max_len=256)},
              needs=SECURE_MODEL_SUMS)
     def secagg_advertise(self, session: bytes, instance: str) -> dict:
-        return {"adv": self._agg().advertise(session, instance, self.secagg_instance(instance))}
+        return {"adv": self._agg(instance=instance).advertise(session, instance,
+                                                              self.secagg_instance(instance))}
 
     @handles("secagg.keys", schema={"session": SESSION, "directory": DIRECTORY},
              needs=KEY_EXCHANGE)
     def secagg_keys(self, session: bytes, directory: dict) -> dict:
-        if self._agg().current(session) is None:
+        agg = self._agg(session)
+        if agg.current(session) is None:
             return {"stale": True}
-        return self._agg().keys(session, directory)
+        return agg.keys(session, directory)
 
     @handles("secagg.upload", schema={"session": SESSION, "received": RECEIVED,
                                       "segments": SEGMENTS}, needs=SECURE_MODEL_SUMS)
     def secagg_upload(self, session: bytes, received: dict, segments: list) -> dict:
-        agg = self._agg()
+        agg = self._agg(session)
         if agg.current(session) is None:
             return {"stale": True}
         agg.accept(session, received["confirm"], received.get("shares"))
@@ -591,16 +603,18 @@ class SecureSumParty:
     @handles("secagg.consistency", schema={"session": SESSION, "survivors": CLIENT_IDS},
              needs=DROPOUT_RECOVERY)
     def secagg_consistency(self, session: bytes, survivors: list) -> dict:
-        if self._agg().current(session) is None:  # restarted: the server starts over
+        agg = self._agg(session)
+        if agg.current(session) is None:  # restarted: the server starts over
             return {"stale": True}
-        return self._agg().consistency(session, survivors)
+        return agg.consistency(session, survivors)
 
     @handles("secagg.unmask", schema={"session": SESSION, "signatures": MapOf(Int(0), Bytes(1024))},
              needs=DROPOUT_RECOVERY)
     def secagg_unmask(self, session: bytes, signatures: dict) -> dict:
-        if self._agg().current(session) is None:
+        agg = self._agg(session)
+        if agg.current(session) is None:
             return {"stale": True}
-        return self._agg().unmask(session, signatures)
+        return agg.unmask(session, signatures)
 
 
 def directory_hash(session: bytes, instance: str, directory: Mapping) -> bytes:

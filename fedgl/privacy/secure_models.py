@@ -11,12 +11,15 @@ The input is named ``H("model", global weights received, data)`` (:mod:`fedgl.pr
 not by round: a fit asked twice from the same global model (under any round label) is the same
 input and enters one aggregate only, so ``Σ_{0,1,2} − Σ_{0,1}`` cannot isolate client 2's model.
 
-Evaluation counts go the same way: with secure models a client's ``fedavg.evaluate`` (on its
-own or riding on a fit) answers only ``secure_counts`` (their number) and keeps its
-``[correct per split, total per split]`` as the input ``H("evaluation", model scored, data)``;
-the server sums them with a secure sum whose instance starts with :data:`EVAL_INSTANCE`
-(:meth:`SecureFedAvg.pooled_counts`) and learns the pooled accuracy only, over every client
-(mask) or at least the threshold's survivors (robust), never one client's per-class counts.
+Evaluation counts go the same way, under every secure-sum mode (mask, robust, he; with or
+without secure models): a client's ``fedavg.evaluate`` (on its own or riding on a fit) answers
+only ``secure_counts`` (their number) and keeps its ``[correct per split, total per split]`` as
+the input ``H("evaluation", model scored, data)``; the server sums them with a secure sum whose
+instance starts with :data:`EVAL_INSTANCE` (:func:`pooled_counts`) and learns the pooled
+accuracy only, over every client (mask, he) or at least the threshold's survivors (robust),
+never one client's per-class counts. Under ``he`` (whose key exchange masks nothing) the
+client masks its counts with a second, mask-mode secure-sum client over the same identity,
+roster and input record (:meth:`SecureModelParty.install_identity`).
 """
 
 from __future__ import annotations
@@ -29,16 +32,37 @@ import torch
 from fedgl.errors import RunAborted
 from fedgl.federation.aggregate import FedAvg, State
 from fedgl.privacy.inputs import data_digest, digest
-from fedgl.privacy.secagg import SecureSumParty
-from fedgl.privacy.secagg_server import SecureSumServer, secure_vector_sum
+from fedgl.privacy.secagg import EVAL_INSTANCE, SecAggClient, SecureSumParty
+from fedgl.privacy.secagg_server import Call, SecureSumServer, secure_vector_sum
 
-#: a secure sum whose instance starts with this sums the clients' evaluation counts
-EVAL_INSTANCE = "eval/"
+__all__ = ["EVAL_INSTANCE", "SecureFedAvg", "SecureModelParty", "pooled_counts"]
+
+
+def pooled_counts(call: Call, clients: list[int], instance: str, length: int,
+                  server: SecureSumServer) -> dict[str, float]:
+    """The pooled accuracies (``<split>_acc``) from one secure sum (``call``: the runtime's,
+    phase ``eval``) of the ``clients``' held evaluation counts (``length``: correct then total,
+    per split); ``instance`` starts with :data:`EVAL_INSTANCE`."""
+    from fedgl.data.client_data import SPLITS
+
+    if length != 2 * len(SPLITS):
+        raise RunAborted(f"clients announced {length} secure evaluation counts, not "
+                         f"{2 * len(SPLITS)}; the run stops")
+    out = secure_vector_sum(call, sorted(clients), instance, length, server)
+    if out is None:
+        raise RunAborted("a client dropped or restarted during the secure evaluation sum: "
+                         "mask and he need every client (use --secure-sum robust for "
+                         "dropouts)")
+    total = np.rint(out[0]).astype(np.int64)
+    n = len(SPLITS)
+    return {f"{s}_acc": (int(total[i]) / int(total[n + i]) if total[n + i] else float("nan"))
+            for i, s in enumerate(SPLITS)}
 
 
 class SecureModelParty(SecureSumParty):
     """Client mixin: after ``fit`` the new weights stay here until a secure sum asks for them.
-    The client's :meth:`encode_weights` returns :meth:`hold_model` when secure models are on."""
+    The client's :meth:`encode_weights` returns :meth:`hold_model` when secure models are on;
+    its evaluations' counts are held (:meth:`hold_counts`) under every secure-sum mode."""
 
     _model_input: np.ndarray | None = None
     _model_source: str | None = None  # digest of the global model the next fit starts from
@@ -57,6 +81,21 @@ class SecureModelParty(SecureSumParty):
         self._model_input_id = digest("model", self._model_source or "unknown",
                                       self.input_data_digest())
         return {"secure_length": int(self._model_input.size)}
+
+    def install_identity(self, identity, roster, mode: str = "mask", threshold: int = 0,
+                         secure_models: bool = False) -> None:
+        """:meth:`SecureSumParty.install_identity`, and under ``auth`` (HE) a mask-mode client
+        for the evaluation sums (:data:`EVAL_INSTANCE`) over the same identity, roster and
+        input record."""
+        super().install_identity(identity, roster, mode, threshold, secure_models)
+        self.eval_agg = SecAggClient(self.client_id_for_secagg(), identity, roster, "mask",
+                                     0, self.input_record()) if mode == "auth" else None
+
+    def holds_counts(self) -> bool:
+        """Whether this client's evaluation counts go only into the server's secure sum: every
+        run with a secure-sum mode (and an identity to take part with)."""
+        return self.secagg is not None and \
+            getattr(getattr(self, "config", None), "secure_sum", "none") != "none"
 
     def hold_counts(self, model_key: str, counts: dict) -> dict:
         """Keep an evaluation's counts for the server's secure sum (see the module docstring);
@@ -107,24 +146,10 @@ class SecureFedAvg(FedAvg):
         return None if any(isinstance(r, dict) and r.get("stale") for r in out.values()) else out
 
     def pooled_counts(self, clients: list[int], length: int) -> dict[str, float]:
-        """The pooled accuracies (``<split>_acc``) from one secure sum of the ``clients``'
-        held evaluation counts (``length``: correct then total, per split)."""
-        from fedgl.data.client_data import SPLITS
-
-        if length != 2 * len(SPLITS):
-            raise RunAborted(f"clients announced {length} secure evaluation counts, not "
-                             f"{2 * len(SPLITS)}; the run stops")
+        """:func:`pooled_counts` through this strategy's runtime and secure-sum server."""
         self.evaluations = getattr(self, "evaluations", 0) + 1
-        out = secure_vector_sum(lambda m, a, c: self._call(m, a, c, "eval"), sorted(clients),
-                                f"{EVAL_INSTANCE}{self.evaluations}", length, self.server)
-        if out is None:
-            raise RunAborted("a client dropped or restarted during the secure evaluation sum: "
-                             "mask mode needs every client (use --secure-sum robust for "
-                             "dropouts)")
-        total = np.rint(out[0]).astype(np.int64)
-        n = len(SPLITS)
-        return {f"{s}_acc": (int(total[i]) / int(total[n + i]) if total[n + i] else float("nan"))
-                for i, s in enumerate(SPLITS)}
+        return pooled_counts(lambda m, a, c: self._call(m, a, c, "eval"), clients,
+                             f"{EVAL_INSTANCE}{self.evaluations}", length, self.server)
 
     def aggregate(self, states: Sequence[dict], num_samples: Sequence[int]) -> State:
         if not states:

@@ -386,11 +386,11 @@ class FedGCNClient(GNNClient, SecureModelParty):
     @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
              schema={"weights": MODEL})
     def evaluate(self, weights: State) -> dict:
-        """FedAvg's evaluation (:meth:`GNNClient.evaluate`), in state ``ready`` only. With
-        secure models the counts stay here for the server's secure sum (the reply carries
+        """FedAvg's evaluation (:meth:`GNNClient.evaluate`), in state ``ready`` only. Under a
+        secure-sum mode the counts stay here for the server's secure sum (the reply carries
         their number only: :meth:`SecureModelParty.hold_counts`)."""
         out = super().evaluate(weights)
-        if self.secure_models:
+        if self.holds_counts():
             return self.hold_counts(evaluation_key(weights), out)
         return out
 
@@ -398,9 +398,9 @@ class FedGCNClient(GNNClient, SecureModelParty):
     def evaluate_many(cls, clients: list[GNNClient], weights: State, *,
                       cache: dict | None = None) -> list[dict] | None:
         """:meth:`GNNClient.evaluate_many`, each client's counts held as :meth:`evaluate`
-        holds them with secure models."""
+        holds them under a secure-sum mode."""
         out = super().evaluate_many(clients, weights, cache=cache)
-        if out is None or not all(getattr(c, "secure_models", False) for c in clients):
+        if out is None or not all(c.holds_counts() for c in clients):
             return out
         key = evaluation_key(weights)
         return [c.hold_counts(key, o) for c, o in zip(clients, out, strict=True)]

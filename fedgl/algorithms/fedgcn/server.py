@@ -67,6 +67,22 @@ class FedGCNServer(FedAvgServer):
         self.edge_check = getattr(self.config, "adjacency_check", "node") == "edge"
         self._num_own: dict[int, int] = {}  # own node counts announced (bounds num_train)
 
+    def pooled_counts(self, clients: list[int], length: int) -> dict[str, float]:
+        """The pooled accuracies from one secure sum of the clients' held evaluation counts
+        (:func:`fedgl.privacy.secure_models.pooled_counts`), under a secure-sum mode without
+        secure models (with them, the strategy's own sum does it)."""
+        from fedgl.privacy.secure_models import EVAL_INSTANCE, pooled_counts
+
+        self.evaluations = getattr(self, "evaluations", 0) + 1
+        return pooled_counts(lambda m, a, c: self._eval_call(m, a, c), clients,
+                             f"{EVAL_INSTANCE}{self.evaluations}", length, self.secagg)
+
+    def _eval_call(self, method: str, args: dict, clients: list[int]) -> dict | None:
+        """One secure-sum step of an evaluation sum (phase ``eval``); None when a client
+        restarted (its reply says stale)."""
+        out = self.runtime.call(method, args, phase="eval", clients=clients)
+        return None if any(isinstance(r, dict) and r.get("stale") for r in out.values()) else out
+
     # ------------------------------------------------------------------ client checks
     def _check(self, msgs: dict) -> None:
         """The announcement checks (:mod:`~fedgl.algorithms.fedgcn.checks`), over the clients
