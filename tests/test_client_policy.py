@@ -58,6 +58,8 @@ WEAKER = [
      [{"min_contributors": 2}, {"min_contributors": 3}]),
     ("min_partial_nodes", {"min_partial_nodes": 2}, [{}, {"min_partial_nodes": 1}],
      [{"min_partial_nodes": 2}, {"min_partial_nodes": 3}]),
+    ("own_scoring_only", {"own_scoring_only": True}, [{}],
+     [{"own_scoring_only": True}]),
     ("pretrain_releases", {"pretrain_releases": 2}, [{}, {"pretrain_releases": 3}],
      [{"pretrain_releases": 2}, {"pretrain_releases": 1}]),
     ("algorithms", {"algorithms": ("fedgcn",)}, [{"algorithm": "fedgat", "hops": None}],

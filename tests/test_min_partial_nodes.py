@@ -63,3 +63,21 @@ def test_a_run_under_the_rule_trains(data_root) -> None:
           f"without: {full.mean('test_acc'):.4f}")
     assert ruled.mean("test_acc") > 0.6
     assert ruled.mean("test_acc") != full.mean("test_acc")   # the rule changed the inputs
+
+
+def test_scoring_after_training_for_its_own_nodes_only(tmp_path, monkeypatch) -> None:
+    """``own_scoring_only``: the client's first release over its data set (training) is whole;
+    in a later release over changed data (scoring nodes that arrived after training) it sends
+    nothing for other organisations' nodes, only its own nodes' rows."""
+    monkeypatch.setenv("FEDGL_STAMP_DIR", str(tmp_path / "stamps"))
+    graph = random_graph(nodes=150, seed=8)
+    keys = {"hops": 2, "own_scoring_only": True, "state_dir": str(tmp_path / "state")}
+    first = fedgcn_federation(graph, random_partition(graph.num_nodes, 3, seed=1), **keys)
+    later = fedgcn_federation(graph, random_partition(graph.num_nodes, 3, seed=2), **keys)
+    for server, whole in ((first, True), (later, False)):
+        sent = server.runtime.call("fedgcn.partial_sums", {}, phase="pretrain")
+        for k, msg in sent.items():
+            n_own = server.runtime.local_client(k).data.num_nodes
+            others = msg["sums"][n_own:]
+            assert bool((others != 0).any()) == whole, (k, whole)
+            assert bool((msg["sums"][:n_own] != 0).any())   # its own rows still go

@@ -382,6 +382,11 @@ class PrivacyConfig(Section):
                                        "where it aggregates at least k of the client's own "
                                        "nodes (withheld rows are sent as zeros; 1: off)",
                                     feature="min_contributors")
+    own_scoring_only: bool = option(False, "in an exchange over changed data (scoring nodes that "
+                                           "arrived after training: the client's second or later "
+                                           "pre-training release), send no partial sums for "
+                                           "other organisations' nodes (zeros)",
+                                    feature="release_budget")
     pretrain_releases: int | None = option(None, "pre-training releases each client makes over "
                                                   "its data set, counted by content (with "
                                                   "state_dir: across runs): training is one, "

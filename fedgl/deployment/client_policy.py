@@ -64,6 +64,9 @@ _FLAGS: dict[str, tuple[Any, str | None, str]] = {
     "secure_models": (bool, None, "require models averaged through the secure sum (mask or "
                                   "robust)"),
     "encrypt_models": (bool, None, "require CKKS-encrypted model updates"),
+    "own_scoring_only": (bool, None, "in an exchange over changed data (scoring nodes that "
+                                     "arrived after training), send nothing for other "
+                                     "organisations' nodes; its own are scored"),
     "dp_epsilon": (float, "EPS", "require DP on the released sums with ε at most EPS"),
     "dp_delta": (float, "DELTA", "with --dp-epsilon: require δ at most DELTA (default 1e-5)"),
     "dp_clip": (float, "C", "with --dp-epsilon: require the clip at most C (default 1)"),

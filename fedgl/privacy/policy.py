@@ -106,6 +106,7 @@ RULES: dict[str, Rule] = {
     "min_contributors": Rule("at_least", "--min-contributors"),
     "min_partial_nodes": Rule("at_least", "--min-partial-nodes"),
     "pretrain_releases": Rule("at_most", "--pretrain-releases"),
+    "own_scoring_only": Rule("on", "--own-scoring-only"),
     "algorithms": Rule("member", "--algorithms"),
 }
 
@@ -134,6 +135,9 @@ class ClientPolicy:
     #: the pre-training releases it makes over its data set, counted by content (training is
     #: one; each scoring of new nodes, its own or another organisation's, one more); None: any
     pretrain_releases: int | None = None
+    #: in an exchange over changed data (its second or later pre-training release: scoring
+    #: nodes that arrived after training), it sends nothing for other organisations' nodes
+    own_scoring_only: bool = False
     algorithms: tuple[str, ...] | None = None
     #: whether this organisation takes the trained model at the end of a run (not a rule on
     #: the run: the run's result does not depend on it)
@@ -197,7 +201,7 @@ class ClientPolicy:
                                     f"(got {self.secure_sum!r})")
         if self.adjacency_check not in ADJACENCY_ORDER:
             raise bad("adjacency_check", f"must be node or edge (got {self.adjacency_check!r})")
-        for name in ("secure_models", "encrypt_models", "receive_model"):
+        for name in ("secure_models", "encrypt_models", "receive_model", "own_scoring_only"):
             if not isinstance(getattr(self, name), bool):
                 raise bad(name, "must be true or false")
         for name in ("secagg_threshold", "min_contributors", "min_partial_nodes"):

@@ -120,6 +120,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         self.protocol_state = "ready" if self.hops == 0 else "pretraining"
         self._num_touched: int | None = None  # |V_k ∪ N(V_k)|, counted on first use
         self._release_counted = False  # this release counted in the record (pretrain_releases)
+        self._release_number = 1  # which of its data set's pre-training releases this is
 
     def protocol_limits(self) -> dict[str, int]:
         """Shape bounds of the messages this client accepts (checked on every message: the
@@ -224,7 +225,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         otherwise the release is drawn once (:meth:`_release`)."""
         cfg = self.config
         return cfg.dp_epsilon is None and cfg.min_contributors == 1 and \
-            int(getattr(cfg, "min_partial_nodes", 1)) == 1
+            int(getattr(cfg, "min_partial_nodes", 1)) == 1 and \
+            not getattr(cfg, "own_scoring_only", False)
 
     def _num_requested(self) -> int:
         return len(self._touched()) if self.neighbour_rows else self.data.num_nodes
@@ -267,16 +269,19 @@ class FedGCNClient(GNNClient, SecureModelParty):
                                       np.random.default_rng(self._dp_seed))
         counts = None
         least = int(getattr(cfg, "min_partial_nodes", 1))
-        if cfg.min_contributors > 1 or least > 1:
+        # scoring after training (a release over changed data) for its own nodes only
+        own_only = bool(getattr(cfg, "own_scoring_only", False)) and self._release_number > 1
+        if cfg.min_contributors > 1 or least > 1 or own_only:
             counts = torch.zeros(len(touched), dtype=torch.long)
             counts[:d.num_nodes] = 1
             counts.index_add_(0, self._row_of(d.edge_index[0], touched),
                               torch.ones(d.edge_index.size(1), dtype=torch.long))
-        if least > 1:
-            # this client's own rule, whatever the server does: a partial sum for another
-            # organisation's node that aggregates fewer than `least` own nodes is sent as zeros
-            # (and counted as none), so no such row carries one of its customers alone
-            withheld = counts < least
+        if least > 1 or own_only:
+            # this client's own rules, whatever the server does: a partial sum for another
+            # organisation's node that aggregates fewer than `least` own nodes (with own_only:
+            # any) is sent as zeros and counted as none, so no such row carries one of its
+            # customers alone (or at all)
+            withheld = torch.ones(len(touched), dtype=torch.bool) if own_only else counts < least
             withheld[:d.num_nodes] = False   # its own nodes' rows come back to itself
             released = released.clone()
             released[withheld] = 0
@@ -293,7 +298,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         (:meth:`fedgl.privacy.inputs.InputRecord.pretrain_release`)."""
         if self._release_counted:
             return
-        self.input_record().pretrain_release(
+        self._release_number = self.input_record().pretrain_release(
             digest("pretrain-data", self.input_data_digest()), str(self.config.dataset),
             getattr(self.config, "pretrain_releases", None), f"client {self.data.client_id}")
         self._release_counted = True
