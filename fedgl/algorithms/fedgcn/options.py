@@ -73,9 +73,12 @@ class FedGCNOptions:
             if self.hops != 1:
                 raise ConfigError(f"one_hop_variant '{self.one_hop_variant}' applies to --hops 1 "
                                   f"(got --hops {self.hops}); drop it or use --hops 1")
-            if cfg.secure_sum != "none" or cfg.dp_epsilon is not None or cfg.min_contributors > 1:
+            if cfg.secure_sum != "none" or cfg.dp_epsilon is not None or \
+                    cfg.min_contributors > 1 or getattr(cfg, "min_partial_nodes", 1) > 1 or \
+                    getattr(cfg, "own_scoring_only", False):
                 raise ConfigError("one_hop_variant 'paper-code' runs the plaintext exchange only; "
-                                  "drop secure_sum/dp_epsilon/min_contributors or use eq33")
+                                  "drop secure_sum/dp_epsilon/min_contributors/"
+                                  "min_partial_nodes/own_scoring_only or use eq33")
         if cfg.model == "sage" and self.hops > 0:
             raise ConfigError("FedGCN with model 'sage' supports only --hops 0 (SAGE's root term "
                               "would need remote raw features); use --model gcn for 1/2-hop")
