@@ -246,3 +246,19 @@ def kill_server_at_first_checkpoint(fed: Any, cmd: list[str], out: Path) -> None
     finally:
         os.killpg(first.pid, signal.SIGKILL)
         first.wait()
+
+
+def deployed_predict(folder: Path, shards: Path, keys: Path, model: Path, out: Path,
+                     client_args: list[str]) -> dict:
+    """``fedgl server --predict MODEL`` against a loopback federation of 3 SuperNodes over
+    ``shards`` (their folders ``folder/client-<k>-out``); the ``prediction.json`` it wrote."""
+    from fedgl.deployment.loopback import Loopback
+
+    with Loopback(folder, shards, keys, 3, client_args) as fed:
+        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
+                               fed.address, "--roster", str(keys / "roster.json"),
+                               *fed.tls_flags, "--out", str(out), "--join-timeout", "120",
+                               "--message-timeout", "300", "--predict", str(model)],
+                              capture_output=True, text=True, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return json.loads((out / "prediction.json").read_text())

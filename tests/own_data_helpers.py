@@ -108,3 +108,16 @@ def whole_graph(truth: dict, secret: bytes) -> tuple[GraphData, np.ndarray]:
     owner[pos] = truth["bank"]
     return GraphData("whole", x, y, clean_edge_index(e, n), masks["train"], masks["val"],
                      masks["test"], 2), owner
+
+
+def place_shards(root: Path, dirs: list[Path]) -> None:
+    """Every bank's ``fedgl index``/``place`` into ``root/shards``, and the three keys."""
+    from fedgl.cli import main
+    from fedgl.privacy.identity import write_keys
+
+    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
+    for k, d in enumerate(dirs):
+        assert main(["place", "--ingest", str(d), "--positions",
+                     str(root / "setup" / f"positions-{k}.json"), "--out",
+                     str(root / "shards")]) == 0
+    write_keys(root / "keys", 3)

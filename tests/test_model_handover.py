@@ -283,28 +283,16 @@ def test_deployed_scoring_equals_the_hand_over_and_the_local_prediction(files, t
     `fedgl server --predict MODEL_DIR` over the same shards: the set-up exchange again, the model
     to every organisation, the same scores in each one's folder, and the same as the local
     `fedgl predict` computes for that organisation."""
-    import subprocess
-    import sys
-
     import fedgl
-    from fedgl.deployment.loopback import Loopback
-    from tests.flower_helpers import deployed_run
+    from tests.flower_helpers import deployed_predict, deployed_run
 
     keys = {**RUN, "rounds": 2}
     deployed_run(files, "score-train", keys, ["--secure-sum", "none"])
     model = files / "out-score-train" / "model"
     trained = {k: (files / "fed-score-train" / f"client-{k}-out" / "scores.csv").read_text()
                for k in range(3)}
-    out = tmp_path / "scored"
-    with Loopback(tmp_path / "fed", files / "shards", files / "keys", 3,
-                  ["--secure-sum", "none"]) as fed:
-        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
-                               fed.address, "--roster", str(files / "keys" / "roster.json"),
-                               *fed.tls_flags, "--out", str(out), "--join-timeout", "120",
-                               "--message-timeout", "300", "--predict", str(model)],
-                              capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((out / "prediction.json").read_text())
+    summary = deployed_predict(tmp_path / "fed", files / "shards", files / "keys", model,
+                               tmp_path / "scored", ["--secure-sum", "none"])
     card = json.loads((model / "model.json").read_text())
     assert {k: v["sha256"] for k, v in summary["organisations"].items()} == \
         {str(k): card["sha256"] for k in range(3)}

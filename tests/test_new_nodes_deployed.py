@@ -11,16 +11,13 @@ trial's, ``fedgl predict`` over tomorrow's ingest folders, the new accounts incl
 from __future__ import annotations
 
 import csv
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from fedgl.cli import main
-from tests.flower_helpers import PLAINTEXT, deployed_run, needs_flwr
-from tests.own_data_helpers import BANKS, _csv, ingest_banks, write_banks
+from tests.flower_helpers import PLAINTEXT, deployed_predict, deployed_run, needs_flwr
+from tests.own_data_helpers import BANKS, _csv, ingest_banks, place_shards, write_banks
 
 RUN = {"algorithm": "fedgcn", "hops": 2, "rounds": 4, "local_steps": 2, "progress": False,
        "batch_clients": False, "oracle_eval": False, "dataset": "own:banks", "clients": 3}
@@ -41,15 +38,6 @@ def _tables(root: Path, truth: dict, keep: set[str]) -> None:
         _csv(folder / "edges.csv", ["source", "target"], edges)
 
 
-def _place(root: Path, dirs: list[Path]) -> Path:
-    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
-    for k, d in enumerate(dirs):
-        assert main(["place", "--ingest", str(d), "--positions",
-                     str(root / "setup" / f"positions-{k}.json"), "--out",
-                     str(root / "shards")]) == 0
-    return root / "shards"
-
-
 def _rows(path: Path) -> dict[str, dict]:
     return {r["id"]: r for r in csv.DictReader(path.open())}
 
@@ -57,8 +45,6 @@ def _rows(path: Path) -> dict[str, dict]:
 @needs_flwr
 def test_new_accounts_scored_deployed_equal_the_local_trial(tmp_path: Path) -> None:
     import fedgl
-    from fedgl.deployment.loopback import Loopback
-    from fedgl.privacy.identity import write_keys
 
     truth = write_banks(tmp_path / "tables", nodes_per_bank=24)
     tests = [i for i, sp in zip(truth["ids"], truth["split"], strict=True) if sp == "test"]
@@ -67,22 +53,15 @@ def test_new_accounts_scored_deployed_equal_the_local_trial(tmp_path: Path) -> N
     today, tomorrow = tmp_path / "today", tmp_path / "tomorrow"
     _tables(today, truth, set(truth["ids"]) - new)
     _tables(tomorrow, truth, set(truth["ids"]))
-    write_keys(today / "keys", 3)
-    _place(today, ingest_banks(today, tmp_path / "secret"))
+    place_shards(today, ingest_banks(today, tmp_path / "secret"))
     deployed_run(today, "train", RUN, PLAINTEXT)
     model = today / "out-train" / "model"
 
     later = ingest_banks(tomorrow, tmp_path / "secret")   # the same secret
-    shards = _place(tomorrow, later)
+    place_shards(tomorrow, later)   # (its new keys unused: the organisations keep today's)
+    shards = tomorrow / "shards"
     out = tmp_path / "scored"
-    with Loopback(tmp_path / "fed", shards, today / "keys", 3, PLAINTEXT) as fed:
-        proc = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--superlink",
-                               fed.address, "--roster", str(today / "keys" / "roster.json"),
-                               *fed.tls_flags, "--out", str(out), "--join-timeout", "120",
-                               "--message-timeout", "300", "--predict", str(model)],
-                              capture_output=True, text=True, timeout=900, check=False)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    summary = json.loads((out / "prediction.json").read_text())
+    summary = deployed_predict(tmp_path / "fed", shards, today / "keys", model, out, PLAINTEXT)
     assert len(summary["organisations"]) == 3
     local = fedgl.predict(model, shards=later)
     local.write(tmp_path / "local")

@@ -16,7 +16,7 @@ from fedgl.data.own.placement import OwnedGraph, setup_in_process
 from fedgl.data.own.secret import read_secret
 from fedgl.data.partition import Partition
 from fedgl.privacy.policy import ClientPolicy
-from tests.own_data_helpers import BANKS, ingest_banks, whole_graph, write_banks
+from tests.own_data_helpers import BANKS, ingest_banks, place_shards, whole_graph, write_banks
 
 FIELDS = ("node_ids", "x", "y", "train_mask", "val_mask", "test_mask", "edge_index")
 RUN = {"algorithm": "fedgcn", "hops": 2, "rounds": 3, "local_steps": 2, "progress": False,
@@ -265,18 +265,6 @@ def test_banks_fixture_has_cross_bank_edges(banks: tuple) -> None:
     _, truth, _ = banks
     bank = dict(zip(truth["ids"], truth["bank"], strict=True))
     assert any(bank[a] != bank[b] for a, b in truth["edges"]) and len(BANKS) == 3
-
-
-def place_shards(root: Path, dirs: list[Path]) -> None:
-    """Every bank's ``fedgl index``/``place`` into ``root/shards``, and the three keys."""
-    from fedgl.privacy.identity import write_keys
-
-    assert main(["index", *map(str, dirs), "--out", str(root / "setup")]) == 0
-    for k, d in enumerate(dirs):
-        assert main(["place", "--ingest", str(d), "--positions",
-                     str(root / "setup" / f"positions-{k}.json"), "--out",
-                     str(root / "shards")]) == 0
-    write_keys(root / "keys", 3)
 
 
 @pytest.mark.slow

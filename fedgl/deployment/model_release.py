@@ -56,19 +56,9 @@ def release_model(runtime: Any, folder: str | Path, log: Callable[[str], None]
 
     parts, card = read_model(folder)
     text = (folder / CARD_FILE).read_text()
-    digests: dict[int, str] = {}
-    for k in runtime.client_ids:
-        try:
-            reply = runtime.call(MODEL, {"weights": parts["global"], "card": text},
-                                 phase=SETUP_PHASE, clients=[k])
-        except (ProtocolViolation, RunAborted, FedglError) as exc:
-            log(f"client {k} did not take the model: {exc}")
-            continue
-        got = reply.get(k, {}).get("sha256")
-        if got is None:
-            log(f"client {k} did not answer the model's hand-over")
-            continue
-        digests[k] = str(got)
+    digests = _hand_over(runtime, MODEL, {"weights": parts["global"], "card": text}, log,
+                         "take the model")
+    for k, got in digests.items():
         if got != card["sha256"]:
             log(f"client {k}'s copy has SHA-256 {got}, not the model's {card['sha256']}")
     if digests:
@@ -78,38 +68,52 @@ def release_model(runtime: Any, folder: str | Path, log: Callable[[str], None]
     return digests
 
 
+def _final_card(result: Any, note: str, parts: list[str]) -> dict[str, Any]:
+    """The card of a model the coordinator never holds (its weights are the parties'): the
+    run's card of its final round, with ``note`` saying who holds what, and ``parts``."""
+    from fedgl.inference.card import model_card
+
+    rep = result.repeats[0]
+    graph = result.environment.get("graph") or {}
+    card = model_card(result, rep, num_features=int(graph.get("num_features", 0)),
+                      num_classes=int(graph.get("num_classes", 0)))
+    final = rep.history[-1]["round"] if rep.history else None
+    card["rounds"] = {"final": final, "best_validation": None, "note": note}
+    card["parts"] = parts
+    return card
+
+
+def _hand_over(runtime: Any, msg_type: str, payload: dict[str, Any],
+               log: Callable[[str], None], what: str) -> dict[int, str]:
+    """``msg_type`` to every party, one by one (a party that refuses is named in the log, the
+    others still get theirs); the digest each answered."""
+    digests: dict[int, str] = {}
+    for k in runtime.client_ids:
+        try:
+            reply = runtime.call(msg_type, payload, phase=SETUP_PHASE, clients=[k])
+        except (ProtocolViolation, RunAborted, FedglError) as exc:
+            log(f"client {k} did not {what}: {exc}")
+            continue
+        got = reply.get(k, {}).get("sha256")
+        if got is None:
+            log(f"client {k} did not answer the hand-over ({what})")
+            continue
+        digests[k] = str(got)
+    return digests
+
+
 def release_encrypted(runtime: Any, result: Any, log: Callable[[str], None]) -> dict[int, str]:
     """The end of a run with ``--encrypt-models``: the coordinator never saw the model in the
     clear and keeps no copy; each party receives the last round's encrypted model
     (``runtime.encrypted_model``, the clients' signed updates) with a card that names no digest,
     decrypts it itself and answers the digest of its copy. The digests each answered; the log
     says whether every copy is the same."""
-    rep = result.repeats[0]
-    graph = result.environment.get("graph") or {}
-    from fedgl.inference.card import model_card
-
-    card = model_card(result, rep, num_features=int(graph.get("num_features", 0)),
-                      num_classes=int(graph.get("num_classes", 0)))
-    final = rep.history[-1]["round"] if rep.history else None
-    card["rounds"] = {"final": final, "best_validation": None,
-                      "note": "the final round's model, decrypted by each organisation; the "
-                              "coordinator never saw it in the clear and keeps no copy"}
-    card["parts"] = ["global"]
+    card = _final_card(result, "the final round's model, decrypted by each organisation; the "
+                               "coordinator never saw it in the clear and keeps no copy",
+                       ["global"])
     card["encrypted_hand_over"] = True
-    text = json.dumps(card)
-    digests: dict[int, str] = {}
-    for k in runtime.client_ids:
-        try:
-            reply = runtime.call(MODEL, {"weights": runtime.encrypted_model, "card": text},
-                                 phase=SETUP_PHASE, clients=[k])
-        except (ProtocolViolation, RunAborted, FedglError) as exc:
-            log(f"client {k} did not take the model: {exc}")
-            continue
-        got = reply.get(k, {}).get("sha256")
-        if got is None:
-            log(f"client {k} did not answer the model's hand-over")
-            continue
-        digests[k] = str(got)
+    digests = _hand_over(runtime, MODEL, {"weights": runtime.encrypted_model,
+                                          "card": json.dumps(card)}, log, "take the model")
     if digests:
         same = len(set(digests.values())) == 1
         log(f"encrypted model handed over to {len(digests)} of {len(runtime.client_ids)} "
@@ -124,26 +128,9 @@ def keep_parts(runtime: Any, result: Any, log: Callable[[str], None]) -> dict[in
     """The end of a deployed vertical run: the model is split among the parties, so the
     coordinator sends each only the card (``party.own_part``) and each writes its own part
     (``party-<m>.safetensors``) under its own folder; the digest each answered."""
-    from fedgl.inference.card import model_card
-
-    rep = result.repeats[0]
-    graph = result.environment.get("graph") or {}
-    card = model_card(result, rep, num_features=int(graph.get("num_features", 0)),
-                      num_classes=int(graph.get("num_classes", 0)))
-    final = rep.history[-1]["round"] if rep.history else None
-    card["rounds"] = {"final": final, "best_validation": None,
-                      "note": "each party keeps its own part of the final round's model"}
-    card["parts"] = [f"party-{k}" for k in runtime.client_ids]
-    text = json.dumps(card)
-    digests: dict[int, str] = {}
-    for k in runtime.client_ids:
-        try:
-            reply = runtime.call(OWN_PART, {"card": text}, phase=SETUP_PHASE, clients=[k])
-        except (ProtocolViolation, RunAborted, FedglError) as exc:
-            log(f"client {k} did not keep its part: {exc}")
-            continue
-        if k in reply and "sha256" in reply[k]:
-            digests[k] = str(reply[k]["sha256"])
+    card = _final_card(result, "each party keeps its own part of the final round's model",
+                       [f"party-{k}" for k in runtime.client_ids])
+    digests = _hand_over(runtime, OWN_PART, {"card": json.dumps(card)}, log, "keep its part")
     if digests:
         log(f"{len(digests)} of {len(runtime.client_ids)} parties keep their own part of the "
             "model: " + ", ".join(f"party-{k} {d[:12]}" for k, d in sorted(digests.items())))
