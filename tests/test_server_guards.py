@@ -174,7 +174,7 @@ def test_a_superlink_that_stops_answering_is_one_line_and_its_return_another() -
     watch = LinkWatch("10.0.0.1:9093", lambda: next(answers), said.append, every=2.0)
     for t in range(9):
         watch.step(2.0 * t)
-    assert len(said) == 2, said
+    assert len(said) == 2 and watch.was_away, said
     assert "10.0.0.1:9093 does not answer" in said[0] and "\n" not in said[0]
     assert said[1].startswith("the SuperLink at 10.0.0.1:9093 is back after 8 s")
 

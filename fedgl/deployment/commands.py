@@ -516,7 +516,9 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
     with open(log, "w") as f:
         proc = subprocess.Popen(cmd, env=_flower_env(home), stdout=f,
                                 stderr=subprocess.STDOUT, start_new_session=True)
-        shown = _show_log(work / "server.log", proc, bool(cfg.progress))
+        let_go = threading.Event()   # the ServerApp is not followed past flwr run
+        shown = _show_log(work / "server.log", lambda: proc.poll() is None or (
+            not let_go.is_set() and _serverapp_alive(work, status)), bool(cfg.progress))
 
         def _abort() -> None:
             try:
@@ -538,8 +540,24 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
         link.start()
         try:
             proc.wait()
+            from fedgl.deployment.run_watch import run_status
+
+            if _serverapp_alive(work, status) and str(run_status(
+                    work / "run_id", lambda rid: flwr_json(flwr, env, "ls", "--run-id", str(rid))
+                    )).startswith("finished"):
+                let_go.set()   # the run is over on the SuperLink: its ServerApp is told so
+                _end_serverapp(work, status)
+            if not let_go.is_set() and _serverapp_alive(work, status):   # flwr run lost the
+                # SuperLink; the run goes on
+                print(f"fedgl: {time.strftime('%H:%M:%S')} flwr run ended before the run's "
+                      "ServerApp (it lost the SuperLink?); following the ServerApp until it "
+                      "ends", file=sys.stderr, flush=True)
+                while _serverapp_alive(work, status):
+                    time.sleep(0.5)
         except KeyboardInterrupt:
+            let_go.set()
             _stop_run(work / "run_id", home, proc)
+            _end_serverapp(work, status)
             raise
         finally:
             watch.done.set()
@@ -556,6 +574,11 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
             flwr, env, "ls", "--run-id", str(rid)))
         if stopped is not None:
             raise RunAborted(stopped)
+        if link.was_away:
+            from fedgl.deployment.run_watch import how_to_go_on
+
+            raise RunAborted(f"the SuperLink at {superlink} went away during the run and the run "
+                             f"ended with it; {how_to_go_on(out, 'once it is back')}")
         tail = log.read_text()[-600:].strip().splitlines()
         raise RunAborted(f"the ServerApp did not finish (flwr run exit {proc.returncode}): "
                          f"{tail[-1] if tail else 'no output'}")
@@ -567,16 +590,42 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
     return {"out": str(out)}
 
 
-def _show_log(path: Path, proc: subprocess.Popen, show: bool) -> threading.Thread:
+def _serverapp_alive(work: Path, status: Path) -> bool:
+    """Whether the run's ServerApp (its process id in ``work``) still runs without having
+    written its ``status``."""
+    from fedgl.deployment.run_watch import SERVERAPP_PID
+
+    if status.is_file():
+        return False
+    try:
+        os.kill(int((work / SERVERAPP_PID).read_text()), 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def _end_serverapp(work: Path, status: Path) -> None:
+    """Ctrl-C while following a ServerApp that ``flwr run`` lost: end it (SIGTERM)."""
+    from fedgl.deployment.run_watch import SERVERAPP_PID
+
+    if _serverapp_alive(work, status):
+        try:
+            os.kill(int((work / SERVERAPP_PID).read_text()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+
+
+def _show_log(path: Path, running: Any, show: bool) -> threading.Thread:
     """Print the ServerApp's log lines (:mod:`fedgl.deployment.server_log`) as they appear,
-    until ``proc`` (``flwr run``) ends; nothing with ``show`` False (``--no-progress``)."""
+    while ``running()`` (``flwr run``, or the ServerApp it lost); nothing with ``show`` False
+    (``--no-progress``)."""
     from fedgl.deployment.server_log import Tail
 
     tail = Tail(path)
 
     def follow() -> None:
         while True:
-            done = proc.poll() is not None
+            done = not running()
             for line in tail.new_lines():
                 if show:
                     print(f"fedgl: {line}", file=sys.stderr, flush=True)

@@ -29,6 +29,9 @@ from pathlib import Path
 
 from fedgl.errors import ConfigError
 
+#: the file beside the job's run id file where the ServerApp writes its process id (``fedgl
+#: server`` follows the run there where ``flwr run`` loses the SuperLink, a restart)
+SERVERAPP_PID = "serverapp.pid"
 #: seconds a submitted run may stay ``pending`` before ``fedgl server`` reports it
 START_TIMEOUT = 30.0
 _STARTED = re.compile(r"Successfully started run (\d+)")
@@ -76,20 +79,33 @@ def busy_line(superlink: str, busy: list[tuple[str, str]]) -> str:
             f"wait for it to finish, or take it over with --take-over (it stops run {run_id})")
 
 
-def stopped_line(run_id_file: Path, out: Path, ls: Callable[[int], str]) -> str | None:
-    """The one line of a ``fedgl server`` whose started run was stopped on the SuperLink by
-    someone else (another ``fedgl server --take-over``, or ``flwr stop``), with how to go on:
-    ``--resume`` where it checkpointed. None when the run was not stopped that way."""
+def run_status(run_id_file: Path, ls: Callable[[int], str]) -> str | None:
+    """The SuperLink's status of the run whose id is in ``run_id_file`` (``flwr ls``), or None
+    when it cannot be known (no id yet, the SuperLink does not answer)."""
     try:
         run_id = int(run_id_file.read_text())
         runs = json.loads(ls(run_id)).get("runs") or []
     except (OSError, ValueError, AttributeError, subprocess.SubprocessError):
         return None
     mine = [r for r in runs if isinstance(r, dict) and str(r.get("run-id")) == str(run_id)]
-    if not mine or str(mine[0].get("status", "")) != "finished:stopped":
+    return str(mine[0].get("status", "")) if mine else None
+
+
+def stopped_line(run_id_file: Path, out: Path, ls: Callable[[int], str]) -> str | None:
+    """The one line of a ``fedgl server`` whose started run was stopped on the SuperLink by
+    someone else (another ``fedgl server --take-over``, or ``flwr stop``), with how to go on:
+    ``--resume`` where it checkpointed. None when the run was not stopped that way."""
+    if run_status(run_id_file, ls) != "finished:stopped":
         return None
-    head = (f"run {run_id} was stopped on the SuperLink (another fedgl server took the "
-            f"federation over with --take-over, or `flwr stop {run_id}`)")
+    run_id = int(run_id_file.read_text())
+    return (f"run {run_id} was stopped on the SuperLink (another fedgl server took the "
+            f"federation over with --take-over, or `flwr stop {run_id}`); "
+            f"{how_to_go_on(out, 'once the federation is free')}")
+
+
+def how_to_go_on(out: Path, when: str) -> str:
+    """How a run that ended early goes on: ``--resume`` from its checkpoint in ``out`` (with
+    its round), or again from the start."""
     if (out / "checkpoint.pt").is_file():
         from fedgl.checkpoint import load_checkpoint
 
@@ -98,10 +114,10 @@ def stopped_line(run_id_file: Path, out: Path, ls: Callable[[int], str]) -> str 
         except Exception:   # noqa: BLE001 - the line names the folder either way
             done = None
         at = f" at round {done.round}" if done is not None else ""
-        return (f"{head}; its checkpoint{at} is in {out}: continue it with `fedgl server "
-                f"--resume {out}` once the federation is free")
-    return (f"{head}; it kept no checkpoint, so start it again (with --checkpoint-every N it "
-            "can continue where it stopped)")
+        return (f"its checkpoint{at} is in {out}: continue it with `fedgl server --resume "
+                f"{out}` {when}")
+    return ("it kept no checkpoint, so start it again (with --checkpoint-every N it can "
+            "continue where it stopped)")
 
 
 def start_verdict(status: str, details: str, pending_for: float, timeout: float
@@ -185,6 +201,7 @@ class LinkWatch:
         self.address, self.reachable, self.say, self.every = address, reachable, say, every
         self.failures = 0
         self.away_since: float | None = None
+        self.was_away = False   # whether it went away at some point of the run
         self.done = threading.Event()
 
     def step(self, now: float) -> None:
@@ -198,9 +215,10 @@ class LinkWatch:
         self.failures += 1
         if self.failures == 2 and self.away_since is None:
             self.away_since = now - self.every
-            self.say(f"the SuperLink at {self.address} does not answer (restarting, or gone); "
-                     "the run waits for it (a SuperLink started with --database keeps the "
-                     "run and its SuperNodes; see its log)")
+            self.was_away = True
+            self.say(f"the SuperLink at {self.address} does not answer (restarting, or gone; "
+                     "see its log); the run's ServerApp waits for it, and ends if it does not "
+                     "come back")
 
     def watch(self) -> None:
         while not self.done.wait(self.every):

@@ -43,6 +43,7 @@ from fedgl.checkpoint import Checkpointer, load_checkpoint, set_rng_state
 from fedgl.config import Config
 from fedgl.config.registry import load_path
 from fedgl.deployment.party import hello_message, read_roster
+from fedgl.deployment.run_watch import SERVERAPP_PID
 from fedgl.deployment.server_log import WAIT_LINE_EVERY, ServerLog
 from fedgl.errors import ConfigError, FedglError, RunAborted
 from fedgl.federation.codec import Encoded, WireError, decode, encode
@@ -375,6 +376,8 @@ def main(grid: Grid, context: Context) -> None:
     status = Path(job["status"]) if job.get("status") else None
     if job.get("run_id_file"):  # lets `fedgl server` stop this run on the SuperLink (Ctrl-C)
         Path(job["run_id_file"]).write_text(str(int(grid.run.run_id)))
+        # and follow this process where `flwr run` loses the SuperLink (a restart) before it ends
+        Path(job["run_id_file"]).with_name(SERVERAPP_PID).write_text(str(os.getpid()))
     try:
         serve(grid, job)
     except Exception as exc:  # noqa: BLE001 - the job's status file gets the one line
