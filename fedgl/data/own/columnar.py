@@ -131,10 +131,12 @@ def read_columns(path: str | Path, what: str) -> Columns:
 
 
 def edge_batches(path: str | Path, columns: tuple[tuple[str, str], tuple[str, str]],
-                 what: str = "edges") -> Iterator[tuple[int, Any, Any, bool]]:
+                 what: str = "edges", scale: int = 0) -> Iterator[tuple[int, Any, Any, bool]]:
     """The edges table's two columns (``((name, flag), (name, flag))``) a batch at a time:
-    ``(first row, source, target, strip)``, rows counted from 0 under the header. Errors as
-    :func:`read_columns` (an empty table; a missing column, before any batch)."""
+    ``(first row, source, target, strip)``, rows counted from 0 under the header. A batch is
+    :data:`EDGE_BLOCK_BYTES` of CSV (:data:`EDGE_BATCH_ROWS` Parquet rows), or 64 bytes
+    (2 rows) per ``scale`` where more. Errors as :func:`read_columns` (an empty table; a
+    missing column, before any batch)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -150,7 +152,7 @@ def edge_batches(path: str | Path, columns: tuple[tuple[str, str], tuple[str, st
         if pf.metadata.num_rows == 0:
             raise empty
         batches: Iterator[Any] = pf.iter_batches(
-            batch_size=EDGE_BATCH_ROWS, columns=list(dict.fromkeys(c for c, _ in columns)))
+            batch_size=max(EDGE_BATCH_ROWS, 2 * scale), columns=list(dict.fromkeys(c for c, _ in columns)))
         strip = False
     else:
         names, delimiter = csv_header(path, what)
@@ -160,7 +162,7 @@ def edge_batches(path: str | Path, columns: tuple[tuple[str, str], tuple[str, st
         types = {n: pa.string() for n in names}
         reader = _csv_call(path, what, names, delimiter, lambda opts: pcsv.open_csv(
             path, read_options=pcsv.ReadOptions(column_names=names, skip_rows=1,
-                                                block_size=EDGE_BLOCK_BYTES),
+                                                block_size=max(EDGE_BLOCK_BYTES, 64 * scale)),
             parse_options=opts, convert_options=pcsv.ConvertOptions(
                 column_types=types, include_columns=list(dict.fromkeys(c for c, _ in columns)),
                 strings_can_be_null=False, quoted_strings_can_be_null=False)))

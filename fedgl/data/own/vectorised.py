@@ -15,7 +15,9 @@ per column instead of per row.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,13 +47,16 @@ DECIMAL = r"^[+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?$"
 def horizontal(spec: IngestSpec, secret: bytes) -> Prepared:
     """One organisation's ingest (:func:`.ingest.ingest`) through the columnar reader."""
     nodes = columnar.read_columns(spec.nodes, "nodes")
-    ids, own_p, order = _ids(nodes, spec, secret)
-    x, feature_names = features(nodes, spec)
-    x = normalized(x, spec)
-    y, labelled, classes = labels(nodes, spec)
-    masks = splits(nodes, spec, labelled) if spec.split_column is not None else \
-        drawn_split(own_p, labelled)
-    edge_local, remote = edge_index(spec, ids, order, secret, vertical=False)
+    ids = _id_text(nodes, spec)
+    with _Background(lambda stop: list(_batches(spec, ids, False, stop))) as edge_job:
+        own_p, order = _hashed(nodes, ids, secret)
+        x, feature_names = features(nodes, spec)
+        x = normalized(x, spec)
+        y, labelled, classes = labels(nodes, spec)
+        masks = splits(nodes, spec, labelled) if spec.split_column is not None else \
+            drawn_split(own_p, labelled)
+        parts = edge_job.result()
+    edge_local, remote = edge_index(parts, ids, own_p, order, secret, vertical=False)
     arrays = {"own": own_p[order], "x": x[order].astype(np.float32), "y": y[order],
               **{f"{s}_mask": masks[s][order] for s in SPLITS},
               "remote": remote, "edges": edge_local}
@@ -63,25 +68,60 @@ def vertical(spec: IngestSpec, secret: bytes) -> Prepared:
     """One vertical party's ingest (:func:`.ingest.vertical_arrays`) through the columnar
     reader."""
     nodes = columnar.read_columns(spec.nodes, "nodes")
-    ids, own_p, order = _ids(nodes, spec, secret)
-    x, names = features(nodes, spec)
-    arrays: dict[str, np.ndarray] = {"own": own_p[order], "x": x[order].astype(np.float32)}
-    classes = None
-    if spec.label_column is not None:
-        y, labelled, classes = labels(nodes, spec)
-        masks = splits(nodes, spec, labelled) if spec.split_column is not None else \
-            drawn_split(own_p, labelled)
-        arrays.update(y=y[order], **{f"{k}_mask": m[order] for k, m in masks.items()})
-    edges, arrays["ends"] = edge_index(spec, ids, order, secret, vertical=True)
+    ids = _id_text(nodes, spec)
+    with _Background(lambda stop: list(_batches(spec, ids, True, stop))) as edge_job:
+        own_p, order = _hashed(nodes, ids, secret)
+        x, names = features(nodes, spec)
+        arrays: dict[str, np.ndarray] = {"own": own_p[order], "x": x[order].astype(np.float32)}
+        classes = None
+        if spec.label_column is not None:
+            y, labelled, classes = labels(nodes, spec)
+            masks = splits(nodes, spec, labelled) if spec.split_column is not None else \
+                drawn_split(own_p, labelled)
+            arrays.update(y=y[order], **{f"{k}_mask": m[order] for k, m in masks.items()})
+        parts = edge_job.result()
+    edges, arrays["ends"] = edge_index(parts, ids, own_p, order, secret, vertical=True)
     arrays["edges"] = edges
     return Prepared(arrays, names, classes, nodes.path, Path(spec.edges),
                     lambda path: write_ids(path, arrays["own"], ids, order))
 
 
+class _Background:
+    """``job(stop)`` on a daemon thread while the caller works on (the edges table is read and
+    joined by Arrow, which releases the GIL, while Python hashes the own ids). ``result()``
+    waits and re-raises the job's error; leaving the block early (the caller's own error, which
+    comes first) sets ``stop`` and does not wait."""
+
+    def __init__(self, job: Callable[[threading.Event], Any]) -> None:
+        self.stop = threading.Event()
+        self._out: list[Any] = []
+        self._err: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                self._out.append(job(self.stop))
+            except BaseException as exc:  # noqa: BLE001 - handed to the caller
+                self._err.append(exc)
+
+        self._thread = threading.Thread(target=run, name="fedgl-ingest-edges", daemon=True)
+
+    def __enter__(self) -> _Background:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+
+    def result(self) -> Any:
+        self._thread.join()
+        if self._err:
+            raise self._err[0]
+        return self._out[0]
+
+
 # -------------------------------------------------------------------------------------- ids
-def _ids(nodes: Columns, spec: IngestSpec, secret: bytes) -> tuple[Any, np.ndarray, np.ndarray]:
-    """``(ids as text, their pseudonyms, the pseudonyms' byte order)``; an empty or repeated
-    id refused (the first, by line)."""
+def _id_text(nodes: Columns, spec: IngestSpec) -> Any:
+    """The ids as text; an empty id refused (the first, by line)."""
     import pyarrow.compute as pc
 
     ids = nodes.text(spec.id_column, "--id-column")
@@ -89,6 +129,12 @@ def _ids(nodes: Columns, spec: IngestSpec, secret: bytes) -> tuple[Any, np.ndarr
     if empty.size:
         raise DataError(f"{nodes.path.name} line {int(empty[0]) + 2}: the id is empty; give "
                         "every node an id")
+    return ids
+
+
+def _hashed(nodes: Columns, ids: Any, secret: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """``(the ids' pseudonyms, their byte order)``; a repeated id refused (the first, by
+    line)."""
     own_p = pseudonyms(secret, utf8_values(ids))
     order = order_of(own_p)
     try:
@@ -96,7 +142,7 @@ def _ids(nodes: Columns, spec: IngestSpec, secret: bytes) -> tuple[Any, np.ndarr
     except DataError:
         _repeated(nodes, ids)
         raise
-    return ids, own_p, order
+    return own_p, order
 
 
 def _repeated(nodes: Columns, ids: Any) -> None:
@@ -253,8 +299,8 @@ def splits(nodes: Columns, spec: IngestSpec, labelled: np.ndarray) -> dict[str, 
 
 
 # ------------------------------------------------------------------------------------ edges
-def edge_index(spec: IngestSpec, ids: Any, order: np.ndarray, secret: bytes, vertical: bool
-               ) -> tuple[np.ndarray, np.ndarray]:
+def edge_index(parts: list[_Batch], ids: Any, own_p: np.ndarray, order: np.ndarray,
+               secret: bytes, vertical: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(edges, others)``. Horizontal: ``edges`` (int64 ``[2, E]``) in local indices (an own
     node's rank, or ``n +`` the rank of another organisation's id among ``others``, their
     pseudonyms sorted). Vertical: ``others`` is every endpoint's pseudonym, sorted, and
@@ -263,40 +309,52 @@ def edge_index(spec: IngestSpec, ids: Any, order: np.ndarray, secret: bytes, ver
     import pyarrow.compute as pc
 
     n = len(ids)
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    parts = list(_batches(spec, ids, rank, vertical))
-    others = pc.unique(pa.chunked_array([p[3] for p in parts], type=pa.string()))
+    others = pc.unique(pa.chunked_array([p.texts for p in parts], type=pa.string()))
     others = others.combine_chunks() if isinstance(others, pa.ChunkedArray) else others
     other_p = pseudonyms(secret, utf8_values(others))
-    o_order = order_of(other_p)
-    o_rank = np.empty(len(o_order), dtype=np.int64)
-    o_rank[o_order] = np.arange(len(o_order))
-    base = 0 if vertical else n
-    total = max(len(others), 1) if vertical else n + len(others)
+    if vertical:   # the ends: the own ids that are endpoints, then the others
+        used = np.zeros(n, dtype=bool)
+        for p in parts:
+            used[p.own[p.own >= 0]] = True
+        own_ends = np.flatnonzero(used)
+        ends_p = np.concatenate([own_p[own_ends], other_p])
+        e_order = order_of(ends_p)
+        e_rank = np.empty(len(e_order), dtype=np.int64)
+        e_rank[e_order] = np.arange(len(e_order))
+        own_local = np.full(n, -1, dtype=np.int64)
+        own_local[own_ends] = e_rank[:len(own_ends)]
+        other_local = e_rank[len(own_ends):]
+        total, result = max(len(ends_p), 1), ends_p[e_order]
+    else:
+        own_local = np.empty(n, dtype=np.int64)
+        own_local[order] = np.arange(n)
+        o_order = order_of(other_p)
+        other_local = np.empty(len(o_order), dtype=np.int64)
+        other_local[o_order] = n + np.arange(len(o_order))
+        total, result = n + len(others), other_p[o_order]
     keys = []
     while parts:
-        codes, local, where, text = parts.pop(0)
-        local[where] = base + o_rank[pc.index_in(text, value_set=others).to_numpy(
-            zero_copy_only=False).astype(np.int64)]
-        m = len(codes) // 2
-        a, b = local[codes[:m]], local[codes[m:]]
+        part = parts.pop(0)
+        local = own_local[np.maximum(part.own, 0)]
+        local[part.rows] = other_local[_lookup(part.texts, others)]
+        m = len(local) // 2
+        a, b = local[:m], local[m:]
         keep = a != b
         a, b = a[keep], b[keep]
         keys.append(_distinct(np.minimum(a, b) * total + np.maximum(a, b)))
-        del codes, local, a, b
-    key = _distinct(np.concatenate(keys)) if keys else np.zeros(0, dtype=np.int64)
+        del part, local, a, b, keep
+    key = _distinct(np.concatenate(keys), runs=True) if keys else np.zeros(0, dtype=np.int64)
     del keys
     edges = np.empty((2, key.size), dtype=np.int64)
     np.floor_divide(key, total, out=edges[0])
     np.remainder(key, total, out=edges[1])
-    return edges, other_p[o_order].reshape(-1, PSEUDONYM_BYTES)
+    return edges, result.reshape(-1, PSEUDONYM_BYTES)
 
 
-def _distinct(a: np.ndarray) -> np.ndarray:
+def _distinct(a: np.ndarray, runs: bool = False) -> np.ndarray:
     """``np.unique(a)`` of int64 keys, sorted in place (NumPy's own unique hashes first, many
-    times slower on 10^7 keys)."""
-    a.sort()
+    times slower on 10^7 keys); ``runs``: ``a`` is sorted runs (merged by a stable sort)."""
+    a.sort(kind="stable" if runs else None)
     if a.size < 2:
         return a
     keep = np.empty(a.size, dtype=bool)
@@ -305,48 +363,75 @@ def _distinct(a: np.ndarray) -> np.ndarray:
     return a[keep]
 
 
-def _batches(spec: IngestSpec, ids: Any, rank: np.ndarray, vertical: bool
-             ) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, Any]]:
-    """Per batch of the edges table, checked: ``(codes, local, where, text)``: each endpoint's
-    index among the batch's distinct endpoints (sources, then targets; int32), each distinct
-    endpoint's local index (own rank, or -1), where the others are, and their text."""
+@dataclass
+class _Batch:
+    """One checked batch of ``m`` edges, its ends in one array (the ``m`` sources, then the ``m``
+    targets): each end's own node (its position among the ids, or -1), the ends that are not
+    own nodes (positions, ascending) and their ids."""
+
+    own: np.ndarray
+    rows: np.ndarray
+    texts: Any
+
+
+def _batches(spec: IngestSpec, ids: Any, vertical: bool,
+             stop: threading.Event | None = None) -> Iterator[_Batch]:
+    """The edges table a batch at a time, each end looked up among the own ids (one Arrow hash
+    join per batch on the cells as read; a cell that misses is stripped and looked up again), an
+    empty endpoint (and, horizontally, an edge with no own endpoint) refused by line. A batch
+    holds at least 64 bytes of CSV per own id, so that the hash table of the ids is built for
+    many lookups."""
     import pyarrow as pa
     import pyarrow.compute as pc
 
     name = Path(spec.edges).name
     cols = ((spec.source_column, "--source-column"), (spec.target_column, "--target-column"))
-    for start, src, dst, strip in columnar.edge_batches(spec.edges, cols):
-        src, dst = _plain(src), _plain(dst)
-        if src.type != dst.type:
-            src, dst = columnar.as_text(src, False), columnar.as_text(dst, False)
-        enc = pc.dictionary_encode(pa.concat_arrays([src, dst]))
-        text = columnar.as_text(enc.dictionary, strip)
-        codes = enc.indices.to_numpy(zero_copy_only=False).astype(np.int32)
-        if enc.null_count:   # a Parquet null: an empty endpoint
-            codes[enc.is_null().to_numpy(zero_copy_only=False)] = len(text)
-            text = pa.concat_arrays([text, pa.array([""], pa.string())])
-        empty = pc.binary_length(text).to_numpy(zero_copy_only=False) == 0
-        if vertical:
-            local = np.full(len(text), -1, dtype=np.int64)
-        else:
-            found = pc.fill_null(pc.index_in(text, value_set=ids), -1).to_numpy(
-                zero_copy_only=False).astype(np.int64)
-            local = np.where(found >= 0, rank[np.maximum(found, 0)], -1)
+    for start, src, dst, strip in columnar.edge_batches(spec.edges, cols, scale=len(ids)):
+        if stop is not None and stop.is_set():
+            return
         m = len(src)
-        s, d = codes[:m], codes[m:]
-        bad = empty[s] | empty[d]
+        ends = pa.chunked_array([c if pa.types.is_string(c.type) else columnar.as_text(c, False)
+                                 for c in (_plain(src), _plain(dst))], type=pa.string())
+        own = _lookup(ends, ids)
+        rows = np.flatnonzero(own < 0)
+        texts = columnar.as_text(ends.take(pa.array(rows)).combine_chunks(), strip)
+        del ends
+        if strip and len(texts):   # a cell with spaces around an own id
+            again = _lookup(texts, ids)
+            found = again >= 0
+            own[rows[found]] = again[found]
+            rows, texts = rows[~found], texts.filter(pa.array(~found))
+        blank = np.zeros(2 * m, dtype=bool)
+        blank[rows] = pc.binary_length(texts).to_numpy(zero_copy_only=False) == 0
+        bad = blank[:m] | blank[m:]
         if not vertical:
-            bad |= (local[s] < 0) & (local[d] < 0)
+            bad |= (own[:m] < 0) & (own[m:] < 0)
         if bad.any():
             row = int(np.flatnonzero(bad)[0])
-            a, b = text[int(s[row])].as_py(), text[int(d[row])].as_py()
+            a, b = (_cell(own, rows, texts, ids, row + k * m) for k in (0, 1))
             if not a or not b:
                 raise DataError(f"{name} line {start + row + 2}: an endpoint is empty; give both "
                                 "ids")
             raise DataError(f"{name} line {start + row + 2}: edge ('{a}', '{b}') has no own "
                             "endpoint; an organisation lists only edges of its own nodes")
-        where = np.flatnonzero((local < 0) & ~empty)
-        yield codes, local, where, text.take(pa.array(where))
+        yield _Batch(own, rows, texts)
+
+
+def _lookup(col: Any, ids: Any) -> np.ndarray:
+    """Each cell's position among ``ids``, or -1 (int32)."""
+    import pyarrow.compute as pc
+
+    found = pc.fill_null(pc.index_in(col, value_set=ids), -1)
+    if hasattr(found, "combine_chunks"):
+        found = found.combine_chunks()
+    return found.to_numpy(zero_copy_only=False).astype(np.int32)
+
+
+def _cell(own: np.ndarray, rows: np.ndarray, texts: Any, ids: Any, end: int) -> str:
+    """The (stripped) id at one end of a batch."""
+    if own[end] >= 0:
+        return str(ids[int(own[end])].as_py())
+    return str(texts[int(np.searchsorted(rows, end))].as_py())
 
 
 def _plain(arr: Any) -> Any:
