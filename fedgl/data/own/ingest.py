@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,6 +117,7 @@ def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path,
         raise DataError(f"'{out}' already holds an ingest; choose an empty --out folder")
     _check_spec(spec)
     secret = read_secret(secret_file)
+    digests = _Digests([Path(spec.nodes), Path(spec.edges)])
     prepared = _module(reader).horizontal(spec, secret)
     arrays = prepared.arrays
     settings = settings_of(spec.name, spec.normalize_features)
@@ -125,7 +127,7 @@ def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path,
         "num_edges": int(arrays["edges"].shape[1]), "num_remote": int(len(arrays["remote"])),
         "feature_columns": prepared.feature_names, "classes": prepared.classes,
         "secret_check": secret_check(secret), "settings": settings,
-        "provenance": _provenance(spec, prepared.nodes_path, prepared.edges_path),
+        "provenance": _provenance(spec, prepared.nodes_path, prepared.edges_path, digests),
     }
     request = _request(manifest, arrays)
     out.mkdir(parents=True, exist_ok=True)
@@ -161,21 +163,45 @@ def _check_spec(spec: IngestSpec) -> None:
         raise DataError(f"--name '{spec.name}' must be 1-64 letters, digits, '.', '_' or '-'")
 
 
-def _provenance(spec: IngestSpec, nodes: Path, edges: Path) -> dict[str, Any]:
+def _provenance(spec: IngestSpec, nodes: Path, edges: Path,
+                digests: _Digests | None = None) -> dict[str, Any]:
     from fedgl.version import __version__
 
-    def digest(p: Path) -> str:
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
-
+    sums = digests.result() if digests is not None else [_sha256(nodes), _sha256(edges)]
     return {"kind": "own", "name": spec.name, "nodes_file": nodes.name,
-            "nodes_sha256": digest(nodes), "edges_file": edges.name,
-            "edges_sha256": digest(edges), "ingested": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                          time.gmtime()),
+            "nodes_sha256": sums[0], "edges_file": edges.name,
+            "edges_sha256": sums[1], "ingested": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                time.gmtime()),
             "fedgl": __version__}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class _Digests:
+    """The SHA-256 of the tables, computed on a daemon thread while they are read (hashlib
+    releases the GIL on large blocks); ``result()`` waits for them."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self._sums: list[str] = []
+        self._thread = threading.Thread(target=self._run, args=(paths,), daemon=True,
+                                        name="fedgl-ingest-digests")
+        self._thread.start()
+
+    def _run(self, paths: list[Path]) -> None:
+        try:
+            self._sums = [_sha256(p) for p in paths]
+        except OSError:   # the ingest itself names a missing or unreadable table
+            self._sums = []
+
+    def result(self) -> list[str]:
+        self._thread.join()
+        return self._sums
 
 
 def _request(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -258,6 +284,7 @@ def vertical_arrays(spec: IngestSpec, secret: bytes, reader: str | None = None
 def _vertical(spec: IngestSpec, secret: bytes, reader: str | None
               ) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
     _check_spec(spec)
+    digests = _Digests([Path(spec.nodes), Path(spec.edges)])
     prepared = _module(reader).vertical(spec, secret)
     arrays = prepared.arrays
     meta: dict[str, Any] = {"format": VERTICAL_FORMAT, "client_id": spec.client_id,
@@ -267,7 +294,7 @@ def _vertical(spec: IngestSpec, secret: bytes, reader: str | None
                             "classes": prepared.classes, "secret_check": secret_check(secret),
                             "num_edges": int(arrays["edges"].shape[1]),
                             "provenance": _provenance(spec, prepared.nodes_path,
-                                                      prepared.edges_path)}
+                                                      prepared.edges_path, digests)}
     return meta, arrays, prepared.write_ids
 
 

@@ -394,10 +394,14 @@ def _batches(spec: IngestSpec, ids: Any, vertical: bool,
                                  for c in (_plain(src), _plain(dst))], type=pa.string())
         own = _lookup(ends, ids)
         rows = np.flatnonzero(own < 0)
-        texts = columnar.as_text(ends.take(pa.array(rows)).combine_chunks(), strip)
+        cells = ends.take(pa.array(rows)).combine_chunks()
+        texts = columnar.as_text(cells, strip)
         del ends
-        if strip and len(texts):   # a cell with spaces around an own id
-            again = _lookup(texts, ids)
+        spaced = np.flatnonzero(pc.not_equal(pc.binary_length(texts), pc.binary_length(cells))
+                                .to_numpy(zero_copy_only=False)) if strip else []
+        if len(spaced):   # a cell with spaces around an own id
+            again = np.full(len(rows), -1, dtype=np.int32)
+            again[spaced] = _lookup(texts.take(pa.array(spaced)), ids)
             found = again >= 0
             own[rows[found]] = again[found]
             rows, texts = rows[~found], texts.filter(pa.array(~found))
