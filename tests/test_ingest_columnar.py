@@ -37,7 +37,8 @@ EDGES = ("source,target\n"
          "a1,a1\n"                             # a self-loop, dropped
          "b2,a1\n"                             # a repeat, dropped
          "d\"4,y-remote\n"
-         "f6,z-remote\n")
+         "f6,z-remote\n"
+         "f6\u3000,\xa0x-remote\n")                # Unicode spaces, stripped as str.strip does
 
 
 def _spec(root: Path, **kw: object) -> IngestSpec:
@@ -223,6 +224,13 @@ def test_batched_pseudonyms_are_the_keyed_hmac(key_bytes: int) -> None:
     assert np.array_equal(pseudonyms(secret, ids), want)
     assert np.array_equal(pseudonyms(secret, (s.encode() for s in ids)), want)
     assert pseudonyms(secret, []).shape == (0, 16)
+
+
+def test_the_stripped_characters_are_pythons_whitespace() -> None:
+    import sys
+
+    assert columnar.WHITESPACE == "".join(c for c in map(chr, range(sys.maxunicode + 1))
+                                          if c.isspace())
 
 
 def test_the_byte_order_equals_sorting_the_keys() -> None:

@@ -120,6 +120,7 @@ def write_own_ids(path: Path, own: np.ndarray, ids: list[str]) -> None:
 
 
 def check_ids(nodes: Table, ids: list[str]) -> None:
+    """Refuse an empty or repeated id (the first, by line)."""
     for row, s in enumerate(ids, start=2):
         if not s:
             raise DataError(f"{nodes.path.name} line {row}: the id is empty; give every node an id")
@@ -133,6 +134,8 @@ def check_ids(nodes: Table, ids: list[str]) -> None:
 
 
 def features(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, list[str]]:
+    """``x`` (float64 ``[n, d]``, row order) and the feature columns' names; a missing,
+    non-numeric or infinite feature refused (the first, by column then line)."""
     skip = {spec.id_column, spec.label_column, spec.split_column}
     names = list(spec.feature_columns) if spec.feature_columns else \
         [c for c in nodes.names if c not in skip]
@@ -157,6 +160,7 @@ def features(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, list[str]]:
 
 
 def _bad(col: list[str], name: str, nodes: Table) -> np.ndarray:
+    """Raise the error of a feature column that is not all numbers."""
     for row, v in enumerate(col, start=2):
         if v == "":
             raise DataError(f"{nodes.path.name} line {row}: feature '{name}' is missing; impute "
@@ -171,10 +175,13 @@ def _bad(col: list[str], name: str, nodes: Table) -> np.ndarray:
 
 
 def is_int(v: str) -> bool:
+    """Whether a label is a whole number (a class number)."""
     return v.lstrip("+-").isdigit()
 
 
 def labels(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``(y, labelled, classes)``: each node's class index, whether it has a label, and the
+    federation's class list (``--classes``, else the labels present, numbers numerically)."""
     n = len(nodes)
     if spec.label_column is None:   # an organisation without labels: the federation's classes
         classes = list(spec.classes or [])
@@ -220,6 +227,7 @@ def labels(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, np.ndarray, list
 
 
 def splits(nodes: Table, spec: IngestSpec, labelled: np.ndarray) -> dict[str, np.ndarray]:
+    """The train/val/test masks of the split column (all empty without one)."""
     n = len(nodes)
     masks = {s: np.zeros(n, dtype=bool) for s in SPLITS}
     if spec.split_column is None:
@@ -239,8 +247,8 @@ def splits(nodes: Table, spec: IngestSpec, labelled: np.ndarray) -> dict[str, np
     return masks
 
 
-def horizontal_edges(edges: Table, spec: IngestSpec, ids: list[str], secret: bytes, order: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray]:
+def horizontal_edges(edges: Table, spec: IngestSpec, ids: list[str], secret: bytes,
+                     order: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """``(edges [2, E] in local indices, each undirected edge once as (low, high), sorted;
     remote pseudonyms sorted)``; self-loops and repeats dropped."""
     src = edges.column(spec.source_column, "--source-column")
