@@ -109,7 +109,21 @@ def test_edges_in_many_batches_give_the_same_files(tmp_path: Path, monkeypatch) 
     assert py == arrow
 
 
-@pytest.mark.skipif(importlib.util.find_spec("pyarrow") is None, reason="pyarrow not installed")
+@pytest.mark.parametrize("numbers", [[0, 5, 10, 11], [5, 10, 123456789012, 7]])
+def test_numbered_ids_are_matched_by_number_as_by_text(tmp_path: Path, numbers: list) -> None:
+    """Ids of one prefix and a whole number (dense or sparse) are looked up by that number:
+    a leading zero, other case, 19 digits or no digits are other organisations' ids."""
+    ids = [f"ACC-{v}" for v in numbers]
+    nodes = "acct,f1,label\n" + "".join(f"{s},{i},{i % 2}\n" for i, s in enumerate(ids))
+    others = ["ACC-05", "acc-5", "ACC-1234567890123456789", "ACC-", "ACC--1", "ACC-5.0", "5"]
+    edges = "source,target\n" + "".join(f"{ids[i % 4]},{o}\n" for i, o in enumerate(others)) + \
+        f"{ids[0]},{ids[1]} \n{ids[2]},{ids[3]}\n"
+    _write(tmp_path, nodes, edges)
+    py, arrow = _both(tmp_path, _spec(tmp_path, split_column=None))
+    assert py == arrow
+    assert json.loads((tmp_path / "arrow" / "ingest.json").read_text())["num_remote"] == 7
+
+
 def test_parquet_tables_give_the_same_files(tmp_path: Path) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -119,11 +133,17 @@ def test_parquet_tables_give_the_same_files(tmp_path: Path) -> None:
                              "label": ["x", "y", "x", ""]}), tmp_path / "nodes.parquet")
     pq.write_table(pa.table({"source": [11, 12, 13, 14], "target": [12, 99, 11, 98]}),
                    tmp_path / "edges.parquet")
+    pq.write_table(pa.table({"source": ["11", "12", None], "target": ["12", "99", "13"]}),
+                   tmp_path / "nulls.parquet")
     make_secret(tmp_path / "secret")
     spec = IngestSpec(str(tmp_path / "nodes.parquet"), str(tmp_path / "edges.parquet"), 0,
                       id_column="acct", label_column="label")
     py, arrow = _both(tmp_path, spec)
     assert py == arrow
+    spec.edges = str(tmp_path / "nulls.parquet")
+    for reader in ("arrow", "python"):
+        with pytest.raises(DataError, match="nulls.parquet line 4: an endpoint is empty"):
+            ingest(spec, tmp_path / "secret", tmp_path / f"n-{reader}", reader=reader)
 
 
 # ------------------------------------------------------------------------------ bad tables

@@ -15,6 +15,7 @@ per column instead of per row.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -413,13 +414,15 @@ def _batches(spec: IngestSpec, ids: Any, vertical: bool,
 
     name = Path(spec.edges).name
     cols = ((spec.source_column, "--source-column"), (spec.target_column, "--target-column"))
+    index = _IdIndex(ids)
     for start, src, dst, strip in columnar.edge_batches(spec.edges, cols, scale=len(ids)):
         if stop is not None and stop.is_set():
             return
         m = len(src)
-        ends = pa.chunked_array([c if pa.types.is_string(c.type) else columnar.as_text(c, False)
+        ends = pa.chunked_array([c if pa.types.is_string(c.type) and not c.null_count
+                                 else columnar.as_text(c, False)
                                  for c in (_plain(src), _plain(dst))], type=pa.string())
-        own = _lookup(ends, ids)
+        own = index.lookup(ends)
         rows = np.flatnonzero(own < 0)
         cells = ends.take(pa.array(rows)).combine_chunks()
         texts = columnar.as_text(cells, strip)
@@ -428,7 +431,7 @@ def _batches(spec: IngestSpec, ids: Any, vertical: bool,
                                 .to_numpy(zero_copy_only=False)) if strip else []
         if len(spaced):   # a cell with spaces around an own id
             again = np.full(len(rows), -1, dtype=np.int32)
-            again[spaced] = _lookup(texts.take(pa.array(spaced)), ids)
+            again[spaced] = index.lookup(texts.take(pa.array(spaced)))
             found = again >= 0
             own[rows[found]] = again[found]
             rows, texts = rows[~found], texts.filter(pa.array(~found))
@@ -446,6 +449,72 @@ def _batches(spec: IngestSpec, ids: Any, vertical: bool,
             raise DataError(f"{name} line {start + row + 2}: edge ('{a}', '{b}') has no own "
                             "endpoint; an organisation lists only edges of its own nodes")
         yield _Batch(own, rows, texts)
+
+
+class _IdIndex:
+    """Each cell's position among the own ids, or -1: an Arrow hash join, or, where every id is
+    one text prefix and a whole number in canonical form (``ACC-0``, ``ACC-1234``; no leading
+    zero, at most 18 digits), a lookup by that number (a table where the numbers are dense, a
+    binary search where not): a cell that is not of that form is no own id, one that is names
+    exactly one number, so both give the same positions."""
+
+    _DIGITS = r"^(0|[1-9][0-9]{0,17})$"
+
+    def __init__(self, ids: Any) -> None:
+        import pyarrow.compute as pc
+
+        self.ids = ids
+        self.prefix: str | None = None
+        head = re.fullmatch(r"(.*?)(0|[1-9][0-9]{0,17})", str(ids[0].as_py())) if len(ids) \
+            else None
+        if head is None:
+            return
+        prefix = head.group(1)
+        ok, values = self._numbers(ids, prefix)
+        if not bool(pc.all(ok).as_py()):
+            return
+        self.prefix = prefix
+        n, top = len(values), int(values.max())
+        if top < 8 * n + 1024:   # dense: one table entry per number up to the largest
+            self.table = np.full(top + 1, -1, dtype=np.int32)
+            self.table[values[::-1]] = np.arange(n - 1, -1, -1, dtype=np.int32)   # first wins
+            self.sorted = None
+        else:
+            self.perm = np.argsort(values, kind="stable").astype(np.int32)
+            self.sorted = values[self.perm]
+
+    def _numbers(self, col: Any, prefix: str) -> tuple[Any, np.ndarray]:
+        """``(whether each cell is prefix + canonical number, the number or 0)``."""
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        rest = pc.utf8_slice_codeunits(col, len(prefix)) if prefix else col
+        ok = pc.and_(pc.starts_with(col, prefix), pc.match_substring_regex(rest, self._DIGITS)) \
+            if prefix else pc.match_substring_regex(rest, self._DIGITS)
+        values = pc.cast(pc.if_else(ok, rest, "0"), pa.int64())
+        return ok, _numpy(values).astype(np.int64, copy=False)
+
+    def lookup(self, col: Any) -> np.ndarray:
+        if self.prefix is None:
+            return _lookup(col, self.ids)
+        ok, values = self._numbers(col, self.prefix)
+        ok = _numpy(ok).astype(bool, copy=False)
+        out = np.full(len(values), -1, dtype=np.int32)
+        if self.sorted is None:
+            inside = ok & (values < len(self.table))
+            out[inside] = self.table[values[inside]]
+        else:
+            at = np.minimum(np.searchsorted(self.sorted, values), len(self.sorted) - 1)
+            hit = ok & (self.sorted[at] == values)
+            out[hit] = self.perm[at[hit]]
+        return out
+
+
+def _numpy(arr: Any) -> np.ndarray:
+    """An Arrow (chunked) array without nulls as a NumPy array."""
+    if hasattr(arr, "combine_chunks"):
+        arr = arr.combine_chunks()
+    return arr.to_numpy(zero_copy_only=False)
 
 
 def _lookup(col: Any, ids: Any) -> np.ndarray:
