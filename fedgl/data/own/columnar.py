@@ -27,8 +27,10 @@ from fedgl.errors import DataError
 #: ``utf8_trim``
 WHITESPACE = ("\t\n\x0b\x0c\r\x1c\x1d\x1e\x1f \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004"
               "\u2005\u2006\u2007\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
-#: bytes of CSV text per edge batch (about 6 million edges of two 11-character ids)
+#: bytes of CSV text per edge batch (about 6 million edges of two 11-character ids), and the
+#: most a batch grows to for many own ids (:func:`edge_batches`)
 EDGE_BLOCK_BYTES = 1 << 27
+EDGE_BLOCK_MAX = 1 << 28
 #: rows per edge batch of a Parquet table
 EDGE_BATCH_ROWS = 1 << 22
 
@@ -136,8 +138,8 @@ def edge_batches(path: str | Path, columns: tuple[tuple[str, str], tuple[str, st
     """The edges table's two columns (``((name, flag), (name, flag))``) a batch at a time:
     ``(first row, source, target, strip)``, rows counted from 0 under the header. A batch is
     :data:`EDGE_BLOCK_BYTES` of CSV (:data:`EDGE_BATCH_ROWS` Parquet rows), or 64 bytes
-    (2 rows) per ``scale`` where more. Errors as :func:`read_columns` (an empty table; a
-    missing column, before any batch)."""
+    (2 rows) per ``scale`` where more, up to :data:`EDGE_BLOCK_MAX`. Errors as
+    :func:`read_columns` (an empty table; a missing column, before any batch)."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -153,7 +155,8 @@ def edge_batches(path: str | Path, columns: tuple[tuple[str, str], tuple[str, st
         if pf.metadata.num_rows == 0:
             raise empty
         batches: Iterator[Any] = pf.iter_batches(
-            batch_size=max(EDGE_BATCH_ROWS, 2 * scale), columns=list(dict.fromkeys(c for c, _ in columns)))
+            batch_size=max(EDGE_BATCH_ROWS, min(2 * scale, EDGE_BLOCK_MAX // 32)),
+            columns=list(dict.fromkeys(c for c, _ in columns)))
         strip = False
     else:
         names, delimiter = csv_header(path, what)
@@ -161,9 +164,10 @@ def edge_batches(path: str | Path, columns: tuple[tuple[str, str], tuple[str, st
             raise empty
         _has(path, names, columns)
         types = {n: pa.string() for n in names}
+        block = max(EDGE_BLOCK_BYTES, min(64 * scale, EDGE_BLOCK_MAX))
         reader = _csv_call(path, what, names, delimiter, lambda opts: pcsv.open_csv(
             path, read_options=pcsv.ReadOptions(column_names=names, skip_rows=1,
-                                                block_size=max(EDGE_BLOCK_BYTES, 64 * scale)),
+                                                block_size=block),
             parse_options=opts, convert_options=pcsv.ConvertOptions(
                 column_types=types, include_columns=list(dict.fromkeys(c for c, _ in columns)),
                 strings_can_be_null=False, quoted_strings_can_be_null=False)))

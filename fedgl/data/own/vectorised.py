@@ -60,6 +60,7 @@ def horizontal(spec: IngestSpec, secret: bytes) -> Prepared:
         del nodes   # the node table's text is not needed any more (10^7 rows: about 1 GB)
         x = x.astype(np.float32)[order]
         parts = edge_job.result()
+    _release()
     edge_local, remote = edge_index(parts, ids, own_p, order, secret, vertical=False)
     arrays = {"own": own_p[order], "x": x, "y": y[order],
               **{f"{s}_mask": masks[s][order] for s in SPLITS},
@@ -87,10 +88,21 @@ def vertical(spec: IngestSpec, secret: bytes) -> Prepared:
         nodes_path = nodes.path
         del nodes
         parts = edge_job.result()
+    _release()
     edges, arrays["ends"] = edge_index(parts, ids, own_p, order, secret, vertical=True)
     arrays["edges"] = edges
     return Prepared(arrays, names, classes, nodes_path, Path(spec.edges),
                     lambda path: write_ids(path, arrays["own"], ids, order))
+
+
+def _release() -> None:
+    """Hand the memory Arrow freed (the tables' text) back to the system before the edge
+    index is built (its pool keeps freed blocks otherwise)."""
+    import pyarrow as pa
+
+    release = getattr(pa.default_memory_pool(), "release_unused", None)
+    if release is not None:
+        release()
 
 
 class _Background:
