@@ -10,7 +10,7 @@ module                extra        features
 ``pymetis``           ``metis``    ``--partition metis``
 ``flwr``              ``flower``   the Flower deployment
 ``matplotlib``        ``plots``    ``--plot``, ``fedgl report`` figures
-``pyarrow``           ``parquet``  Parquet tables in ``fedgl ingest``
+``pyarrow``           ``parquet``  Parquet tables and the columnar reader of ``fedgl ingest``
 ``threadpoolctl``     ``speed``    one-threaded BLAS in the leakage report
 ``private_set_...``   ``psi``      OpenMined's PSI, compared in ``benchmarks/bench_psi.py``
 ====================  ===========  ==========================================

@@ -38,6 +38,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,16 +46,15 @@ from typing import Any
 
 import numpy as np
 
-from fedgl.data.own.secret import PSEUDONYM_BYTES, as_keys, pseudonyms, read_secret, secret_check
-from fedgl.data.own.tables import Table, read_table
-from fedgl.data.shard_format import write_atomic
+from fedgl.data.own.checks import DEFAULT_FRACTIONS, SPLITS, write_own_ids
+from fedgl.data.own.files import atomic_file, write_atomic
+from fedgl.data.own.secret import read_secret, secret_check
 from fedgl.errors import DataError
 
 INGEST_FORMAT = "fedgl-ingest/1"
 REQUEST_FORMAT = "fedgl-ids/1"
-SPLITS = ("train", "val", "test")
-#: the split drawn from the pseudonym when the table has no split column
-DEFAULT_FRACTIONS = (0.6, 0.2, 0.2)
+__all__ = ["DEFAULT_FRACTIONS", "SPLITS", "IngestSpec", "ingest", "ingest_vertical",
+           "vertical_arrays", "write_own_ids"]
 
 
 @dataclass
@@ -106,52 +106,53 @@ def settings_of(name: str, normalize_features: bool) -> dict[str, Any]:
     return {"dataset": f"own:{name}", "normalize_features": bool(normalize_features)}
 
 
-def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path) -> Path:
+def ingest(spec: IngestSpec, secret_file: str | Path, out: str | Path,
+           reader: str | None = None) -> Path:
     """Check and pseudonymise the organisation's tables, write ``out`` (see the module
-    docstring); returns the request manifest (the file to hand over)."""
+    docstring); returns the request manifest (the file to hand over). ``reader``: ``"arrow"``
+    (columnar, vectorised: the default where pyarrow is installed), ``"python"`` (the core
+    install's reader, row by row); both give the same files and the same errors."""
     out = Path(out)
     if out.exists() and (out / "ingest.json").exists():
         raise DataError(f"'{out}' already holds an ingest; choose an empty --out folder")
     _check_spec(spec)
     secret = read_secret(secret_file)
-    nodes = read_table(spec.nodes, "nodes")
-    edges = read_table(spec.edges, "edges")
-    ids = nodes.column(spec.id_column, "--id-column")
-    _check_ids(nodes, ids)
-    x, feature_names = _features(nodes, spec)
-    if spec.normalize_features and bool((x >= 0).all()):
-        s = x.sum(axis=1, keepdims=True)
-        x = x / np.where(s == 0, 1, s)
-    y, labelled, classes = _labels(nodes, spec)
-    masks = _splits(nodes, spec, labelled)
-    own_p = pseudonyms(secret, ids)
-    order = np.argsort(as_keys(own_p), kind="stable")
-    own_keys = as_keys(own_p)[order]
-    if len(np.unique(own_keys)) != len(own_keys):
-        raise DataError("two ids have the same pseudonym (a 2^-128 event); report it")
-    if spec.split_column is None:
-        masks = _drawn_split(own_p, labelled)
-    edge_local, remote = _edges(edges, spec, ids, secret, order)
-    arrays = {"own": own_p[order], "x": x[order].astype(np.float32), "y": y[order],
-              **{f"{s}_mask": masks[s][order] for s in SPLITS},
-              "remote": remote, "edges": edge_local}
+    digests = _Digests([Path(spec.nodes), Path(spec.edges)])
+    prepared = _module(reader).horizontal(spec, secret)
+    arrays = prepared.arrays
     settings = settings_of(spec.name, spec.normalize_features)
     manifest = {
         "format": INGEST_FORMAT, "client_id": spec.client_id, "name": spec.name,
-        "num_nodes": len(ids), "num_features": int(x.shape[1]), "num_edges": int(edge_local.shape[1]),
-        "num_remote": int(len(remote)), "feature_columns": feature_names, "classes": classes,
+        "num_nodes": int(len(arrays["own"])), "num_features": int(arrays["x"].shape[1]),
+        "num_edges": int(arrays["edges"].shape[1]), "num_remote": int(len(arrays["remote"])),
+        "feature_columns": prepared.feature_names, "classes": prepared.classes,
         "secret_check": secret_check(secret), "settings": settings,
-        "provenance": _provenance(spec, nodes, edges),
+        "provenance": _provenance(spec, prepared.nodes_path, prepared.edges_path, digests),
     }
     request = _request(manifest, arrays)
     out.mkdir(parents=True, exist_ok=True)
     write_npz(out / "ingest.npz", arrays, manifest)
     write_json(out / "ingest.json", manifest)
-    write_own_ids(out / OWN_IDS, arrays["own"], [ids[i] for i in order])
+    prepared.write_ids(out / OWN_IDS)
     req_npz = out / f"request-{spec.client_id}.npz"
-    write_npz(req_npz, {"own": arrays["own"], "remote": remote}, request)
+    write_npz(req_npz, {"own": arrays["own"], "remote": arrays["remote"]}, request)
     write_json(out / f"request-{spec.client_id}.json", request)
     return out / f"request-{spec.client_id}.json"
+
+
+def _module(reader: str | None) -> Any:
+    """The reader's checks: :mod:`.vectorised` (pyarrow) or :mod:`.checks` (Python)."""
+    from fedgl.data.own import checks, columnar
+
+    if reader not in (None, "arrow", "python"):
+        raise DataError(f"unknown table reader '{reader}'; use arrow or python")
+    if reader == "python" or (reader is None and not columnar.available()):
+        return checks
+    if not columnar.available():
+        raise DataError("the arrow table reader needs pyarrow: pip install 'fedgl[parquet]'")
+    from fedgl.data.own import vectorised
+
+    return vectorised
 
 
 def _check_spec(spec: IngestSpec) -> None:
@@ -162,184 +163,45 @@ def _check_spec(spec: IngestSpec) -> None:
         raise DataError(f"--name '{spec.name}' must be 1-64 letters, digits, '.', '_' or '-'")
 
 
-def _check_ids(nodes: Table, ids: list[str]) -> None:
-    for row, s in enumerate(ids, start=2):
-        if not s:
-            raise DataError(f"{nodes.path.name} line {row}: the id is empty; give every node an id")
-    if len(set(ids)) != len(ids):
-        seen: set[str] = set()
-        for row, s in enumerate(ids, start=2):
-            if s in seen:
-                raise DataError(f"{nodes.path.name} line {row}: id '{s}' appears twice; each "
-                                "node once")
-            seen.add(s)
-
-
-def _features(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, list[str]]:
-    skip = {spec.id_column, spec.label_column, spec.split_column}
-    names = list(spec.feature_columns) if spec.feature_columns else \
-        [c for c in nodes.names if c not in skip]
-    if not names:
-        raise DataError(f"{nodes.path.name} has no feature column (only {', '.join(nodes.names)}); "
-                        "add features or name them with --feature-columns")
-    clash = sorted(set(names) & skip)
-    if clash:
-        raise DataError(f"--feature-columns names {clash}, the id, label or split column")
-    x = np.empty((len(nodes), len(names)), dtype=np.float64)
-    for j, name in enumerate(names):
-        col = nodes.column(name, "--feature-columns")
-        try:
-            x[:, j] = np.asarray(col, dtype=np.float64) if "" not in col else _bad(col, name, nodes)
-        except ValueError:
-            _bad(col, name, nodes)
-        if not np.isfinite(x[:, j]).all():
-            row = int(np.flatnonzero(~np.isfinite(x[:, j]))[0]) + 2
-            raise DataError(f"{nodes.path.name} line {row}: feature '{name}' is "
-                            f"'{col[row - 2]}', not a finite number; clean or impute it")
-    return x, names
-
-
-def _bad(col: list[str], name: str, nodes: Table) -> np.ndarray:
-    for row, v in enumerate(col, start=2):
-        if v == "":
-            raise DataError(f"{nodes.path.name} line {row}: feature '{name}' is missing; impute "
-                            "it or leave the column out with --feature-columns")
-        try:
-            float(v)
-        except ValueError:
-            raise DataError(f"{nodes.path.name} line {row}: feature '{name}' is '{v}', not a "
-                            "number; encode it numerically or leave the column out with "
-                            "--feature-columns") from None
-    raise DataError(f"{nodes.path.name}: feature '{name}' is not numeric")
-
-
-def _is_int(v: str) -> bool:
-    return v.lstrip("+-").isdigit()
-
-
-def _labels(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    n = len(nodes)
-    if spec.label_column is None:   # an organisation without labels: the federation's classes
-        classes = list(spec.classes or [])
-        if len(classes) < 2 or len(set(classes)) != len(classes):
-            raise DataError("give --label-column, or --classes (the federation's, at least 2) "
-                            "for an organisation without labels")
-        return np.zeros(n, dtype=np.int64), np.zeros(n, dtype=bool), classes
-    col = nodes.column(spec.label_column, "--label-column")
-    present = sorted({v for v in col if v})
-    for row, v in enumerate(col, start=2):
-        if v and not _is_int(v):
-            try:
-                float(v)
-            except ValueError:
-                continue
-            raise DataError(f"{nodes.path.name} line {row}: label '{v}' is not a class (a "
-                            "whole number or a name); labels name classes, not values")
-    if present and any(_is_int(v) for v in present) and not all(_is_int(v) for v in present):
-        raise DataError(f"{nodes.path.name}: labels mix numbers and names "
-                        f"({present[:6]}); use one kind")
-    numeric = bool(present) and all(_is_int(v) for v in present)
-    classes = list(spec.classes) if spec.classes else present
-    if numeric:
-        classes = sorted({str(int(c)) for c in classes}, key=int) if not spec.classes else \
-            [str(int(c)) if _is_int(c) else c for c in classes]
-        col = [str(int(v)) if v else "" for v in col]
-    if len(set(classes)) != len(classes):
-        raise DataError(f"--classes repeats a class ({classes})")
-    index = {c: i for i, c in enumerate(classes)}
-    y = np.zeros(n, dtype=np.int64)
-    labelled = np.zeros(n, dtype=bool)
-    for i, v in enumerate(col):
-        if not v:
-            continue
-        if v not in index:
-            raise DataError(f"{nodes.path.name} line {i + 2}: label '{v}' is not one of the "
-                            f"classes {classes}; fix the label or --classes")
-        y[i], labelled[i] = index[v], True
-    if len(classes) < 2:
-        raise DataError(f"{nodes.path.name}: {len(classes)} class(es) {classes}; node "
-                        "classification needs at least 2 (list the federation's with --classes)")
-    return y, labelled, classes
-
-
-def _splits(nodes: Table, spec: IngestSpec, labelled: np.ndarray) -> dict[str, np.ndarray]:
-    n = len(nodes)
-    masks = {s: np.zeros(n, dtype=bool) for s in SPLITS}
-    if spec.split_column is None:
-        return masks
-    col = nodes.column(spec.split_column, "--split-column")
-    for i, v in enumerate(col):
-        v = v.lower()
-        if v == "":
-            continue
-        if v not in masks:
-            raise DataError(f"{nodes.path.name} line {i + 2}: split '{col[i]}' is not train, val, "
-                            "test or empty")
-        if not labelled[i]:
-            raise DataError(f"{nodes.path.name} line {i + 2}: the node is in the {v} split but "
-                            "has no label; label it or leave its split empty")
-        masks[v][i] = True
-    return masks
-
-
-def _drawn_split(own_p: np.ndarray, labelled: np.ndarray) -> dict[str, np.ndarray]:
-    u = own_p[:, 8:16].copy().view(">u8").reshape(-1).astype(np.float64) / 2.0**64
-    a, b = DEFAULT_FRACTIONS[0], DEFAULT_FRACTIONS[0] + DEFAULT_FRACTIONS[1]
-    return {"train": labelled & (u < a), "val": labelled & (u >= a) & (u < b),
-            "test": labelled & (u >= b)}
-
-
-def _edges(edges: Table, spec: IngestSpec, ids: list[str], secret: bytes, order: np.ndarray
-           ) -> tuple[np.ndarray, np.ndarray]:
-    """``(edges [2, E] in local indices, each undirected edge once as (low, high), sorted;
-    remote pseudonyms sorted)``; self-loops and repeats dropped."""
-    src = edges.column(spec.source_column, "--source-column")
-    dst = edges.column(spec.target_column, "--target-column")
-    n = len(ids)
-    rank = np.empty(n, dtype=np.int64)
-    rank[order] = np.arange(n)
-    local: dict[str, int] = dict(zip(ids, rank.tolist(), strict=True))
-    remote_ids: set[str] = set()
-    for row, (a, b) in enumerate(zip(src, dst, strict=True), start=2):
-        if not a or not b:
-            raise DataError(f"{edges.path.name} line {row}: an endpoint is empty; give both ids")
-        a_own, b_own = a in local, b in local
-        if not a_own:
-            if not b_own:
-                raise DataError(f"{edges.path.name} line {row}: edge ('{a}', '{b}') has no own "
-                                "endpoint; an organisation lists only edges of its own nodes")
-            remote_ids.add(a)
-        elif not b_own:
-            remote_ids.add(b)
-    remote_list = sorted(remote_ids)
-    remote_p = pseudonyms(secret, remote_list)
-    r_order = np.argsort(as_keys(remote_p), kind="stable")
-    r_rank = np.empty(len(r_order), dtype=np.int64)
-    r_rank[r_order] = np.arange(len(r_order))
-    local.update(zip(remote_list, (n + r_rank).tolist(), strict=True))
-    e = np.array([[local[a] for a in src], [local[b] for b in dst]], dtype=np.int64)
-    e = e[:, e[0] != e[1]]
-    lo, hi = np.minimum(e[0], e[1]), np.maximum(e[0], e[1])
-    total = n + len(remote_list)
-    key = np.unique(lo * total + hi)
-    return np.stack([key // total, key % total]), remote_p[r_order].reshape(-1, PSEUDONYM_BYTES)
-
-
-def _provenance(spec: IngestSpec, nodes: Table, edges: Table) -> dict[str, Any]:
+def _provenance(spec: IngestSpec, nodes: Path, edges: Path,
+                digests: _Digests | None = None) -> dict[str, Any]:
     from fedgl.version import __version__
 
-    def digest(p: Path) -> str:
-        h = hashlib.sha256()
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
-
-    return {"kind": "own", "name": spec.name, "nodes_file": nodes.path.name,
-            "nodes_sha256": digest(nodes.path), "edges_file": edges.path.name,
-            "edges_sha256": digest(edges.path), "ingested": time.strftime("%Y-%m-%dT%H:%M:%SZ",
-                                                                          time.gmtime()),
+    sums = digests.result() if digests is not None else [_sha256(nodes), _sha256(edges)]
+    return {"kind": "own", "name": spec.name, "nodes_file": nodes.name,
+            "nodes_sha256": sums[0], "edges_file": edges.name,
+            "edges_sha256": sums[1], "ingested": time.strftime("%Y-%m-%dT%H:%M:%SZ",
+                                                                time.gmtime()),
             "fedgl": __version__}
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class _Digests:
+    """The SHA-256 of the tables, computed on a daemon thread while they are read (hashlib
+    releases the GIL on large blocks); ``result()`` waits for them."""
+
+    def __init__(self, paths: list[Path]) -> None:
+        self._sums: list[str] = []
+        self._thread = threading.Thread(target=self._run, args=(paths,), daemon=True,
+                                        name="fedgl-ingest-digests")
+        self._thread.start()
+
+    def _run(self, paths: list[Path]) -> None:
+        try:
+            self._sums = [_sha256(p) for p in paths]
+        except OSError:   # the ingest itself names a missing or unreadable table
+            self._sums = []
+
+    def result(self) -> list[str]:
+        self._thread.join()
+        return self._sums
 
 
 def _request(manifest: dict[str, Any], arrays: dict[str, np.ndarray]) -> dict[str, Any]:
@@ -361,18 +223,6 @@ def settings_digest(settings: dict[str, Any]) -> str:
 OWN_IDS = "ids.csv"
 
 
-def write_own_ids(path: Path, own: np.ndarray, ids: list[str]) -> None:
-    """``pseudonym,id`` for every own node, in the ingest's order (written atomically)."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    writer = csv.writer(buf, lineterminator="\n")
-    writer.writerow(["pseudonym", "id"])
-    writer.writerows(zip((bytes(row).hex() for row in own), ids, strict=True))
-    write_atomic(path, buf.getvalue().encode())
-
-
 def read_own_ids(folder: Path, own: np.ndarray) -> list[str]:
     """The organisation's own ids in its ingest's order (``own``: the pseudonyms): the raw ids
     its ingest kept privately (:data:`OWN_IDS`), else the pseudonyms in hex."""
@@ -388,14 +238,16 @@ def read_own_ids(folder: Path, own: np.ndarray) -> list[str]:
 
 
 def write_npz(path: Path, arrays: dict[str, np.ndarray], manifest: dict[str, Any]) -> None:
-    import io
-
-    buf = io.BytesIO()
-    np.savez(buf, **arrays)
-    data = buf.getvalue()
+    """``arrays`` as ``path`` (written atomically through a file beside it, not in memory),
+    its name and SHA-256 recorded in ``manifest``."""
+    h = hashlib.sha256()
+    with atomic_file(path) as f:
+        np.savez(f, **arrays)
+        f.seek(0)
+        for block in iter(lambda: f.read(1 << 22), b""):
+            h.update(block)
     manifest["npz"] = path.name
-    manifest["npz_sha256"] = hashlib.sha256(data).hexdigest()
-    write_atomic(path, data)
+    manifest["npz_sha256"] = h.hexdigest()
 
 
 def write_json(path: Path, manifest: dict[str, Any]) -> None:
@@ -431,67 +283,46 @@ def read_npz(folder: Path, manifest_name: str, fmt: str) -> tuple[dict[str, Any]
 VERTICAL_FORMAT = "fedgl-vertical-ingest/1"
 
 
-def vertical_arrays(spec: IngestSpec, secret: bytes) -> tuple[dict[str, Any],
-                                                                dict[str, np.ndarray]]:
+def vertical_arrays(spec: IngestSpec, secret: bytes, reader: str | None = None
+                   ) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
     """One vertical party's checked tables (the same checks as :func:`ingest`), pseudonymised:
     ``own`` (``uint8 [n, 16]``, sorted) with ``x`` (and, at a label holder, ``y`` and the
     masks) in that order, ``ends`` (the pseudonyms of every edge endpoint, sorted) and
     ``edges`` (int64 ``[2, E]``, indices into ``ends``, each undirected edge once as (low,
     high)). An endpoint need not be the party's own node; alignment keeps the edges whose
     both endpoints are common."""
-    _check_spec(spec)
-    nodes = read_table(spec.nodes, "nodes")
-    ids = nodes.column(spec.id_column, "--id-column")
-    _check_ids(nodes, ids)
-    x, names = _features(nodes, spec)
-    own = pseudonyms(secret, ids)
-    order = np.argsort(as_keys(own), kind="stable")
-    arrays: dict[str, np.ndarray] = {"own": own[order], "x": x[order].astype(np.float32)}
-    meta: dict[str, Any] = {"format": VERTICAL_FORMAT, "client_id": spec.client_id,
-                            "name": spec.name, "num_nodes": len(ids),
-                            "num_features": int(x.shape[1]), "feature_columns": names,
-                            "classes": None, "secret_check": secret_check(secret)}
-    if spec.label_column is not None:
-        y, labelled, classes = _labels(nodes, spec)
-        masks = _splits(nodes, spec, labelled) if spec.split_column is not None else \
-            _drawn_split(own, labelled)
-        arrays.update(y=y[order], **{f"{k}_mask": m[order] for k, m in masks.items()})
-        meta["classes"] = classes
-    edges = read_table(spec.edges, "edges")
-    src = edges.column(spec.source_column, "--source-column")
-    dst = edges.column(spec.target_column, "--target-column")
-    for row, (a, b) in enumerate(zip(src, dst, strict=True), start=2):
-        if not a or not b:
-            raise DataError(f"{edges.path.name} line {row}: an endpoint is empty; give both ids")
-    ends = sorted(set(src) | set(dst))
-    ends_p = pseudonyms(secret, ends)
-    e_order = np.argsort(as_keys(ends_p), kind="stable")
-    rank = np.empty(len(ends), dtype=np.int64)
-    rank[e_order] = np.arange(len(ends))
-    local = dict(zip(ends, rank.tolist(), strict=True))
-    e = np.array([[local[a] for a in src], [local[b] for b in dst]], dtype=np.int64)
-    e = e[:, e[0] != e[1]]
-    total = max(len(ends), 1)
-    key = np.unique(np.minimum(e[0], e[1]) * total + np.maximum(e[0], e[1]))
-    arrays.update(ends=ends_p[e_order], edges=np.stack([key // total, key % total]))
-    meta["num_edges"] = int(key.size)
-    meta["provenance"] = _provenance(spec, nodes, edges)
+    meta, arrays, _ = _vertical(spec, secret, reader)
     return meta, arrays
 
 
-def ingest_vertical(spec: IngestSpec, secret_file: str | Path, out: str | Path) -> Path:
+def _vertical(spec: IngestSpec, secret: bytes, reader: str | None
+              ) -> tuple[dict[str, Any], dict[str, np.ndarray], Any]:
+    _check_spec(spec)
+    digests = _Digests([Path(spec.nodes), Path(spec.edges)])
+    prepared = _module(reader).vertical(spec, secret)
+    arrays = prepared.arrays
+    meta: dict[str, Any] = {"format": VERTICAL_FORMAT, "client_id": spec.client_id,
+                            "name": spec.name, "num_nodes": int(len(arrays["own"])),
+                            "num_features": int(arrays["x"].shape[1]),
+                            "feature_columns": prepared.feature_names,
+                            "classes": prepared.classes, "secret_check": secret_check(secret),
+                            "num_edges": int(arrays["edges"].shape[1]),
+                            "provenance": _provenance(spec, prepared.nodes_path,
+                                                      prepared.edges_path, digests)}
+    return meta, arrays, prepared.write_ids
+
+
+def ingest_vertical(spec: IngestSpec, secret_file: str | Path, out: str | Path,
+                    reader: str | None = None) -> Path:
     """``fedgl ingest --vertical``: the party's ``vertical.json``/``.npz`` in ``out``
-    (pseudonyms only, no raw id), for alignment by PSI."""
+    (pseudonyms only, no raw id), for alignment by PSI; its raw ids in the private
+    ``ids.csv``."""
     out = Path(out)
     if out.exists() and (out / "vertical.json").exists():
         raise DataError(f"'{out}' already holds an ingest; choose an empty --out folder")
-    meta, arrays = vertical_arrays(spec, read_secret(secret_file))
+    meta, arrays, write_ids = _vertical(spec, read_secret(secret_file), reader)
     out.mkdir(parents=True, exist_ok=True)
     write_npz(out / "vertical.npz", arrays, meta)
     write_json(out / "vertical.json", meta)
-    raw = read_table(spec.nodes, "nodes").column(spec.id_column, "--id-column")
-    keys = as_keys(pseudonyms(read_secret(secret_file), raw))
-    by_key = dict(zip(keys.tolist(), raw, strict=True))
-    write_own_ids(out / OWN_IDS, arrays["own"],
-                  [by_key[k] for k in as_keys(arrays["own"]).tolist()])
+    write_ids(out / OWN_IDS)
     return out / "vertical.json"
