@@ -4,8 +4,8 @@ edges (the same secret) and ``fedgl predict`` over the updated ingest folders sc
 On Cora, three organisations hold its nodes; 10 % of the nodes (none of them training nodes) are
 held back from the tables the federation trains on, then added with their edges. Their accuracy,
 scored by the model that never saw them, is within 2 points of a model trained with them all
-along (FedGCN 2-hop; the mean over three training seeds): a new node's neighbours at other organisations reach it through the same
-pre-training exchange.
+along (FedGCN 2-hop; the mean over three training seeds): a new node's neighbours at other
+organisations reach it through the same pre-training exchange.
 """
 
 from __future__ import annotations
