@@ -198,8 +198,8 @@ class GNNClient(FactsParty, ABC):
                                                      gen, self.generator), y)
             loss.backward()
             opt.step()
-            losses.append(loss.item())
-        return losses
+            losses.append(loss.detach())
+        return torch.stack(losses).tolist()   # one device-to-host copy, not one per step
 
     def _forward(self, inp: ModelInputs) -> Tensor:
         kwargs = {"pre_aggregated": True} if inp.pre_aggregated else {}
@@ -276,7 +276,8 @@ class GNNClient(FactsParty, ABC):
                 loss = self.local_loss(forward(), y_train)
                 loss.backward()
                 opt.step()
-                losses.append(loss.item())
+                losses.append(loss.detach())
+            losses = torch.stack(losses).tolist()   # one device-to-host copy per fit
         out = {"weights": self.encode_weights(self.get_weights(), int(train.numel())),
                "num_train": int(train.numel()), "loss": sum(losses) / len(losses)}
         self.release_model()
