@@ -82,18 +82,23 @@ def row_normalize(x: Tensor) -> Tensor:
 
 def symmetric_csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric CSR from sorted distinct pair keys ``lo·n + hi`` (lo < hi): both directions of
-    every pair, column indices sorted within rows, int32 when n < 2³¹."""
+    every pair, column indices sorted within rows, int32 when n < 2³¹.
+
+    The (row, column) pairs go to scipy's counting sort, which keeps their order within a row,
+    smaller neighbours first: row i receives the ``lo`` of every key with ``hi = i`` (ascending,
+    the keys being sorted), then the ``hi`` of every key with ``lo = i`` (ascending), so its
+    columns come out sorted and ``sort_indices`` only checks them."""
     import scipy.sparse as sp
 
     idx = np.int32 if n < 2**31 else np.int64
     lo = (keys // n).astype(idx)
     hi = (keys % n).astype(idx)
-    rows = np.concatenate([lo, hi])
-    cols = np.concatenate([hi, lo])
+    rows = np.concatenate([hi, lo])
+    cols = np.concatenate([lo, hi])
     del lo, hi
     mat = sp.csr_matrix((np.ones(len(rows), dtype=np.bool_), (rows, cols)), shape=(n, n))
     del rows, cols
-    mat.sort_indices()
+    mat.sort_indices()   # already sorted (see above): a check
     return mat.indptr.astype(np.int64), mat.indices.astype(idx, copy=False)
 
 
