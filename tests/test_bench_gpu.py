@@ -77,5 +77,20 @@ def test_every_case_names_a_device_and_a_command(small):
         assert case.devices and set(case.devices) <= {"cpu", "cuda"}
         assert case.command in ("run", "partition") and case.timeout > 0
     if not small:   # CPU and GPU side by side for Cora and the arxiv size
-        devices = {c.name: c.devices for c in cases}
-        assert set(devices["cora"]) == set(devices["arxiv"]) == {"cpu", "cuda"}
+        devices: dict[str, set[str]] = {}
+        for c in cases:
+            devices.setdefault(c.name, set()).update(c.devices)
+        assert devices["cora"] == devices["arxiv"] == {"cpu", "cuda"}
+
+
+def test_the_gpu_runs_are_valid_command_lines():
+    """The full-size runs (only run on a GPU machine) parse as `fedgl` command lines."""
+    from fedgl.cli import build_parser
+
+    for case in _bench().full_cases(3):
+        args = [case.command, *case.args]
+        algorithm = case.args[case.args.index("--algorithm") + 1] \
+            if "--algorithm" in case.args else None
+        if case.command == "run":
+            args += ["--device", "cuda", "--no-progress"]
+        build_parser(algorithm).parse_args(args)
