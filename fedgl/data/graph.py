@@ -106,9 +106,20 @@ def csr_edge_index(indptr: np.ndarray, indices: np.ndarray) -> torch.Tensor:
     """The int64 ``[2, nnz]`` edge list (source = column, destination = row) of a symmetric
     CSR adjacency: sorted by destination then source, as
     :func:`~fedgl.data.graph.clean_edge_index` makes it."""
-    n = len(indptr) - 1
-    dst = torch.repeat_interleave(torch.arange(n), torch.from_numpy(np.diff(indptr)))
-    return torch.stack([torch.from_numpy(indices).long(), dst])
+    n, nnz = len(indptr) - 1, len(indices)
+    out = torch.empty((2, nnz), dtype=torch.long)   # filled in place: no stacked copies
+    out[0].copy_(torch.from_numpy(indices))
+    counts = torch.from_numpy(np.diff(indptr))
+    # destinations a block of rows at a time (about ``chunk`` entries): no edge-sized temporary
+    chunk = 1 << 22
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(indptr, np.arange(0, nnz, chunk),
+                                                           "right") - 1, [n]]))
+    for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        a, b = int(indptr[r0]), int(indptr[r1])
+        if b > a:
+            out[1, a:b] = torch.repeat_interleave(torch.arange(r0, r1), counts[r0:r1],
+                                                  output_size=b - a)
+    return out
 
 
 def from_pyg(data: object, name: str = "custom", *, split: int = 0, seed: int = 0) -> GraphData:
