@@ -329,8 +329,11 @@ class GNNClient(FactsParty, ABC):
 
     def _counts(self, log_probs: Tensor) -> dict:
         hit = log_probs.argmax(dim=-1) == self._y
-        return {"correct": [int(hit[self._masks[s]].sum()) for s in SPLITS],
-                "total": [int(self._masks[s].sum()) for s in SPLITS]}
+        masks = [self._masks[s] for s in SPLITS]
+        # one device-to-host copy for the six counts (not one per count)
+        counts = torch.stack([hit[m].sum() for m in masks] + [m.sum() for m in masks]).tolist()
+        return {"correct": [int(c) for c in counts[:len(SPLITS)]],
+                "total": [int(c) for c in counts[len(SPLITS):]]}
 
     @classmethod
     def evaluate_many(cls, clients: list[GNNClient], weights: State, *,
