@@ -157,7 +157,23 @@ def environment(seed: int, device: str) -> dict[str, Any]:
             "torch": torch.__version__, "torch_geometric": pyg,
             "numpy": numpy.__version__, "platform": platform.platform(),
             "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-            "device": device, "seed": seed}
+            "device": device, "seed": seed, **device_facts(device)}
+
+
+def device_facts(device: str) -> dict[str, Any]:
+    """The accelerator a run used: on ``cuda`` its name and the peak GPU memory this process
+    allocated (``torch.cuda.max_memory_allocated``) and reserved (the caching allocator's
+    pool), in MiB; nothing on the CPU (and nothing when CUDA is not initialised)."""
+    import torch
+
+    if not device.startswith("cuda") or not torch.cuda.is_available():
+        return {}
+    index = torch.device(device).index
+    index = torch.cuda.current_device() if index is None else index
+    mib = 2.0 ** 20
+    return {"device_name": torch.cuda.get_device_name(index),
+            "gpu_peak_allocated_mb": round(torch.cuda.max_memory_allocated(index) / mib, 1),
+            "gpu_peak_reserved_mb": round(torch.cuda.max_memory_reserved(index) / mib, 1)}
 
 
 def _isnan(v: Any) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -11,7 +12,9 @@ import torch.nn.functional as F
 
 from fedgl.data.datasets import load_dataset
 from fedgl.data.synthetic import (
+    ARRAYS,
     PRESETS,
+    CdfIndex,
     SyntheticSpec,
     edge_homophily,
     generate,
@@ -136,6 +139,28 @@ def test_seeded_and_deterministic():
     a, b, c = generate(spec, 3), generate(spec, 3), generate(spec, 4)
     assert all(np.array_equal(a[k], b[k]) for k in a)
     assert not np.array_equal(a["indices"], c["indices"])
+
+
+def test_same_graph_as_before_the_guide_table():
+    """The guide-table draws (CdfIndex) replaced binary searches without changing one array:
+    this digest is the graph the binary-search generator made (so caches stay valid)."""
+    a = generate(parse_synthetic("synthetic:3000,15000,4,5"), 7)
+    h = hashlib.sha256()
+    for k in ARRAYS:
+        h.update(a[k].tobytes())
+    assert h.hexdigest() == "91e334f3481ef7a596555cf36eb4f78bfa123579b73851ee7b18095c6c21f6f8"
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1000])
+def test_cdf_index_is_the_binary_search(n):
+    rng = np.random.default_rng(n)
+    weights = (1.0 - rng.random(n)) ** -2.0           # heavy-tailed, like the propensities
+    weights[rng.random(n) < 0.2] = 1e-300 if n > 2 else 1.0   # near-empty buckets too
+    cum = np.cumsum(weights)
+    v = np.concatenate([rng.random(5000) * cum[-1], cum[:-1], np.nextafter(cum[:-1], 0),
+                        [0.0, np.nextafter(cum[-1], 0)]])
+    want = np.minimum(np.searchsorted(cum, v, "right"), n - 1)
+    assert np.array_equal(CdfIndex(cum).find(v), want)
 
 
 def test_cache_roundtrip_and_checksum(tmp_path):

@@ -199,8 +199,8 @@ class GNNClient(FactsParty, ABC):
                                                      gen, self.generator), y)
             loss.backward()
             opt.step()
-            losses.append(loss.item())
-        return losses
+            losses.append(loss.detach())
+        return torch.stack(losses).tolist()   # one device-to-host copy, not one per step
 
     def _forward(self, inp: ModelInputs) -> Tensor:
         kwargs = {"pre_aggregated": True} if inp.pre_aggregated else {}
@@ -277,7 +277,8 @@ class GNNClient(FactsParty, ABC):
                 loss = self.local_loss(forward(), y_train)
                 loss.backward()
                 opt.step()
-                losses.append(loss.item())
+                losses.append(loss.detach())
+            losses = torch.stack(losses).tolist()   # one device-to-host copy per fit
         out = {"weights": self.encode_weights(self.get_weights(), int(train.numel())),
                "num_train": int(train.numel()), "loss": sum(losses) / len(losses)}
         self.release_model()
@@ -329,8 +330,11 @@ class GNNClient(FactsParty, ABC):
 
     def _counts(self, log_probs: Tensor) -> dict:
         hit = log_probs.argmax(dim=-1) == self._y
-        return {"correct": [int(hit[self._masks[s]].sum()) for s in SPLITS],
-                "total": [int(self._masks[s].sum()) for s in SPLITS]}
+        masks = [self._masks[s] for s in SPLITS]
+        # one device-to-host copy for the six counts (not one per count)
+        counts = torch.stack([hit[m].sum() for m in masks] + [m.sum() for m in masks]).tolist()
+        return {"correct": [int(c) for c in counts[:len(SPLITS)]],
+                "total": [int(c) for c in counts[len(SPLITS):]]}
 
     @classmethod
     def evaluate_many(cls, clients: list[GNNClient], weights: State, *,

@@ -73,6 +73,7 @@ class SampledInputs:
         csr = CSRGraph.from_edge_index(edge_index.cpu(), n, dtype=index_dtype(n),
                                        drop_self_loops=True)
         own = own_rows.cpu()
+        norm = None if norm is None else norm.to(x.device)   # once, not per step
         return cls(x, csr, norm, own, own[train.cpu()], y_train, pre_aggregated)
 
 
@@ -134,21 +135,23 @@ def _on(block: Block, dev: torch.device) -> Block:
 def gcn_on_block(conv: torch.nn.Module, h_src: Tensor, block: Block, si: SampledInputs) -> Tensor:
     """One GCN layer for the block's destinations: symmetric weights ``n_i n_j`` on the sampled
     edges, scaled by ``deg_i / m_i``, plus the self-loop ``n_i²`` (PyG ``GCNConv`` with given
-    weights, ``normalize=False``)."""
+    weights, ``normalize=False``). The weights are computed where ``h_src`` is (the block's
+    ids and edges go there once; ``norm`` stays there): no copy of ``norm`` per step."""
     assert si.norm is not None
-    src, dst = block.edge_index
-    nd = block.num_dst
-    dst_ids = block.src_ids[:nd]
-    sampled = torch.bincount(dst, minlength=nd)
-    full = si.csr.degree(dst_ids)
-    scale = full.to(torch.float32) / sampled.clamp(min=1).to(torch.float32)
-    norm = si.norm.cpu()
-    w = norm[block.src_ids[src]] * norm[dst_ids[dst]] * scale[dst]
-    loops = torch.arange(nd)
-    ei = torch.cat([block.edge_index, torch.stack([loops, loops])], dim=1)
-    weight = torch.cat([w, norm[dst_ids] * norm[dst_ids]])
     dev = h_src.device
-    return conv(h_src, ei.to(dev), weight.to(dev))[:nd]
+    nd = block.num_dst
+    full = si.csr.degree(block.src_ids[:nd]).to(dev)   # the CSR stays on the host
+    edge_index, src_ids = block.edge_index.to(dev), block.src_ids.to(dev)
+    src, dst = edge_index
+    dst_ids = src_ids[:nd]
+    sampled = torch.bincount(dst, minlength=nd)
+    scale = full.to(torch.float32) / sampled.clamp(min=1).to(torch.float32)
+    norm = si.norm.to(dev)
+    w = norm[src_ids[src]] * norm[dst_ids[dst]] * scale[dst]
+    loops = torch.arange(nd, device=dev)
+    ei = torch.cat([edge_index, torch.stack([loops, loops])], dim=1)
+    weight = torch.cat([w, norm[dst_ids] * norm[dst_ids]])
+    return conv(h_src, ei, weight)[:nd]
 
 
 def local_step_batch(si: SampledInputs, batch_size: int, gen: torch.Generator

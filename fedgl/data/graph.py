@@ -82,18 +82,23 @@ def row_normalize(x: Tensor) -> Tensor:
 
 def symmetric_csr(keys: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Symmetric CSR from sorted distinct pair keys ``lo·n + hi`` (lo < hi): both directions of
-    every pair, column indices sorted within rows, int32 when n < 2³¹."""
+    every pair, column indices sorted within rows, int32 when n < 2³¹.
+
+    The (row, column) pairs go to scipy's counting sort, which keeps their order within a row,
+    smaller neighbours first: row i receives the ``lo`` of every key with ``hi = i`` (ascending,
+    the keys being sorted), then the ``hi`` of every key with ``lo = i`` (ascending), so its
+    columns come out sorted and ``sort_indices`` only checks them."""
     import scipy.sparse as sp
 
     idx = np.int32 if n < 2**31 else np.int64
     lo = (keys // n).astype(idx)
     hi = (keys % n).astype(idx)
-    rows = np.concatenate([lo, hi])
-    cols = np.concatenate([hi, lo])
+    rows = np.concatenate([hi, lo])
+    cols = np.concatenate([lo, hi])
     del lo, hi
     mat = sp.csr_matrix((np.ones(len(rows), dtype=np.bool_), (rows, cols)), shape=(n, n))
     del rows, cols
-    mat.sort_indices()
+    mat.sort_indices()   # already sorted (see above): a check
     return mat.indptr.astype(np.int64), mat.indices.astype(idx, copy=False)
 
 
@@ -101,9 +106,20 @@ def csr_edge_index(indptr: np.ndarray, indices: np.ndarray) -> torch.Tensor:
     """The int64 ``[2, nnz]`` edge list (source = column, destination = row) of a symmetric
     CSR adjacency: sorted by destination then source, as
     :func:`~fedgl.data.graph.clean_edge_index` makes it."""
-    n = len(indptr) - 1
-    dst = torch.repeat_interleave(torch.arange(n), torch.from_numpy(np.diff(indptr)))
-    return torch.stack([torch.from_numpy(indices).long(), dst])
+    n, nnz = len(indptr) - 1, len(indices)
+    out = torch.empty((2, nnz), dtype=torch.long)   # filled in place: no stacked copies
+    out[0].copy_(torch.from_numpy(indices))
+    counts = torch.from_numpy(np.diff(indptr))
+    # destinations a block of rows at a time (about ``chunk`` entries): no edge-sized temporary
+    chunk = 1 << 22
+    cuts = np.unique(np.concatenate([[0], np.searchsorted(indptr, np.arange(0, nnz, chunk),
+                                                           "right") - 1, [n]]))
+    for r0, r1 in zip(cuts[:-1].tolist(), cuts[1:].tolist(), strict=True):
+        a, b = int(indptr[r0]), int(indptr[r1])
+        if b > a:
+            out[1, a:b] = torch.repeat_interleave(torch.arange(r0, r1), counts[r0:r1],
+                                                  output_size=b - a)
+    return out
 
 
 def from_pyg(data: object, name: str = "custom", *, split: int = 0, seed: int = 0) -> GraphData:
