@@ -75,7 +75,13 @@ def test_old_keys_give_the_runs_recorded_before_the_sections(case, data_root, mo
         assert got["pretrain"] == {"up": sparse["bytes_up"], "down": sparse["bytes_down"]}
         got = {**got, "pretrain": {"up": sparse["bytes_up_dense_equivalent"],
                                    "down": sparse["bytes_down_dense_equivalent"]}}
-    assert got == recorded["bytes"]
+    want = dict(recorded["bytes"])
+    if recorded["config"].get("secure_sum", "none") != "none":
+        # recorded when a secure-sum run's evaluation counts still travelled in clear: they go
+        # through the secure sum now (keys, masked counts, the sum back), so that phase grew
+        got_eval, was = got.pop("eval"), want.pop("eval")
+        assert got_eval["up"] > was["up"] and got_eval["down"] > was["down"]
+    assert got == want
 
 
 @pytest.mark.parametrize("case", sorted(GOLDEN["cases"]))

@@ -127,7 +127,8 @@ def test_only_the_relay_with_the_token_is_answered(tmp_path: Path) -> None:
         assert "relay token" in declare(path, message_header("party.hello", relay_token="x"),
                                         16 << 30)["refused"]
         head, _ = ask(path, {"op": "types", TOKEN_KEY: TOKEN})
-        assert head == {"types": {}}
+        # before a set-up the party serves only the word that a run did not admit it
+        assert head == {"types": {"party.not_admitted": ["setup"]}}
     assert party.protocol_state == "new" and len(party.refused) == 5
 
 
