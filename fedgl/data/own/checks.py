@@ -11,7 +11,7 @@ import io
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -136,15 +136,7 @@ def check_ids(nodes: Table, ids: list[str]) -> None:
 def features(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, list[str]]:
     """``x`` (float64 ``[n, d]``, row order) and the feature columns' names; a missing,
     non-numeric or infinite feature refused (the first, by column then line)."""
-    skip = {spec.id_column, spec.label_column, spec.split_column}
-    names = list(spec.feature_columns) if spec.feature_columns else \
-        [c for c in nodes.names if c not in skip]
-    if not names:
-        raise DataError(f"{nodes.path.name} has no feature column (only {', '.join(nodes.names)}); "
-                        "add features or name them with --feature-columns")
-    clash = sorted(set(names) & skip)
-    if clash:
-        raise DataError(f"--feature-columns names {clash}, the id, label or split column")
+    names = feature_names(list(nodes.names), spec, nodes.path.name)
     x = np.empty((len(nodes), len(names)), dtype=np.float64)
     for j, name in enumerate(names):
         col = nodes.column(name, "--feature-columns")
@@ -199,17 +191,9 @@ def labels(nodes: Table, spec: IngestSpec) -> tuple[np.ndarray, np.ndarray, list
                 continue
             raise DataError(f"{nodes.path.name} line {row}: label '{v}' is not a class (a "
                             "whole number or a name); labels name classes, not values")
-    if present and any(is_int(v) for v in present) and not all(is_int(v) for v in present):
-        raise DataError(f"{nodes.path.name}: labels mix numbers and names "
-                        f"({present[:6]}); use one kind")
-    numeric = bool(present) and all(is_int(v) for v in present)
-    classes = list(spec.classes) if spec.classes else present
+    classes, numeric = class_names(present, spec.classes, nodes.path.name)
     if numeric:
-        classes = sorted({str(int(c)) for c in classes}, key=int) if not spec.classes else \
-            [str(int(c)) if is_int(c) else c for c in classes]
         col = [str(int(v)) if v else "" for v in col]
-    if len(set(classes)) != len(classes):
-        raise DataError(f"--classes repeats a class ({classes})")
     index = {c: i for i, c in enumerate(classes)}
     y = np.zeros(n, dtype=np.int64)
     labelled = np.zeros(n, dtype=bool)
@@ -301,3 +285,34 @@ def vertical_edges(edges: Table, src: list[str], dst: list[str], secret: bytes
     total = max(len(ends), 1)
     key = np.unique(np.minimum(e[0], e[1]) * total + np.maximum(e[0], e[1]))
     return ends_p[e_order].reshape(-1, PSEUDONYM_BYTES), np.stack([key // total, key % total])
+
+
+def class_names(present: list[str], given: Any, where: str) -> tuple[list[str], bool]:
+    """The class list from the labels ``present`` (sorted, non-empty ones) or ``--classes``
+    (``given``), and whether the labels are numbers (then the classes are their whole-number
+    spellings, in numeric order unless given); mixed or repeated classes are one line."""
+    if present and any(is_int(v) for v in present) and not all(is_int(v) for v in present):
+        raise DataError(f"{where}: labels mix numbers and names ({present[:6]}); use one kind")
+    numeric = bool(present) and all(is_int(v) for v in present)
+    classes = list(given) if given else present
+    if numeric:
+        classes = sorted({str(int(c)) for c in classes}, key=int) if not given else \
+            [str(int(c)) if is_int(c) else c for c in classes]
+    if len(set(classes)) != len(classes):
+        raise DataError(f"--classes repeats a class ({classes})")
+    return classes, numeric
+
+
+def feature_names(columns: list[str], spec: IngestSpec, where: str) -> list[str]:
+    """The feature columns: ``--feature-columns``, else every column but the id, label and
+    split; none, or one of those three named, is one line."""
+    skip = {spec.id_column, spec.label_column, spec.split_column}
+    names = list(spec.feature_columns) if spec.feature_columns else \
+        [c for c in columns if c not in skip]
+    if not names:
+        raise DataError(f"{where} has no feature column (only {', '.join(columns)}); add "
+                        "features or name them with --feature-columns")
+    clash = sorted(set(names) & skip)
+    if clash:
+        raise DataError(f"--feature-columns names {clash}, the id, label or split column")
+    return names

@@ -26,7 +26,9 @@ from fedgl.data.own.checks import (
     SPLITS,
     Prepared,
     check_distinct,
+    class_names,
     drawn_split,
+    feature_names,
     is_int,
     normalized,
 )
@@ -178,15 +180,7 @@ def _repeated(nodes: Columns, ids: Any) -> None:
 # --------------------------------------------------------------------------------- features
 def features(nodes: Columns, spec: IngestSpec) -> tuple[np.ndarray, list[str]]:
     """``x`` (float64 ``[n, d]``, row order) and the feature columns' names."""
-    skip = {spec.id_column, spec.label_column, spec.split_column}
-    names = list(spec.feature_columns) if spec.feature_columns else \
-        [c for c in nodes.names if c not in skip]
-    if not names:
-        raise DataError(f"{nodes.path.name} has no feature column (only {', '.join(nodes.names)}); "
-                        "add features or name them with --feature-columns")
-    clash = sorted(set(names) & skip)
-    if clash:
-        raise DataError(f"--feature-columns names {clash}, the id, label or split column")
+    names = feature_names(list(nodes.names), spec, nodes.path.name)
     x = np.empty((len(nodes), len(names)), dtype=np.float64)
     for j, name in enumerate(names):
         x[:, j] = _numbers(nodes, nodes.raw(name, "--feature-columns"), name)
@@ -264,17 +258,9 @@ def labels(nodes: Columns, spec: IngestSpec) -> tuple[np.ndarray, np.ndarray, li
         v = values[codes[_first(codes, floats)]]
         raise DataError(f"{nodes.path.name} line {_first(codes, floats) + 2}: label '{v}' is "
                         "not a class (a whole number or a name); labels name classes, not values")
-    if present and any(is_int(v) for v in present) and not all(is_int(v) for v in present):
-        raise DataError(f"{nodes.path.name}: labels mix numbers and names "
-                        f"({present[:6]}); use one kind")
-    numeric = bool(present) and all(is_int(v) for v in present)
-    classes = list(spec.classes) if spec.classes else present
+    classes, numeric = class_names(present, spec.classes, nodes.path.name)
     if numeric:
-        classes = sorted({str(int(c)) for c in classes}, key=int) if not spec.classes else \
-            [str(int(c)) if is_int(c) else c for c in classes]
         values = [str(int(v)) if v else "" for v in values]
-    if len(set(classes)) != len(classes):
-        raise DataError(f"--classes repeats a class ({classes})")
     index = {c: i for i, c in enumerate(classes)}
     unknown = [k for k, v in enumerate(values) if v and v not in index]
     if unknown:
