@@ -190,29 +190,29 @@ def _place(args: argparse.Namespace) -> int:
     from fedgl.data.shard_format import write_shard
 
     out = Path(args.out)
-    data, source = place(read_ingest(args.ingest), read_positions(args.positions))
+    ingested, positions = read_ingest(args.ingest), read_positions(args.positions)
+    data, source = place(ingested, positions)
     if out.exists() and (out / f"client-{data.client_id}.json").exists():
         raise ConfigError(f"'{out}' already holds client {data.client_id}'s shard; choose an "
                           "empty --out folder")
     path = write_shard(data, out, source)
-    _place_ids(Path(args.ingest), read_positions(args.positions), path, data.client_id)
+    _place_ids(Path(args.ingest), ingested[1]["own"], positions[1]["own"], path,
+               data.client_id)
     print(f"shard written to {path} ({data.num_nodes} nodes, {data.edge_index.size(1)} edge "
           f"ends; {source['dropped_edges']} edges to unknown ids dropped); run it with "
           f"`fedgl client --data {path}` and a config with dataset {source['dataset']}")
     return 0
 
 
-def _place_ids(ingest: Path, positions: Any, manifest: Path, client_id: int) -> None:
-    """Beside the shard, the organisation's private map from its shard's node numbers to its own
-    raw ids (from the ingest's ``ids.csv``), so that the scores its client writes name them."""
+def _place_ids(ingest: Path, own: Any, pos: Any, manifest: Path, client_id: int) -> None:
+    """Beside the shard, the organisation's private map from its shard's node numbers (``pos``,
+    the positions of its pseudonyms ``own``) to its own raw ids (from the ingest's ``ids.csv``),
+    so that the scores its client writes name them."""
     from fedgl.data.own.ingest import OWN_IDS, read_own_ids
-    from fedgl.data.own.placement import read_ingest
     from fedgl.data.shard_format import ids_path, write_ids
 
     if not (ingest / OWN_IDS).is_file():
         return
-    own = read_ingest(ingest)[1]["own"]
-    pos = positions[1]["own"]
     ids = read_own_ids(ingest, own)
     order = sorted(range(len(ids)), key=lambda i: int(pos[i]))
     write_ids(ids_path(manifest, client_id), [int(pos[i]) for i in order],

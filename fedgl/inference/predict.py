@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ import torch
 from torch import Tensor
 
 from fedgl.config.registry import get_spec, load_path
+from fedgl.data.own.ingest import read_own_ids
 from fedgl.errors import ConfigError
 from fedgl.inference.load import card_config
 from fedgl.trained import read_model
@@ -100,9 +100,9 @@ def predict(model: str | Path, *, dataset: str | None = None, shards: list[str |
         overrides["data_root"] = data_root
     cfg = card_config(card, **overrides)
     if shards and all((Path(f) / "vertical.json").is_file() for f in shards):
-        graph, names, raw_ids = _vertical_graph(shards, cfg)
+        graph, names, raw_ids, own_classes = _vertical_graph(shards, cfg)
     elif shards:
-        graph, names, raw_ids = _own_graph(shards, cfg)
+        graph, names, raw_ids, own_classes = _own_graph(shards, cfg)
     else:
         if dataset is not None and dataset != cfg.dataset:
             raise ConfigError(f"the model was trained on '{cfg.dataset}', not '{dataset}'; pass "
@@ -112,7 +112,7 @@ def predict(model: str | Path, *, dataset: str | None = None, shards: list[str |
                               "ingest folders with --shards")
         from fedgl.data.datasets import load_graph
 
-        graph, names, raw_ids = load_graph(cfg), None, None
+        graph, names, raw_ids, own_classes = load_graph(cfg), None, None, None
     if graph.num_features != card["architecture"]["in_channels"]:
         raise ConfigError(f"the data has {graph.num_features} features per node, the model "
                           f"takes {card['architecture']['in_channels']}; give the data it was "
@@ -125,28 +125,17 @@ def predict(model: str | Path, *, dataset: str | None = None, shards: list[str |
         ids = ([raw_ids[int(i)] for i in node_ids] if raw_ids is not None
                else [str(int(i)) for i in node_ids])
         orgs.append(OrganisationScores(name, ids, torch.exp(log_probs.float()), node_ids))
-    own = _own_classes(shards) if shards else None
-    if own and len(own) == len(card.get("classes") or []):
-        card = {**card, "classes": own}   # the organisations' names (a deployed card numbers them)
+    if own_classes and len(own_classes) == len(card.get("classes") or []):
+        # the organisations' names (a deployed run's card numbers them)
+        card = {**card, "classes": [str(c) for c in own_classes]}
     return Prediction(card, orgs, ledger.summary())
 
 
-def _own_classes(shards: list[str | Path]) -> list[str] | None:
-    """The organisations' own class names, from their ingests (a label holder's, vertically)."""
-    for folder in map(Path, shards):
-        for name in ("ingest.json", "vertical.json"):
-            path = folder / name
-            if path.is_file():
-                classes = json.loads(path.read_text()).get("classes")
-                if classes:
-                    return [str(c) for c in classes]
-    return None
-
-
-def _own_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list[str]]:
+def _own_graph(shards: list[str | Path], cfg: Any
+               ) -> tuple[Any, list[str], list[str], list[str] | None]:
     """The organisations' graph of a local trial over their ingest folders (the set-up of
-    ``fedgl run --shards``), their names (the folders') and every node's own id, from each
-    organisation's private ingest."""
+    ``fedgl run --shards``), their names (the folders'), every node's own id, from each
+    organisation's private ingest, and their class names."""
     from fedgl.data.own.placement import (
         POSITIONS_FORMAT,
         assign_positions,
@@ -168,23 +157,25 @@ def _own_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list
     placed = []
     names: dict[int, str] = {}
     raw = [""] * int(facts["num_nodes"])
-    for folder, ingest in zip(folders, ingests, strict=True):
+    for folder, name, ingest in zip(folders, _names(folders), ingests, strict=True):
         k = int(ingest[0]["client_id"])
         pos = positions[k]
         meta = {"format": POSITIONS_FORMAT, "client_id": k, **facts}
         placed.append(place(ingest, (meta, pos)))
-        names[k] = _names(folders)[folders.index(folder)]
-        for p, node in zip(pos["own"].tolist(), _own_ids(folder, ingest[1]["own"]), strict=True):
+        names[k] = name
+        for p, node in zip(pos["own"].tolist(), read_own_ids(folder, ingest[1]["own"]),
+                           strict=True):
             raw[int(p)] = node
     placed.sort(key=lambda t: t[0].client_id)
     graph = owned_graph([d for d, _ in placed], [s for _, s in placed], facts["name"])
-    return graph, [names[k] for k in sorted(names)], raw
+    return graph, [names[k] for k in sorted(names)], raw, ingests[0][0].get("classes")
 
 
-def _vertical_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str], list[str]]:
+def _vertical_graph(shards: list[str | Path], cfg: Any
+                    ) -> tuple[Any, list[str], list[str], list[str] | None]:
     """The vertical parties' aligned graph over their ``fedgl ingest --vertical`` folders (the
-    PSI run here, as ``fedgl run --shards`` runs it), their names and every common entity's
-    own id (from a label holder's private ingest)."""
+    PSI run here, as ``fedgl run --shards`` runs it), their names, every common entity's own
+    id and the class names (from a label holder's private ingest)."""
     from fedgl.data.own.ingest import VERTICAL_FORMAT, read_npz
     from fedgl.privacy.vertical_align import align_in_process, aligned_graph
 
@@ -202,9 +193,10 @@ def _vertical_graph(shards: list[str | Path], cfg: Any) -> tuple[Any, list[str],
     holder = min(int(m["client_id"]) for m, _ in parties if m["classes"] is not None)
     by_id = {int(m["client_id"]): (f, a) for (m, a), f in zip(parties, folders, strict=True)}
     folder, arrays = by_id[holder]
-    ids = _own_ids(folder, arrays["own"])
+    ids = read_own_ids(folder, arrays["own"])
     raw = [ids[int(i)] for i in common[holder]]
-    return graph, [names_of[k] for k in sorted(names_of)], raw
+    classes = next(m["classes"] for m, _ in parties if int(m["client_id"]) == holder)
+    return graph, [names_of[k] for k in sorted(names_of)], raw, classes
 
 
 def _names(folders: list[Path]) -> list[str]:
@@ -215,9 +207,3 @@ def _names(folders: list[Path]) -> list[str]:
         if len(set(names)) == len(names):
             return names
     return [f"client-{k}" for k in range(len(folders))]
-
-
-def _own_ids(folder: Path, own: Any) -> list[str]:
-    from fedgl.data.own.ingest import read_own_ids
-
-    return read_own_ids(folder, own)
