@@ -7,13 +7,15 @@ edges the next day. Each organisation re-ingests its tables (the same secret) an
 
 - ``score_seconds`` and ``score_peak_rss_mb``: the whole ``fedgl.predict`` call (set-up over the
   ingest folders, the pre-training exchange, every organisation's forward pass), in a fresh
-  process, and the held-back nodes' accuracy;
-- ``exchange``: the bytes the scoring's exchange sent (the ledger's, up and down) beside the
+  process, and the held-back nodes' accuracy; ``restricted`` where the clients kept the
+  training run's exchange in their state folder (only the rows that changed are exchanged),
+  ``whole`` where they kept nothing (the whole exchange), and whether their predictions agree;
+- ``exchange``: the bytes each scoring's exchange sent (the ledger's, up and down) beside the
   training run's pre-training bytes;
 - ``appendix_f``: appendix F's values (``Σ_i |c(Ñ_i)| d`` up, ``Σ_k |N(V_k)| d`` down, 2-hop)
   for the whole updated graph and for the rows the new nodes change (every row whose
-  neighbourhood holds a new node or a node whose degree changed), and their ratio: what an
-  exchange restricted to what changed would send, against the full exchange that runs today.
+  neighbourhood holds a new node or a node whose degree changed), and their ratio: what the
+  restricted exchange should send, against the whole exchange.
 
     FEDGL_DATA=../shared/data python benchmarks/bench_new_nodes.py --new 1000
 """
@@ -68,11 +70,11 @@ def appendix_f(edge_index, owner: np.ndarray, clients: int, rows: np.ndarray, d:
     return {"rows": int(keep.sum()), "values_up": up * d, "values_down": up * d}
 
 
-def _score(model: str, folders: list[str], queue) -> None:
+def _score(model: str, folders: list[str], state_dir: str, queue) -> None:
     import fedgl
 
     t0 = time.perf_counter()
-    pred = fedgl.predict(model, shards=folders)
+    pred = fedgl.predict(model, shards=folders, state_dir=state_dir)
     seconds = time.perf_counter() - t0
     rows = {o.name: (o.ids, o.predicted().tolist()) for o in pred.organisations}
     queue.put({"seconds": seconds, "exchange": pred.exchange["bytes"],
@@ -116,17 +118,23 @@ def main() -> None:
             return out
 
         t0 = time.perf_counter()
-        trained = fedgl.run_shards(ingest("today", keep), **TRAIN, out=str(root / "run"))
+        trained = fedgl.run_shards(ingest("today", keep), **TRAIN, out=str(root / "run"),
+                                   state_dir=str(root / "state"))
         train_seconds = time.perf_counter() - t0
         t0 = time.perf_counter()
         folders = ingest("tomorrow", np.ones(graph.num_nodes, dtype=bool))
         ingest_seconds = time.perf_counter() - t0
-        queue = mp.get_context("spawn").Queue()
-        proc = mp.get_context("spawn").Process(target=_score, args=(str(root / "run" / "model"),
-                                                                     folders, queue))
-        proc.start()
-        scored = queue.get()
-        proc.join()
+        runs = {}
+        # restricted: the clients' state folder holds the training run's exchange; whole: none
+        for name, state in (("restricted", root / "state"), ("whole", root / "nothing-kept")):
+            queue = mp.get_context("spawn").Queue()
+            proc = mp.get_context("spawn").Process(
+                target=_score, args=(str(root / "run" / "model"), folders, str(state), queue))
+            proc.start()
+            runs[name] = queue.get()
+            proc.join()
+        scored = runs["restricted"]
+        same = runs["whole"]["rows"] == scored["rows"]
     held_ids = {str(i) for i in held}
     hit = sum(int(p) == int(graph.y[int(i)]) for ids, preds in scored["rows"].values()
               for i, p in zip(ids, preds, strict=True) if i in held_ids)
@@ -137,10 +145,11 @@ def main() -> None:
     out = {
         "graph": "cora", "organisations": len(ORGS), "new_nodes": int(args.new),
         "train_seconds": round(train_seconds, 2), "reingest_seconds": round(ingest_seconds, 2),
-        "score_seconds": round(scored["seconds"], 2),
-        "score_peak_rss_mb": round(scored["peak_rss_mb"], 1),
+        "score_seconds": {k: round(r["seconds"], 2) for k, r in runs.items()},
+        "score_peak_rss_mb": {k: round(r["peak_rss_mb"], 1) for k, r in runs.items()},
         "new_nodes_accuracy": hit / len(held_ids),
-        "exchange": {"scoring_bytes": scored["exchange"]["pretrain"],
+        "restricted_equals_whole_predictions": same,
+        "exchange": {"scoring_bytes": {k: r["exchange"]["pretrain"] for k, r in runs.items()},
                      "training_pretrain_bytes": trained.repeats[0].ledger["bytes"]["pretrain"]},
         "appendix_f": {"full": {"rows": graph.num_nodes, "values_up": full["sum_c_N"] * d,
                                 "values_down": full["sum_N_Vk"] * d},

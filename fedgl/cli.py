@@ -229,6 +229,10 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
     pred.add_argument("--data-root", dest="data_root", default=None)
     pred.add_argument("--best", action="store_true",
                       help="use the best-validation round's weights (default: the final round's)")
+    pred.add_argument("--state-dir", dest="state_dir", default=None, metavar="DIR",
+                      help="the simulated clients' state folder (default: the run's "
+                           "--state-dir): where each kept its last exchange, so that only "
+                           "the rows that changed are exchanged again")
     pred.add_argument("--out", required=True, metavar="DIR", help="where the CSVs go")
     pred.add_argument("--overwrite", action="store_true",
                       help="replace the predictions already in --out")

@@ -205,7 +205,9 @@ def test_a_party_refuses_a_set_up_that_switches_its_protections_off(tmp_path, of
 # ---------------------------------------------------------------------- message types
 #: every role answers the set-up's facts (fedgl.federation.facts), whatever its policy
 FACTS = {"setup.facts"}
-FIT_EVAL = {"fedavg.fit", "fedavg.evaluate"} | FACTS
+#: every FedGCN client, whatever its mode: scoring over changed data (fedgcn/update.py)
+UPDATE = {"fedgcn.changed_rows", "fedgcn.restrict_rows"}
+FIT_EVAL = {"fedavg.fit", "fedavg.evaluate"} | FACTS | UPDATE
 PLAIN = {"fedgcn.partial_sums", "fedgcn.announce_rows", "fedgcn.block_sums",
          "fedgcn.receive_block", "fedgcn.receive_sums"}
 KEYS = {"fedgcn.privacy_hello", "secagg.keys"}

@@ -456,6 +456,12 @@ class FedAvgServer:
     def pretrain(self) -> None:
         """Optional pre-training communication round; FedAvg itself has none."""
 
+    def pretrain_update(self) -> None:
+        """The pre-training round again over data that may have changed since an earlier one
+        (scoring after training); an algorithm that can exchange only what changed overrides
+        it. By default the whole round."""
+        self.pretrain()
+
     def restore_client(self, client_id: int) -> None:
         """Bring a restarted client (fresh process, own shard reloaded) back into the protocol.
 

@@ -374,7 +374,7 @@ def predict_federated(graph: GraphData, cfg: Config, seed: int, weights: State,
     server = build_federation(graph, part, cfg, seed, client_cls, server_cls)
     runtime = server.runtime
     try:
-        server.pretrain()
+        server.pretrain_update()
         if score is not None:
             score(server, weights)
         out: Scores = {}

@@ -38,6 +38,10 @@ class ClientData:
     test_mask: Tensor
     edge_index: Tensor
     num_classes: int
+    #: stable keys (``uint8 [num_nodes + num_remote, 16]``) of the own nodes, then of the remote
+    #: neighbours (:meth:`remote_neighbors` order), where global ids may change between set-ups:
+    #: own data's pseudonyms. None: the global ids are stable (built-in data sets).
+    keys: Tensor | None = None
 
     @property
     def num_nodes(self) -> int:
@@ -82,11 +86,16 @@ def split_graph(graph: GraphData, part: Partition) -> list[ClientData]:
     edge_owner = owner[graph.edge_index[1]]
     edges = torch.argsort(edge_owner, stable=True).split(
         torch.bincount(edge_owner, minlength=k).tolist())
-    return [ClientData(client_id=c, node_ids=ids, x=graph.x[ids], y=graph.y[ids],
-                       train_mask=graph.train_mask[ids], val_mask=graph.val_mask[ids],
-                       test_mask=graph.test_mask[ids], edge_index=graph.edge_index[:, edges[c]],
-                       num_classes=graph.num_classes)
-            for c, ids in enumerate(nodes)]
+    shards = [ClientData(client_id=c, node_ids=ids, x=graph.x[ids], y=graph.y[ids],
+                         train_mask=graph.train_mask[ids], val_mask=graph.val_mask[ids],
+                         test_mask=graph.test_mask[ids], edge_index=graph.edge_index[:, edges[c]],
+                         num_classes=graph.num_classes)
+              for c, ids in enumerate(nodes)]
+    node_keys = getattr(graph, "node_keys", None)
+    if node_keys is not None:  # own data: every client's rows keep their pseudonyms
+        for shard in shards:
+            shard.keys = node_keys[torch.cat([shard.node_ids, shard.remote_neighbors()])]
+    return shards
 
 
 def client_shard(graph: GraphData, part: Partition, client: int) -> ClientData:

@@ -15,7 +15,9 @@ A shard is two files in one folder, named for the client:
   own global node ids, sorted), ``x`` (features of those nodes), ``y`` (labels),
   ``train_mask`` / ``val_mask`` / ``test_mask`` (bool), ``edge_index`` (int64 ``[2, E]``: every
   edge into an owned node, columns ``(source, destination)`` in global ids; a source the client
-  does not own is a remote endpoint known by id only, never by its features).
+  does not own is a remote endpoint known by id only, never by its features) and, for own
+  data, ``keys`` (uint8 ``[own + remote, 16]``: the pseudonyms of its own nodes, then of its
+  remote neighbours in ascending id order; they stay when new nodes move the global ids).
 - vertical (:class:`~fedgl.data.vertical.VerticalClientData`, manifest ``"setting":
   "vertical"``; GLASU): ``columns`` (int64 ``[d_m]``, the sorted global ids of the feature
   columns held), ``x`` (``[num_nodes, d_m]``: every node's values in those columns; row ``i`` is
@@ -50,6 +52,8 @@ from fedgl.errors import DataError
 
 FORMAT = "fedgl-shard/1"
 HORIZONTAL = ("node_ids", "x", "y", "train_mask", "val_mask", "test_mask", "edge_index")
+#: arrays a horizontal shard may hold: ``keys`` (own data's pseudonyms of its rows)
+OPTIONAL = ("keys",)
 VERTICAL = ("columns", "x", "edge_index", "y", "train_mask", "val_mask", "test_mask")
 
 
@@ -110,8 +114,8 @@ def write_shard(shard: ClientData | VerticalClientData, folder: str | Path,
     folder.mkdir(parents=True, exist_ok=True)
     vertical = isinstance(shard, VerticalClientData)
     names = VERTICAL if vertical else HORIZONTAL
-    arrays = {n: getattr(shard, n).detach().cpu().contiguous().numpy() for n in names
-              if getattr(shard, n) is not None}
+    arrays = {n: getattr(shard, n).detach().cpu().contiguous().numpy()
+              for n in (*names, *OPTIONAL) if getattr(shard, n, None) is not None}
     buf = io.BytesIO()
     np.savez(buf, **arrays)
     data = buf.getvalue()
@@ -195,9 +199,15 @@ def read_shard(path: str | Path) -> ClientData | VerticalClientData:
         missing = [n for n in HORIZONTAL if n not in tensors]
         if missing:
             raise DataError(f"shard '{where}' lacks arrays {missing}")
-        shard = ClientData(**common, **{n: tensors[n] for n in HORIZONTAL})
+        shard = ClientData(**common, **{n: tensors[n] for n in HORIZONTAL},
+                           keys=tensors.get("keys"))
     except TypeError as exc:
         raise DataError(f"shard '{where}' does not hold a client's data ({exc})") from None
+    rows = shard.num_nodes + len(shard.remote_neighbors())
+    if shard.keys is not None and (shard.keys.dtype != torch.uint8
+                                   or tuple(shard.keys.shape) != (rows, 16)):
+        raise DataError(f"shard '{where}': array 'keys' is not one 16-byte key per own node "
+                        "and remote neighbour; place the shard again with `fedgl place`")
     if shard.num_nodes != manifest["num_nodes"]:
         raise DataError(f"shard '{where}': {shard.num_nodes} nodes, the manifest says "
                         f"{manifest['num_nodes']}")

@@ -230,7 +230,7 @@ def score_deployed(runtime: Any, cfg: Any, seed: int, model: Path,
         raise ConfigError(f"the organisations' shards have {facts.num_features} features, the "
                           f"model takes {card['architecture']['in_channels']}; give the shards "
                           "of the data it was trained on")
-    server.pretrain()
+    server.pretrain_update()
     log("set-up exchange done; handing the model over for scoring")
     digests = release_model(runtime, model, log)
     return {"model_sha256": card["sha256"], "algorithm": card.get("algorithm"),

@@ -17,7 +17,8 @@ def cmd_predict(args: argparse.Namespace) -> int:
     folder.open()
     try:
         result = predict(args.model, dataset=args.dataset, shards=args.shards,
-                         data_root=args.data_root, best=args.best)
+                         data_root=args.data_root, best=args.best,
+                         state_dir=args.state_dir)
         folder.commit(lambda staging: write_prediction(result, staging))
     finally:
         folder.close()

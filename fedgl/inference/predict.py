@@ -84,11 +84,15 @@ def _fmt(p: float) -> str:
 
 
 def predict(model: str | Path, *, dataset: str | None = None, shards: list[str | Path] | None
-            = None, data_root: str | None = None, best: bool = False) -> Prediction:
+            = None, data_root: str | None = None, best: bool = False,
+            state_dir: str | Path | None = None) -> Prediction:
     """Score every organisation's own nodes with the model in ``model`` (a ``<out>/model``
     folder). The data: the run's own built-in data set (its name from the card, or ``dataset``,
     which must name the same one) with the run's partition, or the organisations' ingest folders
-    ``shards`` for a model trained on own data. ``best``: the best-validation round's weights."""
+    ``shards`` for a model trained on own data. ``best``: the best-validation round's weights.
+    ``state_dir``: the simulated clients' state folder (default: the run's); where the clients
+    kept their last exchange there, FedGCN exchanges only the rows that changed
+    (:mod:`fedgl.algorithms.fedgcn.update`)."""
     parts, card = read_model(model, best=best)
     spec = get_spec(str(card.get("algorithm")))
     if not spec.predict:
@@ -98,6 +102,8 @@ def predict(model: str | Path, *, dataset: str | None = None, shards: list[str |
     overrides: dict[str, Any] = {"runtime": "local", "oracle_eval": False}
     if data_root is not None:
         overrides["data_root"] = data_root
+    if state_dir is not None:
+        overrides["state_dir"] = str(state_dir)
     cfg = card_config(card, **overrides)
     if shards and all((Path(f) / "vertical.json").is_file() for f in shards):
         graph, names, raw_ids, own_classes = _vertical_graph(shards, cfg)

@@ -121,7 +121,10 @@ def data_digest(data: Any) -> str:
     """Name of one version of a client's data (every field of its ``ClientData``)."""
     from dataclasses import fields
 
-    return digest("data", *[getattr(data, f.name) for f in fields(data)])
+    # own data's row keys, where a shard has them, are part of its version; a shard without
+    # them is named as before they existed
+    return digest("data", *[getattr(data, f.name) for f in fields(data)
+                            if not (f.name == "keys" and getattr(data, "keys", None) is None)])
 
 
 def feature_digest(data: Any) -> str:

@@ -42,11 +42,22 @@ from fedgl.algorithms.fedgcn.sparse_sums import (
     unscaled_features,
 )
 from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ClientStream
+from fedgl.algorithms.fedgcn.update import UpdateClient
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
 from fedgl.federation.aggregate import State
-from fedgl.federation.messages import SparseRows, as_dense
-from fedgl.federation.protocol import Arr, Bool, Bytes, Int, Opt, Record, Seq, handles
+from fedgl.federation.messages import SparseRows, as_dense, compact_rows
+from fedgl.federation.protocol import (
+    Arr,
+    Bool,
+    Bytes,
+    Int,
+    Opt,
+    ProtocolViolation,
+    Record,
+    Seq,
+    handles,
+)
 from fedgl.models import gcn_edge_weights
 from fedgl.privacy.dp import GaussianMechanism, clip_rows, record_release
 from fedgl.privacy.he import EncryptedModel, EncryptedModelSum, HEClientContext, HEParams
@@ -83,9 +94,10 @@ PLAN = Record({"block_ids": _IDX, "block_sizes": _IDX, "rows": _IDX, "use_own": 
               optional=("peers", "peer_counts", "receive", "frac_bits"))
 
 
-class FedGCNClient(GNNClient, SecureModelParty):
+class FedGCNClient(UpdateClient, GNNClient, SecureModelParty):
     """A FedGCN party. Holds only its :class:`ClientData` and, after pre-training, the sums it
-    received (rows for its own nodes, and with 2-hop for its remote neighbours)."""
+    received (rows for its own nodes, and with 2-hop for its remote neighbours). Over changed
+    data the exchange may cover only the rows that changed (:mod:`.update`)."""
 
     minibatch_capable = True  # --batch-size/--num-neighbors: sampled local steps on its own inputs
 
@@ -131,9 +143,25 @@ class FedGCNClient(GNNClient, SecureModelParty):
         return {**super().protocol_limits(), "touched": touched, "plan_rows": touched}
 
     # ------------------------------------------------------------------ pre-training round
-    def _touched(self) -> Tensor:
+    def _full_touched(self) -> Tensor:
         """Global ids of rows this client contributes to: own nodes first, then remote neighbours."""
         return torch.cat([self.data.node_ids, self.data.remote_neighbors()])
+
+    def _touched(self) -> Tensor:
+        """The rows this release covers: :meth:`_full_touched`, or in a restricted exchange
+        those among the rows that changed (own first, then remote, each ascending)."""
+        full = self._full_touched()
+        return full if self._restrict is None else full[self._restrict]
+
+    def _own_rows(self) -> int:
+        """How many of :meth:`_touched`'s rows are own nodes."""
+        n = self.data.num_nodes
+        return n if self._restrict is None else int(self._restrict[:n].sum())
+
+    def _own_degrees(self) -> Tensor:
+        """The own rows' degrees (with self-loop), aligned with :meth:`_touched`'s own rows."""
+        deg = self.deg_tilde.clone()
+        return deg if self._restrict is None else deg[self._restrict[:self.data.num_nodes]]
 
     @handles("fedgcn.partial_sums", phases=("pretrain",), needs=PLAINTEXT_SUMS)
     def partial_sums(self) -> dict:
@@ -145,6 +173,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         With ``min_contributors > 1`` also ``counts``: how many own nodes each row aggregates.
         """
         touched, _, released, counts = self._release()
+        if self._restrict is not None:  # (the whole exchange is streamed, sparse where smaller)
+            released = compact_rows(released)
         msg = {**self._announcement(touched, self._num_requested()), "sums": released}
         if counts is not None:
             msg["counts"] = counts
@@ -158,8 +188,8 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if self._dp_release is not None:
             msg["dp_release"] = self._dp_release
         if self.neighbour_rows or self.feature_bound is not None:
-            msg["degrees"] = self.deg_tilde.clone()
-        if getattr(self.config, "adjacency_check", "node") == "edge":
+            msg["degrees"] = self._own_degrees()
+        if getattr(self.config, "adjacency_check", "node") == "edge" and self._restrict is None:
             msg["cross_edges"] = cross_edges(self.data)
         return msg
 
@@ -170,6 +200,9 @@ class FedGCNClient(GNNClient, SecureModelParty):
         touched ids (own first), how many leading ones it wants back and, when neighbour rows
         come back, its own nodes' degrees. No feature values. Starts a new stream."""
         d = self.data
+        if self._restrict is not None:
+            raise ProtocolViolation("a restricted exchange is not streamed; the server asked "
+                                    "for the streamed one")
         self._count_release()
         touched = self._touched()
         order = torch.argsort(touched)
@@ -229,7 +262,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
             not getattr(cfg, "own_scoring_only", False)
 
     def _num_requested(self) -> int:
-        return len(self._touched()) if self.neighbour_rows else self.data.num_nodes
+        return len(self._touched()) if self.neighbour_rows else self._own_rows()
 
     def _sums_of(self, x: Tensor, touched: Tensor) -> Tensor:
         """``S_k[i] = Σ_{j ∈ V_k ∩ Ñ(i)} d̃_j^{-1/2} x_j`` for every touched row i."""
@@ -253,7 +286,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         privacy spent once, within ``dp_budget``), and nothing feature-sized is kept."""
         cfg, d = self.config, self.data
         self._count_release()
-        touched = self._touched()
+        touched = self._full_touched()
         exact = self._sums_of(d.x, touched)
         released = exact
         if cfg.dp_epsilon is not None:
@@ -289,6 +322,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
             counts[withheld] = 0
         if cfg.min_contributors == 1:
             counts = None
+        sel = self._restrict
+        if sel is not None:  # a restricted exchange: the rows that changed only
+            touched, exact, released = touched[sel], exact[sel], released[sel]
+            counts = counts[sel] if counts is not None else None
         return touched, exact, released, counts
 
     def _count_release(self) -> None:
@@ -337,7 +374,10 @@ class FedGCNClient(GNNClient, SecureModelParty):
                 full[~use_own] = sums.to(full.dtype)
             sums = full
         sums = as_dense(sums)
+        if self._restrict is not None:
+            sums, degrees = self._merged(sums, degrees)
         self._check_bound(sums, degrees)  # before anything of this client changes
+        self._keep_exchange(sums, degrees)
         self.received_sums = sums
         self._consumed = False
         self.remote_deg_tilde = self._known_degrees(degrees)
@@ -423,7 +463,7 @@ class FedGCNClient(GNNClient, SecureModelParty):
         if announce:
             out.update(ids=self._touched(), num_requested=self._num_requested())
             if self.hops >= 2 or self.feature_bound is not None:
-                out["degrees"] = self.deg_tilde.clone()
+                out["degrees"] = self._own_degrees()
             if getattr(self.config, "adjacency_check", "node") == "edge":
                 out["cross_edges"] = cross_edges(self.data)
             if self.config.dp_epsilon is not None:

@@ -34,9 +34,16 @@ from fedgl.algorithms.fedgcn.checks import ClientMisbehaved, check_announcements
 from fedgl.algorithms.fedgcn.one_hop import exchanges_neighbour_rows
 from fedgl.algorithms.fedgcn.sparse_sums import DEFAULT_CHUNK_ROWS
 from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ServerBlocks
+from fedgl.algorithms.fedgcn.update import UpdateServer
 from fedgl.errors import ConfigError, RunAborted
 from fedgl.federation.aggregate import EncryptedFedAvg
-from fedgl.federation.messages import SparseRows, payload_dense_nbytes, payload_nbytes
+from fedgl.federation.messages import (
+    SparseRows,
+    as_dense,
+    compact_rows,
+    payload_dense_nbytes,
+    payload_nbytes,
+)
 from fedgl.privacy.he import EncryptedModelSum, HEParams, HEServerContext
 from fedgl.privacy.secagg_server import SecureSumServer
 from fedgl.privacy.secure_sum import RowPlan, plan_rows
@@ -44,8 +51,9 @@ from fedgl.privacy.secure_sum import RowPlan, plan_rows
 PRETRAIN = "fedgcn/pretrain"  # the clients' secure-sum instance name (see client.py)
 
 
-class FedGCNServer(FedAvgServer):
-    """FedAvg server with FedGCN's pre-training communication round."""
+class FedGCNServer(UpdateServer, FedAvgServer):
+    """FedAvg server with FedGCN's pre-training communication round (over changed data,
+    restricted to the rows that changed: :mod:`.update`)."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -87,6 +95,9 @@ class FedGCNServer(FedAvgServer):
     def _check(self, msgs: dict) -> None:
         """The announcement checks (:mod:`~fedgl.algorithms.fedgcn.checks`), over the clients
         taking part (every client not refused)."""
+        if self._full_announced is not None:
+            self._check_restricted(msgs)
+            return
         check_announcements(msgs, not self.refused and len(msgs) == self.config.clients,
                             edges=self.edge_check)
         for k, m in msgs.items():
@@ -202,6 +213,9 @@ class FedGCNServer(FedAvgServer):
             if not bad:
                 break
         clients = sorted(msgs)
+        compact = self._full_announced is not None  # a restricted exchange: sparse where smaller
+        for k in clients:
+            msgs[k]["sums"] = as_dense(msgs[k]["sums"])
         ids = torch.cat([msgs[k]["ids"] for k in clients])
         uniq, inverse = torch.unique(ids, return_inverse=True)
         total = torch.zeros(len(uniq), msgs[clients[0]]["sums"].size(1),
@@ -223,7 +237,7 @@ class FedGCNServer(FedAvgServer):
         for k in clients:
             want = rows_of[k][:msgs[k]["num_requested"]]
             if plan is None:
-                reply = {"sums": total[want]}
+                reply = {"sums": compact_rows(total[want]) if compact else total[want]}
             else:
                 reply = {"sums": total[want[~plan.use_own[k]]], "use_own": plan.use_own[k]}
             if degree is not None:
@@ -234,7 +248,7 @@ class FedGCNServer(FedAvgServer):
     def _chunked_path(self) -> bool:
         """Without ``min_contributors`` the exchange is streamed in blocks, sparse where smaller
         (:mod:`~fedgl.algorithms.fedgcn.stream`)."""
-        return self.config.min_contributors == 1
+        return self.config.min_contributors == 1 and self._full_announced is None
 
     def _streamed_round(self) -> None:
         """The streamed exchange; restarted from the announcement when a client restarts (its

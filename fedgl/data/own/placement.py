@@ -159,6 +159,7 @@ def place(ingested: tuple[dict[str, Any], dict[str, np.ndarray]],
         test_mask=torch.from_numpy(a["test_mask"][perm].copy()),
         edge_index=torch.from_numpy(np.stack([key % total, key // total]).astype(np.int64)),
         num_classes=len(meta["classes"]))
+    data.keys = _row_keys(data, a["own"][perm], remote, a["remote"])
     settings = own_settings(meta["name"], int(pmeta["clients"]),
                             bool(meta["settings"]["normalize_features"]))
     source = {"dataset": f"own:{meta['name']}", "partition": "own",
@@ -169,6 +170,19 @@ def place(ingested: tuple[dict[str, Any], dict[str, np.ndarray]],
               "feature_columns": meta["feature_columns"],
               "dropped_edges": int((~keep).sum())}
     return data, source
+
+
+def _row_keys(data: ClientData, own_keys: np.ndarray, remote: np.ndarray,
+              remote_keys: np.ndarray) -> torch.Tensor:
+    """The shard's stable row keys (:attr:`ClientData.keys`): its own nodes' pseudonyms, then
+    its remote neighbours' (ascending global ids), which new nodes elsewhere do not change."""
+    matched = remote >= 0
+    at, keys = remote[matched], np.asarray(remote_keys, dtype=np.uint8).reshape(-1, 16)[matched]
+    order = np.argsort(at, kind="stable")
+    wanted = data.remote_neighbors().numpy()
+    rows = order[np.searchsorted(at[order], wanted)] if len(wanted) else order[:0]
+    stacked = np.concatenate([np.asarray(own_keys, dtype=np.uint8).reshape(-1, 16), keys[rows]])
+    return torch.from_numpy(np.ascontiguousarray(stacked))
 
 
 def setup_in_process(folders: list[str | Path]) -> tuple[list[ClientData], list[dict[str, Any]],
@@ -215,9 +229,15 @@ def owned_graph(shards: list[ClientData], sources: list[dict[str, Any]],
                               **{k: s[k] for k in ("settings_sha256", "provenance",
                                                    "dropped_edges") if k in s}}
                              for d, s in zip(shards, sources, strict=True)]}
+    keys = None
+    if all(d.keys is not None for d in shards):
+        keys = torch.zeros((g.num_nodes, 16), dtype=torch.uint8)
+        for d in shards:
+            keys[d.node_ids] = d.keys[:d.num_nodes]
     return OwnedGraph(g.name, g.x, g.y, g.edge_index, g.train_mask, g.val_mask, g.test_mask,
                       g.num_classes, owner=owner, provenance=provenance,
-                      class_names=list(sources[0].get("classes") or []) or None)
+                      class_names=list(sources[0].get("classes") or []) or None,
+                      node_keys=keys)
 
 
 @dataclass(eq=False)
@@ -229,3 +249,6 @@ class OwnedGraph(GraphData):
     provenance: dict[str, Any] | None = None
     #: the federation's class names (every organisation's ingest agreed on them)
     class_names: list[str] | None = None
+    #: every node's pseudonym (``uint8 [N, 16]``), which its clients keep as their row keys
+    #: (:attr:`~fedgl.data.client_data.ClientData.keys`)
+    node_keys: torch.Tensor | None = None
