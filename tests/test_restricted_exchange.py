@@ -58,7 +58,8 @@ def _same_scores(a, b) -> None:
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("secure_sum", ["none", "mask"])
+@pytest.mark.parametrize("secure_sum", ["none", "mask", pytest.param("robust", marks=pytest.mark.slow),
+                                        pytest.param("he", marks=pytest.mark.slow)])
 def test_scoring_new_nodes_exchanges_only_what_changed(data_root, tmp_path, cli, secure_sum):
     before, after, held = _setup(cli, tmp_path, data_root)
     state = tmp_path / "state"

@@ -37,6 +37,7 @@ from fedgl.trained import CARD_FILE, MAX_CARD_BYTES, encode_part, read_card, wri
 
 MODEL = "party.model"   # fedgl.deployment.party.MODEL
 OWN_PART = "party.own_part"   # fedgl.deployment.party.OWN_PART
+LOAD_PART = "party.load_part"   # fedgl.deployment.party.LOAD_PART
 
 
 def release_model(runtime: Any, folder: str | Path, log: Callable[[str], None]
@@ -187,6 +188,34 @@ def keep_own_part(role: Any, card_text: str, out: Path, classes: list[str] | Non
     return reply
 
 
+def load_own_part(role: Any, out: Path) -> dict[str, Any]:
+    """A vertical party's side of ``party.load_part``: its own part of the split model, as
+    :func:`keep_own_part` kept it under ``out/model`` (every file checked against its card),
+    loaded into its role; the reply is the part's name and digest."""
+    from fedgl.trained import read_model
+
+    model, m = getattr(role, "model", None), getattr(role, "m", None)
+    if not isinstance(model, torch.nn.Module) or m is None:
+        raise ValueError("this client's role keeps no part of a split model")
+    part = f"party-{int(m)}"
+    folder = Path(out) / "model"
+    if not (folder / CARD_FILE).is_file():
+        raise ValueError(f"no part of a model is kept in '{folder}'; start fedgl client with "
+                         "the --out folder of the training run")
+    try:
+        parts, card = read_model(folder)
+    except FedglError as exc:
+        raise ValueError(str(exc)) from None
+    if sorted(parts) != [part]:
+        raise ValueError(f"'{folder}' keeps {sorted(parts)}, not this party's {part}")
+    try:
+        model.load_state_dict(parts[part])
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0]
+        raise ValueError(f"the part kept in '{folder}' does not fit this run ({first})") from None
+    return {"part": part, "sha256": str(card["sha256"])}
+
+
 def predict_config(model: str | Path, overrides: dict[str, Any]) -> Any:
     """The configuration of ``fedgl server --predict MODEL_DIR``: the model card's (the run it
     was trained in), with where and how this run goes from the invocation (``out``, progress,
@@ -216,6 +245,8 @@ def score_deployed(runtime: Any, cfg: Any, seed: int, model: Path,
     from fedgl.config.registry import load_path
     from fedgl.trained import read_model
 
+    if cfg.spec.setting == "vertical":
+        return _score_vertical(runtime, cfg, seed, model, log)
     parts, card = read_model(model)
     _, driver, server_path = cfg.spec.deployment()
     if driver != "fedavg" or sorted(parts) != ["global"]:
@@ -235,6 +266,38 @@ def score_deployed(runtime: Any, cfg: Any, seed: int, model: Path,
     digests = release_model(runtime, model, log)
     return {"model_sha256": card["sha256"], "algorithm": card.get("algorithm"),
             "organisations": {str(k): {"sha256": d} for k, d in digests.items()},
+            "exchange": runtime.ledger.summary(),
+            # whether only the rows that changed were exchanged, and how many (FedGCN)
+            "restricted_exchange": getattr(server, "update_stats", None)}
+
+
+def _score_vertical(runtime: Any, cfg: Any, seed: int, model: Path,
+                    log: Callable[[str], None]) -> dict[str, Any]:
+    """``fedgl server --predict`` for a model split among the parties (GLASU): ``model`` is a
+    folder holding the run's card (any party's ``model/``: the coordinator holds no part). The
+    server is set up over the parties' current shards (the common entities of their latest PSI
+    run), each party loads the part it kept (``party.load_part``), the paper's joint inference
+    runs as the run's evaluation did, and each party keeps its part again with the card, the
+    label holder its scores and metrics (``party.own_part``): no prediction leaves it."""
+    from fedgl.algorithms.glasu.deployed import _options
+    from fedgl.algorithms.glasu.runner import glasu_params, start_server
+
+    card = read_card(model)
+    server, _ = start_server(runtime, cfg, seed,
+                             lambda num_classes: glasu_params(cfg, _options(cfg), num_classes))
+    loaded = _hand_over(runtime, LOAD_PART, {}, log, "load its kept part")
+    missing = sorted(set(runtime.client_ids) - set(loaded))
+    if missing:
+        raise RunAborted(f"parties {missing} could not load their part of the model (their log "
+                         "says why); start each fedgl client with its training --out")
+    log("every party loaded its own part; the joint inference runs")
+    scores = server.evaluate()
+    kept = _hand_over(runtime, OWN_PART, {"card": json.dumps(card)}, log, "keep its part")
+    return {"model_sha256": None, "algorithm": card.get("algorithm"),
+            "organisations": {str(k): {"part": f"party-{k}", "sha256": d}
+                              for k, d in sorted(kept.items())},
+            "loaded": {str(k): d for k, d in sorted(loaded.items())},
+            "metrics": {k: v for k, v in scores.items() if k != "client_test_acc"},
             "exchange": runtime.ledger.summary()}
 
 

@@ -91,6 +91,8 @@ HELLO_CONTEXT = "fedgl-flower-hello/1"
 #: the trained model at the end of a run (:mod:`fedgl.deployment.model_release`), or, for a
 #: model split among the parties, the order to keep one's own part
 MODEL, OWN_PART = "party.model", "party.own_part"
+#: scoring with a split model (``fedgl server --predict``): use the part kept under ``--out``
+LOAD_PART = "party.load_part"
 #: the server's last message of a run: the party prints its "finished" line
 FINISHED = "party.finished"
 #: the server did not admit this node to the run (its hello proved an identity another node of
@@ -328,6 +330,22 @@ class Party:
                  if "scored" in reply else ""), flush=True)
         return reply
 
+    @handles(LOAD_PART, phases=(SETUP_PHASE,), states=("set-up",))
+    def load_part(self) -> dict[str, Any]:
+        """Scoring with a model split among the parties (``fedgl server --predict``): this
+        party's own part, as it kept it under ``--out`` at the end of training, goes into its
+        role (checked against its own card; nothing is sent; again, the same part again); the
+        reply is its digest."""
+        from fedgl.deployment.model_release import load_own_part
+
+        if self._context[1] != self.run_id:
+            raise ValueError(f"it is for run {self._context[1]}, not run {self.run_id}")
+        assert self.endpoint is not None
+        reply = load_own_part(self.endpoint.role, self.out)
+        print(f"own part of the model loaded ({reply['part']}, SHA-256 "
+              f"{reply['sha256'][:16]}...) from {self.out / 'model'}", flush=True)
+        return reply
+
     @handles(NOT_ADMITTED, phases=(SETUP_PHASE,), states=("greeted",), enters="new",
              schema={"reason": Str(max_len=32)})
     def not_admitted(self, reason: str) -> dict[str, Any]:
@@ -388,7 +406,7 @@ class Party:
         if self.endpoint is None:   # greeted, perhaps not admitted; nothing else before set-up
             return {NOT_ADMITTED: [SETUP_PHASE]}
         own = {MODEL: [SETUP_PHASE], OWN_PART: [SETUP_PHASE],   # its own, after the set-up
-               FINISHED: [SETUP_PHASE]}
+               LOAD_PART: [SETUP_PHASE], FINISHED: [SETUP_PHASE]}
         # every declared type, also those the role's policy does not take: the relay forwards
         # them, and the party refuses them in its own one line ("not a message type")
         return {**own, **{t: list(h.phases)

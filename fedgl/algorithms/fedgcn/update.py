@@ -20,7 +20,8 @@ and under each client's own policy and record, over the rows in ``U`` only. Each
 the new sums into the ones it kept: its inputs equal those of a full exchange over the changed
 data. Its bytes are appendix F's for the rows in ``U``.
 
-A client answers ``full`` (and the whole exchange runs) when it kept nothing, kept it under other
+Where more than :data:`WHOLE_ABOVE` of the rows changed, the whole exchange runs (it costs no
+more). A client answers ``full`` (and the whole exchange runs) when it kept nothing, kept it under other
 settings, or no longer touches a row it contributed to before (a removed edge or node changes a
 sum it cannot name). A client checks that ``U`` holds every row it changed (else its kept sums
 would be stale: the run stops), and a server that sends ``U`` without asking gets a refusal.
@@ -43,6 +44,9 @@ from fedgl.privacy.secagg import AttackDetected
 #: the kept exchange's file in the client's state folder
 KEPT_FILE = "fedgcn-exchange.npz"
 KEY_BYTES = 16
+#: above this share of the rows changed, the server runs the whole exchange instead (its
+#: streamed, sparse blocks cost no more than the restricted one's single message then)
+WHOLE_ABOVE = 0.8
 
 IDS = Arr(("int64",), ndim=1)
 
@@ -270,6 +274,8 @@ class UpdateServer:
     """The server's side (mixed into the FedGCN server): :meth:`pretrain_update`."""
 
     _full_announced: dict | None = None  # the checked full announcements of a restricted one
+    #: after :meth:`pretrain_update`: ``{"restricted": bool, "changed_rows": int | None}``
+    update_stats: dict | None = None
 
     def pretrain_update(self) -> None:
         """Pre-training again over changed data: restricted to the rows that changed where
@@ -287,6 +293,11 @@ class UpdateServer:
             return self.pretrain()
         self._check(answers)
         rows = torch.unique(torch.cat([a["changed"] for a in answers.values()]))
+        every = torch.unique(torch.cat([a["ids"] for a in answers.values()]))
+        if len(rows) > WHOLE_ABOVE * len(every):
+            # most rows changed: the whole exchange (streamed, sparse) costs no more
+            self.update_stats = {"restricted": False, "changed_rows": int(len(rows))}
+            return self.pretrain()
         self.update_stats = {"restricted": True, "changed_rows": int(len(rows))}
         with self.runtime.ledger.timer("pretrain"):
             self.runtime.call("fedgcn.restrict_rows", {k: {"rows": rows} for k in expected},
