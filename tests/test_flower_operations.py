@@ -233,7 +233,7 @@ def test_docs_list_the_partys_own_message_types() -> None:
 
     docs = (Path(__file__).parents[1] / "docs" / "protocol.md").read_text()
     table = handler_table(Party)
-    assert sorted(table) == ["party.finished", "party.hello", "party.model",
+    assert sorted(table) == ["party.finished", "party.hello", "party.load_part", "party.model",
                              "party.not_admitted", "party.own_part", "party.setup"]
     for msg_type in table:
         assert f"| `{msg_type}` |" in docs, msg_type
