@@ -350,10 +350,11 @@ def test_the_units_run_a_trial_federation(tmp_path: Path, data_root: Path) -> No
     stopping each service leaves none of its processes and none of its private folders."""
     from fedgl.deployment.commands import free_port
 
-    dirs = {name: tmp_path / name for name in ("config", "state", "logs", "home", "tmp",
-                                               "journal")}
+    dirs = {name: tmp_path / name for name in ("config", "logs", "home", "tmp", "journal")}
     for folder in dirs.values():
         folder.mkdir()
+    # a user manager of systemd 252 (Debian 12): %S is %E (~/.config), %L is ~/.config/log
+    dirs["state"] = dirs["config"]
     conf = dirs["config"] / "fedgl"
     tools = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}"
              f"{os.environ.get('PATH', '')}", "FEDGL_DATA": str(data_root)}
