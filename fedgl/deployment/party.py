@@ -523,7 +523,7 @@ class Party:
             # each message is answered on a new thread, and a thread starts with OpenMP's own
             # thread count (every core), whatever the set-up set: without this, each matrix
             # product of a 1-thread run spins a second OpenMP thread (4 times the CPU seconds
-            # per message on a busy 2-core machine, docs/deployment.md)
+            # per message on a busy 2-core machine, docs/performance.md)
             import torch
 
             torch.set_num_threads(self.compute_threads)

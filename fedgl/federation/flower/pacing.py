@@ -18,7 +18,7 @@ a message within a few tens of milliseconds.
 The floor is 30 ms: the next message of a run never comes within tens of milliseconds of a
 reply (the server first collects every client's reply), so quicker polls found nothing and only
 cost the SuperLink a request each (a Cora FedGCN 100-round loopback run: 3.9 polls per message
-at 30 ms, 6.2 at 10 ms; docs/deployment.md).
+at 30 ms, 6.2 at 10 ms; docs/performance.md, "The paced SuperNode, answering in its own process").
 
 In a run the same wait recurs: a SuperNode waits about as long after each reply for the next
 message, the server about as long for the first reply to each message of a type. An
