@@ -50,7 +50,7 @@ def test_new_accounts_scored_deployed_equal_the_local_trial(tmp_path: Path) -> N
 
     truth = write_banks(tmp_path / "tables", nodes_per_bank=24)
     tests = [i for i, sp in zip(truth["ids"], truth["split"], strict=True) if sp == "test"]
-    new = set(tests[::3])   # opened tomorrow
+    new = {tests[0]}   # opened tomorrow (one account: most rows keep their sums)
     assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
     today, tomorrow = tmp_path / "today", tmp_path / "tomorrow"
     _tables(today, truth, set(truth["ids"]) - new)
@@ -68,8 +68,9 @@ def test_new_accounts_scored_deployed_equal_the_local_trial(tmp_path: Path) -> N
     summary = deployed_predict(tmp_path / "fed", shards, today / "keys", model, out, kept)
     assert len(summary["organisations"]) == 3
     local = fedgl.predict(model, shards=later)   # nothing kept: the whole exchange
-    # the banks kept today's exchange: tomorrow's covers only the rows the new accounts change
-    # (on 72 densely linked accounts that is most rows: the bytes are in bench_new_nodes.py)
+    # the banks kept today's exchange: tomorrow's covers only the rows the new account changes
+    # (with more new accounts, most of these 72 densely linked rows change and the server runs
+    # the whole exchange; the bytes at Cora's size are in bench_new_nodes.py)
     restricted = summary["restricted_exchange"]
     assert restricted["restricted"] and 0 < restricted["changed_rows"] <= 72, restricted
     assert all(any((tmp_path / f"state-{k}").rglob("fedgcn-exchange.npz")) for k in range(3))
