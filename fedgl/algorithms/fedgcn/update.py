@@ -47,6 +47,9 @@ KEY_BYTES = 16
 #: above this share of the rows changed, the server runs the whole exchange instead (its
 #: streamed, sparse blocks cost no more than the restricted one's single message then)
 WHOLE_ABOVE = 0.8
+#: a client keeps no exchange whose rows hold more values than this (its fingerprints are
+#: computed from the dense partial sums): the next scoring then runs the whole exchange
+MAX_KEPT_VALUES = 200_000_000
 
 IDS = Arr(("int64",), ndim=1)
 
@@ -261,9 +264,10 @@ class UpdateClient:
         """After every complete exchange, with a state folder: keep it (see the module
         docstring), so that scoring after new data exchanges only what changed."""
         folder = self._kept_folder()
-        if folder is None:
-            return
         touched = self._full_touched()
+        if folder is None or len(touched) * self.data.num_features > MAX_KEPT_VALUES:
+            self._update = None
+            return
         n_req = sums.size(0)
         KeptExchange(self._exchange_settings(), stable_keys(self.data, len(touched)),
                      self._contributions(), stable_keys(self.data, n_req), sums.detach().clone(),
