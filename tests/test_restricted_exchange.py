@@ -125,13 +125,13 @@ def test_a_server_that_departs_from_the_restricted_exchange_is_refused(data_root
     rows = client._full_touched()[:3]
     with pytest.raises(ProtocolViolation, match="changed_rows first"):
         client.restrict_rows(rows)           # restricting without asking what changed
-    answer = client.changed_rows()
+    answer = client.changed_rows("x")
     assert int(answer["full"]) == 0 and len(answer["changed"]) == 0   # the same data
     with pytest.raises(ProtocolViolation, match="sorted"):
         client.restrict_rows(rows.flip(0))
     # a row it changed left out: its kept sums would go stale
     client.data.x[0] += 1.0
-    answer = client.changed_rows()
+    answer = client.changed_rows("x")
     changed = torch.sort(answer["changed"]).values
     assert len(changed) > 0
     with pytest.raises(AttackDetected, match="left rows"):
@@ -145,10 +145,42 @@ def test_a_server_that_departs_from_the_restricted_exchange_is_refused(data_root
         client.announce_rows()
 
 
+def test_exchanges_kept_at_different_times_are_not_merged(data_root, tmp_path):
+    """One client's kept exchange is older than the others' (a restored backup): the server
+    runs the whole exchange rather than merge sums of two exchanges."""
+    from fedgl.algorithms.fedgcn.client import FedGCNClient
+    from fedgl.algorithms.fedgcn.server import FedGCNServer
+    from fedgl.algorithms.runner import build_federation
+    from fedgl.data.shards import make_partition
+
+    cfg = fedgl.as_config(dataset="cora", data_root=str(data_root), algorithm="fedgcn", hops=2,
+                          clients=3, secure_sum="none", progress=False,
+                          state_dir=str(tmp_path / "state"))
+    graph = fedgl.load_graph(cfg)
+
+    def federation():
+        return build_federation(graph, make_partition(graph, cfg, 0), cfg, 0, FedGCNClient,
+                                FedGCNServer)
+
+    first = federation()
+    first.pretrain()                       # the training run's whole exchange, kept
+    first.runtime.close()
+    backup = (tmp_path / "state" / "client-1" / KEPT_FILE).read_bytes()
+    second = federation()
+    second.pretrain_update()               # nothing changed: restricted, ids move on
+    assert second.update_stats == {"restricted": True, "changed_rows": 0}
+    second.runtime.close()
+    (tmp_path / "state" / "client-1" / KEPT_FILE).write_bytes(backup)   # restored: older
+    third = federation()
+    third.pretrain_update()
+    assert third.update_stats["restricted"] is False
+    third.runtime.close()
+
+
 def test_no_kept_exchange_or_other_settings_ask_for_the_whole_exchange(data_root, tmp_path):
     client = _client(data_root, tmp_path)
     (tmp_path / "state" / "client-0" / KEPT_FILE).write_bytes(b"not an npz")
-    assert int(client.changed_rows()["full"]) == 1
+    assert int(client.changed_rows("x")["full"]) == 1
     fresh = _client(data_root, tmp_path / "other")
     fresh.config = fresh.config.replace(min_partial_nodes=2)
-    assert int(fresh.changed_rows()["full"]) == 1
+    assert int(fresh.changed_rows("x")["full"]) == 1

@@ -21,7 +21,10 @@ the new sums into the ones it kept: its inputs equal those of a full exchange ov
 data. Its bytes are appendix F's for the rows in ``U``.
 
 Where more than :data:`WHOLE_ABOVE` of the rows changed, the whole exchange runs (it costs no
-more). A client answers ``full`` (and the whole exchange runs) when it kept nothing, kept it under other
+more). Every exchange kept carries its id (the restricted exchange's, chosen by the server; "" for the
+whole pre-training exchange): the server merges only where every client kept the same exchange
+(a client that restored an older state folder, or kept none, makes it the whole exchange again).
+A client answers ``full`` (and the whole exchange runs) when it kept nothing, kept it under other
 settings, or no longer touches a row it contributed to before (a removed edge or node changes a
 sum it cannot name). A client checks that ``U`` holds every row it changed (else its kept sums
 would be stale: the run stops), and a server that sends ``U`` without asking gets a refusal.
@@ -31,6 +34,7 @@ What the server learns beyond a full exchange: which rows each client's contribu
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,7 +42,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from fedgl.federation.protocol import Arr, ProtocolViolation, handles
+from fedgl.federation.protocol import Arr, ProtocolViolation, Str, handles
 from fedgl.privacy.secagg import AttackDetected
 
 #: the kept exchange's file in the client's state folder
@@ -112,6 +116,7 @@ class KeptExchange:
     """What a client kept of its last exchange (see the module docstring)."""
 
     settings: str
+    exchange: str              # the restricted exchange's id ("" for a whole exchange)
     touched: np.ndarray        # S16 keys of every touched row
     contributions: np.ndarray  # uint8 [touched, 16] fingerprints of its exact contributions
     wanted: np.ndarray         # S16 keys of the requested rows
@@ -125,6 +130,7 @@ class KeptExchange:
 
         buf = io.BytesIO()
         np.savez(buf, settings=np.frombuffer(self.settings.encode(), dtype=np.uint8),
+                 exchange=np.frombuffer(self.exchange.encode(), dtype=np.uint8),
                  touched=self.touched.view(np.uint8), contributions=self.contributions,
                  wanted=self.wanted.view(np.uint8), sums=self.sums.numpy(),
                  degrees=self.degrees.numpy())
@@ -141,6 +147,7 @@ class KeptExchange:
         try:
             with np.load(path, allow_pickle=False) as z:
                 return cls(settings=z["settings"].tobytes().decode(),
+                           exchange=z["exchange"].tobytes().decode(),
                            touched=_as_bytes(z["touched"]), contributions=z["contributions"],
                            wanted=_as_bytes(z["wanted"]), sums=torch.from_numpy(z["sums"]),
                            degrees=torch.from_numpy(z["degrees"]))
@@ -161,6 +168,7 @@ class UpdateClient:
 
     _restrict: Tensor | None = None   # bool over the full touched rows, during a restricted one
     _update: _Update | None = None    # this session's comparison with the kept exchange
+    _exchange_id = ""                 # the id of the exchange in progress ("" for a whole one)
 
     def _kept_folder(self) -> Path | None:
         return self.input_record().folder
@@ -176,17 +184,20 @@ class UpdateClient:
     def _contributions(self) -> np.ndarray:
         return row_fingerprints(self._sums_of(self.data.x, self._full_touched()))
 
-    @handles("fedgcn.changed_rows", phases=("pretrain",), states=("pretraining",))
-    def changed_rows(self) -> dict:
+    @handles("fedgcn.changed_rows", phases=("pretrain",), states=("pretraining",),
+             schema={"exchange": Str(max_len=64)})
+    def changed_rows(self, exchange: str) -> dict:
         """Step 1 of the restricted exchange: ``full`` (1: the whole exchange must run) or the
         rows this client's contribution changed since the exchange it kept (``changed``, global
-        ids), with the full exchange's announcement (no values) for the server's checks."""
+        ids) and that exchange's id (``kept``: the server goes on only where every client kept
+        the same one), with the full exchange's announcement (no values) for the server's
+        checks. ``exchange``: this exchange's id, kept with it."""
         touched = self._full_touched()
         n_req = len(touched) if self.neighbour_rows else self.data.num_nodes
-        msg = {**self._announcement(touched, n_req), "full": 1,
+        msg = {**self._announcement(touched, n_req), "full": 1, "kept": "",
                "changed": torch.zeros(0, dtype=torch.long)}
         msg.pop("dp_release", None)
-        self._update = None
+        self._update, self._exchange_id = None, str(exchange)
         folder = self._kept_folder()
         kept = KeptExchange.load(folder) if folder is not None else None
         if kept is None or kept.settings != self._exchange_settings():
@@ -202,7 +213,7 @@ class UpdateClient:
         before[known >= 0] = kept.contributions[known[known >= 0]]
         changed = (known < 0) | (before != self._contributions()).any(axis=1)
         self._update = _Update(kept, torch.from_numpy(changed))
-        return {**msg, "full": 0, "changed": touched[self._update.changed]}
+        return {**msg, "full": 0, "kept": kept.exchange, "changed": touched[self._update.changed]}
 
     @handles("fedgcn.restrict_rows", phases=("pretrain",), states=("pretraining",),
              schema={"rows": IDS})
@@ -265,11 +276,16 @@ class UpdateClient:
         docstring), so that scoring after new data exchanges only what changed."""
         folder = self._kept_folder()
         touched = self._full_touched()
-        if folder is None or len(touched) * self.data.num_features > MAX_KEPT_VALUES:
+        exchange, self._exchange_id = self._exchange_id, ""
+        if folder is None:
+            self._update = None
+            return
+        if len(touched) * self.data.num_features > MAX_KEPT_VALUES:
+            (folder / KEPT_FILE).unlink(missing_ok=True)   # an older one would be stale now
             self._update = None
             return
         n_req = sums.size(0)
-        KeptExchange(self._exchange_settings(), stable_keys(self.data, len(touched)),
+        KeptExchange(self._exchange_settings(), exchange, stable_keys(self.data, len(touched)),
                      self._contributions(), stable_keys(self.data, n_req), sums.detach().clone(),
                      degrees.clone() if degrees is not None else torch.zeros(0, dtype=torch.long)
                      ).save(folder)
@@ -291,10 +307,12 @@ class UpdateServer:
             return self.pretrain()  # (encrypted models need the full secure round's keys)
         clients = self.active_clients()
         with self.runtime.ledger.timer("pretrain"):
-            answers = self.runtime.call("fedgcn.changed_rows", None, phase="pretrain",
-                                        clients=clients)
+            answers = self.runtime.call("fedgcn.changed_rows", {"exchange": os.urandom(8).hex()},
+                                        phase="pretrain", clients=clients)
         expected = sorted(self.runtime.client_ids) if clients is None else sorted(clients)
-        if sorted(answers) != expected or any(int(a["full"]) for a in answers.values()):
+        if sorted(answers) != expected or any(int(a["full"]) for a in answers.values()) or \
+                len({str(a["kept"]) for a in answers.values()}) != 1:
+            # (an exchange kept by some clients only, e.g. a restored backup, is not merged)
             self.update_stats = {"restricted": False, "changed_rows": None}
             return self.pretrain()
         self._check(answers)
