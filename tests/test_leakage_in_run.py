@@ -44,7 +44,8 @@ def test_the_report_is_the_same_beside_training_or_after_it(monkeypatch, beside)
 
     monkeypatch.setattr(leakage_job, "OVERLAP_MAX_NODES", 10**9 if beside else 0)
     monkeypatch.setattr(leakage_job, "spare_core", lambda: True)
-    started = []
+    monkeypatch.setattr(leakage_job, "_CACHE", type(leakage_job._CACHE)())  # a known report
+    started = []                                                            # starts no thread
     real = threading.Thread.start
 
     def start(self):
