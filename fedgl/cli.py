@@ -287,12 +287,14 @@ def _exit_now(code: int) -> NoReturn:
     """End the process with ``code`` after its exit handlers, skipping the interpreter's
     teardown: with torch loaded, freeing every module's objects one by one took 0.35 to 0.6 s
     after the run's last line (docs/performance.md, "The default Cora run, profiled before
-    and after"). Where a thread other than the main one is still running, the ordinary exit
-    waits for it."""
+    and after"). Where a thread other than the main one is still running, or a profiler or
+    tracer watches (``python -m cProfile``, coverage: they write their results after the
+    program), the ordinary exit."""
     import atexit
 
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate()
-           if t is not threading.main_thread()):
+    if sys.getprofile() is not None or sys.gettrace() is not None or any(
+            t.is_alive() and not t.daemon for t in threading.enumerate()
+            if t is not threading.main_thread()):
         sys.exit(code)
     atexit._run_exitfuncs()
     sys.stdout.flush()
