@@ -246,8 +246,11 @@ class ReportProcess:
 
         folder = tempfile.mkdtemp(prefix="fedgl-leakage-")   # mode 0700
         try:
+            from fedgl.privacy.leakage_worker import inputs
+
             with open(os.path.join(folder, "in.pkl"), "wb") as f:
-                pickle.dump((graph, part, cfg.to_dict()), f, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(inputs(graph, part, cfg.to_dict()), f,
+                            protocol=pickle.HIGHEST_PROTOCOL)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "fedgl.privacy.leakage_worker",
                  os.path.join(folder, "in.pkl"), os.path.join(folder, "out.pkl")],
