@@ -446,9 +446,6 @@ class FedAvgServer:
         #: fit carries the request again (the bytes of an uninterrupted run); the scores are
         #: already in the history
         self.resume_ride = False
-        #: called with every evaluated round's model as soon as it is aggregated (the driver's
-        #: oracle starts scoring it there, :class:`fedgl.algorithms.watch.OracleAhead`)
-        self.model_ready: Callable[[State], None] | None = None
 
     def active_clients(self) -> list[int] | None:
         """The clients taking part: None (every client) unless some were refused."""
@@ -530,8 +527,6 @@ class FedAvgServer:
             with ledger.timer("train"):
                 metrics = self.aggregate_fits(results)
             if t % cfg.eval_every == 0 or t == cfg.rounds:
-                if self.model_ready is not None:
-                    self.model_ready(self.weights)
                 if self._may_ride(t, metrics):
                     clients = self.active_clients()
                     pending = (t, self.weights, metrics, clients,

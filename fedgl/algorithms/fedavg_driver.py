@@ -25,12 +25,11 @@ bytes (:func:`fedgl.deployment.drivers_horizontal.run_fedavg`).
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
 
-from fedgl.algorithms.watch import OracleAhead, Watch
+from fedgl.algorithms.watch import Watch
 from fedgl.checkpoint import Checkpointer, RepeatProgress
 from fedgl.config import Config
 from fedgl.results import RepeatResult
@@ -45,40 +44,11 @@ def drive_fedavg(server: Any, cfg: Config, *, repeat: int, seed: int, part_stats
                  checkpointer: Checkpointer | None = None, watch: Watch | None = None
                  ) -> RepeatResult:
     """One repeat of ``server`` (see the module docstring); ``t0`` is when its set-up began."""
-    watch = watch or Watch()
-    setup_seconds = time.perf_counter() - t0
-    ahead = _oracle_ahead(server, watch)
-    try:
-        return _drive(server, cfg, repeat, seed, part_stats, t0, resume, resume_from,
-                      checkpointer, watch if ahead is None else
-                      dataclasses.replace(watch, oracle=ahead), setup_seconds)
-    finally:
-        if ahead is not None:
-            server.model_ready = None
-            ahead.close()
-
-
-def _oracle_ahead(server: Any, watch: Watch) -> OracleAhead | None:
-    """The oracle on its own thread where the server announces its models and a CPU is spare
-    (:class:`~fedgl.algorithms.watch.OracleAhead`); else None."""
-    if watch.oracle is None or not hasattr(server, "model_ready"):
-        return None
-    from fedgl.privacy.leakage_job import spare_core
-
-    if not spare_core():
-        return None
-    ahead = OracleAhead(watch.oracle)
-    server.model_ready = ahead.submit
-    return ahead
-
-
-def _drive(server: Any, cfg: Config, repeat: int, seed: int, part_stats: dict, t0: float,
-           resume: Callable[[Any, RepeatProgress], tuple[int, list, list]],
-           resume_from: RepeatProgress | None, checkpointer: Checkpointer | None,
-           watch: Watch, setup_seconds: float) -> RepeatResult:
     from fedgl.algorithms.runner import divergence, finish_repeat, network_columns, round_progress
 
+    watch = watch or Watch()
     runtime = server.runtime
+    setup_seconds = time.perf_counter() - t0
     history: list[dict] = []
     events: list[dict] = []
     start = 1

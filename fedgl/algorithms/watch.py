@@ -60,36 +60,3 @@ def progress_watch(progress: Any, label: str, rounds: int, *, repeat: int,
                  round_done=lambda t, row: progress.advance(progress_info(row)),
                  on_round=None if on_round is None else
                  lambda t, srv: on_round(repeat, t, srv), **hooks)
-
-
-class OracleAhead:
-    """The oracle on a thread of its own, started when a round's model is aggregated
-    (:attr:`~fedgl.algorithms.base.FedAvgServer.model_ready`), so that it scores round t's
-    model while the clients train round t+1 (whose exchange also brings round t's federated
-    scores) instead of after it. Calling it returns that round's score, the same as
-    ``oracle(weights)`` (the same operations on a copy of the same weights, one call at a time
-    on the one thread); a model it was not given ahead is scored then. Used only where a CPU
-    is spare (:func:`fedgl.privacy.leakage_job.spare_core`): on a busy machine the thread
-    would take the cores training runs on."""
-
-    def __init__(self, oracle: Callable[[State], dict]) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        self.oracle = oracle
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="fedgl-oracle")
-        self._ahead: dict[int, tuple[State, Any]] = {}   # id(weights) -> (weights, future)
-
-    def submit(self, weights: State) -> None:
-        """Start scoring ``weights`` (a copy: the caller's tensors are never read meanwhile)."""
-        if id(weights) not in self._ahead:
-            copy = {k: v.clone() if hasattr(v, "clone") else v for k, v in weights.items()}
-            self._ahead[id(weights)] = (weights, self._pool.submit(self.oracle, copy))
-
-    def __call__(self, weights: State) -> dict:
-        self.submit(weights)
-        return self._ahead.pop(id(weights))[1].result()
-
-    def close(self) -> None:
-        """Drop the scores not asked for and end the thread."""
-        self._ahead.clear()
-        self._pool.shutdown(wait=True, cancel_futures=True)
