@@ -13,6 +13,9 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 # input-record stamps (fedgl.privacy.inputs) go to a folder of this session, not the home folder
 os.environ.setdefault("FEDGL_STAMP_DIR", __import__("tempfile").mkdtemp(prefix="fedgl-stamps-"))
+# leakage reports are computed, not read from the user's disk store (tests/test_leakage_store.py
+# turns the store on in a temporary folder)
+os.environ.setdefault("FEDGL_LEAKAGE_CACHE", "off")
 # The README's command gives a relative data root (FEDGL_DATA=../shared/data); some tests change
 # into a temporary folder, and subprocesses and Ray actors start elsewhere, so resolve it once,
 # against the folder pytest started in, before any test runs.

@@ -44,7 +44,8 @@ def test_the_report_is_the_same_beside_training_or_after_it(monkeypatch, beside)
 
     monkeypatch.setattr(leakage_job, "OVERLAP_MAX_NODES", 10**9 if beside else 0)
     monkeypatch.setattr(leakage_job, "spare_core", lambda: True)
-    started = []
+    monkeypatch.setattr(leakage_job, "_CACHE", type(leakage_job._CACHE)())  # a known report
+    started = []                                                            # starts no thread
     real = threading.Thread.start
 
     def start(self):
@@ -177,3 +178,29 @@ def test_the_worker_refuses_bad_arguments_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err[0].startswith("usage:") and err[1].startswith("fedgl leakage worker: ")
     assert not (tmp_path / "out.pkl").exists()
+
+
+def test_the_worker_computes_the_report_without_torch(tmp_path):
+    """The worker reads arrays, not tensors: the same report, and PyTorch never loaded."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from fedgl.privacy.leakage_worker import inputs
+
+    cfg = as_config(None, algorithm="fedgcn", **SMALL)
+    graph = load_graph(cfg)
+    part = make_partition(graph, cfg, cfg.seed)
+    with open(tmp_path / "in.pkl", "wb") as f:
+        pickle.dump(inputs(graph, part, cfg.to_dict()), f)
+    code = ("import sys\nfrom fedgl.privacy.leakage_worker import main\n"
+            "code = main(sys.argv[1:])\nassert 'torch' not in sys.modules\nsys.exit(code)\n")
+    repo = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "in.pkl"),
+                           str(tmp_path / "out.pkl")], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": repo}, timeout=300)
+    assert done.returncode == 0, done.stderr
+    with open(tmp_path / "out.pkl", "rb") as f:
+        assert pickle.load(f) == _direct()

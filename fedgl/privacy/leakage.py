@@ -36,16 +36,18 @@ Counts are for noiseless sums; with DP (``dp_noised``) the values carry noise.
 
 from __future__ import annotations
 
-from typing import Any
-
-import torch
+from typing import TYPE_CHECKING, Any
 
 from fedgl.config import Config
-from fedgl.data.graph import GraphData
-from fedgl.data.partition import Partition
 from fedgl.privacy import row_space
 from fedgl.privacy.leakage_batches import Batches, available_workers
 from fedgl.privacy.value_decoding import MAX_COMBINATIONS, TOLERANCE
+
+if TYPE_CHECKING:   # the report itself needs no torch: its worker process never loads it
+    import numpy as np
+
+    from fedgl.data.graph import GraphData
+    from fedgl.data.partition import Partition
 
 ANALYSIS_LABEL = ("analysis outside the federation (full graph + partition); "
                   "not a protocol message")
@@ -79,7 +81,7 @@ class _ClosedNeighbourhoods:
 
         n = graph.num_nodes
         index = np.int32 if n < 2**31 else np.int64
-        src, dst = graph.edge_index.numpy()
+        src, dst = _array(graph.edge_index)
         self.n = n
         self.rows = np.concatenate([np.arange(n, dtype=index), dst.astype(index)])
         self.cols = np.concatenate([np.arange(n, dtype=index), src.astype(index)])
@@ -103,23 +105,33 @@ def neighbour_rows(cfg: Config) -> bool:
                              getattr(cfg, "one_hop_variant", "eq33") == "paper-code")
 
 
+def _array(t: Any) -> np.ndarray:
+    """A tensor's values as a NumPy array (no copy on the CPU); an array as it is."""
+    import numpy as np
+
+    return t if isinstance(t, np.ndarray) else t.detach().cpu().numpy()
+
+
 def remote_counts(graph: GraphData, part: Partition, hops: int,
                   pairs: _ClosedNeighbourhoods | None = None, *,
-                  neighbour_rows: bool | None = None) -> list[torch.Tensor]:
-    """Per client: for each row it receives, the number of remote nodes in the row's sum.
+                  neighbour_rows: bool | None = None) -> list[np.ndarray]:
+    """Per client: for each row it receives, the number of remote nodes in the row's sum
+    (int64).
 
     Row i's sum runs over the closed neighbourhood Ñ(i); client k receives rows V_k (1-hop) or
     V_k ∪ N(V_k) (2-hop, or ``neighbour_rows``), in ascending order of i; a node is remote to k
     if another client owns it."""
+    import numpy as np
+
     if hops == 0:
-        return [torch.zeros(0, dtype=torch.long) for _ in range(part.num_clients)]
+        return [np.zeros(0, dtype=np.int64) for _ in range(part.num_clients)]
     neighbour_rows = hops >= 2 if neighbour_rows is None else neighbour_rows
     pairs = pairs or _ClosedNeighbourhoods(graph, part)
     out = []
     for k in range(part.num_clients):
         _, counts = pairs.own_counts(k)
         received = counts > 0 if neighbour_rows else pairs.owner == k
-        out.append(torch.from_numpy(pairs.closed[received] - counts[received]).long())
+        out.append((pairs.closed[received] - counts[received]).astype(np.int64))
     return out
 
 
@@ -151,7 +163,7 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
     if analysis.attack is not None:
         empty.update(exact_remote_nodes=0, exact_unresolved=0, remote_values=0, known_values=0,
                      known_values_share=0.0)
-    width = int(graph.x.shape[1]) if graph.x.dim() > 1 else 1
+    width = int(graph.x.shape[1]) if len(graph.x.shape) > 1 else 1
     if hops == 0:
         return [dict(empty) for _ in range(k_total)]
     neighbour_rows = hops >= 2 if neighbour_rows is None else neighbour_rows
@@ -206,10 +218,12 @@ class _Features:
     (:mod:`fedgl.privacy.value_decoding`): their alphabet, or None when they are continuous."""
 
     def __init__(self, graph: GraphData) -> None:
+        import numpy as np
+
         from fedgl.privacy.value_decoding import feature_alphabet
 
-        x = graph.x.detach()
-        x = (x if x.dtype in (torch.float32, torch.float64) else x.float()).cpu().numpy()
+        x = _array(graph.x)
+        x = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
         self.alphabet = feature_alphabet(x)
         self.x = x  # no copy: each system converts only its own nodes' rows
         self._sparse = None
@@ -419,7 +433,7 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
         suppressed = int(((remote >= 1) & (remote < m)).sum()) if m > 1 else 0
         row = {
             "client": k,
-            "received_rows": int(remote.numel()),
+            "received_rows": int(remote.size),
             "rows_without_remote_nodes": int((remote == 0).sum()),
             "rows_single_remote_node": single,
             "rows_suppressed_by_min_contributors": suppressed,
@@ -493,7 +507,7 @@ def _server_rows(graph, part, cfg, pairs, analysis) -> dict[str, Any]:
     import numpy as np
 
     mode = cfg.secure_sum
-    width = int(graph.x.shape[1]) if graph.x.dim() > 1 else 1
+    width = int(graph.x.shape[1]) if len(graph.x.shape) > 1 else 1
     out: dict[str, Any] = {"secure_sum": mode, "reads": _SERVER_READS[mode],
                            "nodes": graph.num_nodes, "nodes_in_single_contributor_rows": 0,
                            "nodes_recoverable": 0, "nodes_exact": 0, "nodes_unresolved": 0,

@@ -32,7 +32,10 @@ that its memory does not add to theirs.
 
 Repeats and sweep cells of one graph and partition share one report: the process keeps the last
 :data:`CACHE_SIZE` reports of small graphs, keyed by :func:`report_digest` (the features, the
-edges, the owners, every setting the report reads, and the report function itself).
+edges, the owners, every setting the report reads, and the report function itself), and every
+report of a small graph is also stored on disk (:mod:`fedgl.privacy.leakage_store`, keyed by
+the same inputs and the report's code), so that a later run of the same inputs reads it and
+starts no process.
 """
 
 from __future__ import annotations
@@ -42,14 +45,14 @@ import hashlib
 import os
 import threading
 from collections import OrderedDict
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
 from fedgl.config import Config
 from fedgl.data.graph import GraphData
 from fedgl.data.partition import Partition
-from fedgl.privacy import leakage
+from fedgl.privacy import leakage, leakage_store
 
 #: graphs up to this many nodes get their report beside training (Cora, CiteSeer, PubMed);
 #: larger ones after it (its dense blocks and decoded cells then do not add to the parties')
@@ -62,54 +65,100 @@ _CACHE: OrderedDict[str, dict[str, Any]] = OrderedDict()
 _CACHE_LOCK = threading.Lock()
 
 
-def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
-    """What :func:`fedgl.privacy.leakage.leakage_report` depends on, hashed: the settings it
-    reads (hops, which rows clients receive, ``min_contributors``, the secure-sum mode, DP on or
-    off), the graph's features and edges, the owners, and the report function's identity."""
-    fn = leakage.leakage_report
+def inputs_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
+    """What :func:`fedgl.privacy.leakage.leakage_report` reads, hashed: the settings it reads
+    (hops, which rows clients receive, ``min_contributors``, the secure-sum mode, DP on or off),
+    the graph's features and edges, and the owners."""
     h = hashlib.blake2b(digest_size=20)
     h.update(repr((cfg.hops, leakage.neighbour_rows(cfg), cfg.min_contributors, cfg.secure_sum,
                    cfg.dp_epsilon is not None, graph.num_nodes, tuple(graph.x.shape),
-                   str(graph.x.dtype), part.num_clients, fn.__module__, fn.__qualname__,
-                   id(fn))).encode())
+                   str(graph.x.dtype), part.num_clients)).encode())
     for tensor in (graph.edge_index, graph.x):
         h.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).tobytes())
     h.update(np.ascontiguousarray(part.owner, dtype=np.int64).tobytes())
     return h.hexdigest()
 
 
-def cache_key(graph: GraphData, part: Partition, cfg: Config) -> str | None:
-    """The key of these inputs' report in this process's cache (None: a graph too large to
-    cache, whose feature matrix is not hashed)."""
-    return None if graph.num_nodes > OVERLAP_MAX_NODES else report_digest(graph, part, cfg)
+def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
+    """:func:`inputs_digest` with the report function's identity (this process's key)."""
+    return _memory_key(inputs_digest(graph, part, cfg))
 
 
-def remember(key: str | None, report: dict[str, Any]) -> None:
-    """Keep (a copy of) ``report`` as the report of the inputs ``key`` names."""
+def _memory_key(inputs: str) -> str:
+    fn = leakage.leakage_report
+    return hashlib.blake2b(repr((inputs, fn.__module__, fn.__qualname__, id(fn))).encode(),
+                           digest_size=20).hexdigest()
+
+
+#: the report function this module was loaded with: only its reports go to the disk store
+_REPORT_FN = leakage.leakage_report
+
+
+class ReportKey(NamedTuple):
+    """A report's names: in this process's cache, and in the disk store
+    (:mod:`fedgl.privacy.leakage_store`; None where the report function was replaced)."""
+
+    memory: str
+    stored: str | None
+
+
+def cache_key(graph: GraphData, part: Partition, cfg: Config) -> ReportKey | None:
+    """The names of these inputs' report (None: a graph too large to cache, whose feature
+    matrix is not hashed)."""
+    if graph.num_nodes > OVERLAP_MAX_NODES:
+        return None
+    inputs = inputs_digest(graph, part, cfg)
+    stored = leakage_store.stored_key(inputs) if leakage.leakage_report is _REPORT_FN else None
+    return ReportKey(_memory_key(inputs), stored)
+
+
+def remember(key: ReportKey | None, report: dict[str, Any]) -> None:
+    """Keep (a copy of) ``report`` as the report of the inputs ``key`` names, in this process
+    and on disk."""
     if key is None:
         return
     with _CACHE_LOCK:
-        _CACHE[key] = copy.deepcopy(report)
+        _CACHE[key.memory] = copy.deepcopy(report)
         while len(_CACHE) > CACHE_SIZE:
             _CACHE.popitem(last=False)
+    if key.stored is not None:
+        leakage_store.save(key.stored, report)
+
+
+def known_report(key: ReportKey | None) -> dict[str, Any] | None:
+    """The report ``key`` names, from this process's cache or the disk store (a copy: the
+    caller may change it), or None."""
+    if key is None:
+        return None
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key.memory)
+        if hit is not None:
+            _CACHE.move_to_end(key.memory)
+            return copy.deepcopy(hit)
+    stored = leakage_store.load(key.stored) if key.stored is not None else None
+    if stored is not None:
+        with _CACHE_LOCK:
+            _CACHE[key.memory] = copy.deepcopy(stored)
+            while len(_CACHE) > CACHE_SIZE:
+                _CACHE.popitem(last=False)
+    return stored
 
 
 def cached_report(graph: GraphData, part: Partition, cfg: Config,
-                  workers: int | None = None, *, key: str | None = None) -> dict[str, Any]:
-    """The report, from this process's cache when the same inputs were reported before (a copy:
-    the caller may change it); computed with ``workers`` decoding threads (None: the
-    report's default; the report does not depend on them). ``key``: the inputs'
-    :func:`cache_key` where the caller has it already."""
+                  workers: int | None = None, *, key: ReportKey | None = None
+                  ) -> dict[str, Any]:
+    """The report, from this process's cache or the disk store when the same inputs were
+    reported before (a copy: the caller may change it); computed with ``workers`` decoding
+    threads (None: the report's default; the report does not depend on them). ``key``: the
+    inputs' :func:`cache_key` where the caller has it already."""
     args = (graph, part, cfg) if workers is None else (graph, part, cfg, workers)
     if key is None:
         key = cache_key(graph, part, cfg)
     if key is None:
         return leakage.leakage_report(*args)
-    with _CACHE_LOCK:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            _CACHE.move_to_end(key)
-            return copy.deepcopy(hit)
+    hit = known_report(key)
+    if hit is not None:
+        return hit
     out = leakage.leakage_report(*args)
     remember(key, out)
     return out
@@ -129,9 +178,9 @@ class PendingReport:
         self._thread: threading.Thread | None = None
         self._process: ReportProcess | None = None
         self._key = cache_key(graph, part, cfg)   # hashed once: its features may be large
-        small = self._key is not None
-        if small and graph.num_nodes * graph.x.shape[1] >= PROCESS_MIN_CELLS and \
-                idle_cpu() and self._key not in _CACHE:
+        self._out = known_report(self._key)       # reported before: nothing to start
+        small = self._key is not None and self._out is None
+        if small and graph.num_nodes * graph.x.shape[1] >= PROCESS_MIN_CELLS and idle_cpu():
             self._process = ReportProcess.start(graph, part, cfg)
         if self._process is None and small and spare_core():
             # beside training: the report's decoding threads on the spare CPUs only
@@ -147,8 +196,10 @@ class PendingReport:
             self._error = err
 
     def result(self) -> dict[str, Any]:
-        """The report (waits for the thread or the process, or computes it now when it was
-        deferred or its process failed)."""
+        """The report (known already, or waits for the thread or the process, or computes it
+        now when it was deferred or its process failed)."""
+        if self._thread is None and self._process is None and self._out is not None:
+            return self._out
         if self._process is not None:
             out, self._process = self._process.result(), None
             if out is not None:
@@ -195,8 +246,11 @@ class ReportProcess:
 
         folder = tempfile.mkdtemp(prefix="fedgl-leakage-")   # mode 0700
         try:
+            from fedgl.privacy.leakage_worker import inputs
+
             with open(os.path.join(folder, "in.pkl"), "wb") as f:
-                pickle.dump((graph, part, cfg.to_dict()), f, protocol=pickle.HIGHEST_PROTOCOL)
+                pickle.dump(inputs(graph, part, cfg.to_dict()), f,
+                            protocol=pickle.HIGHEST_PROTOCOL)
             proc = subprocess.Popen(
                 [sys.executable, "-m", "fedgl.privacy.leakage_worker",
                  os.path.join(folder, "in.pkl"), os.path.join(folder, "out.pkl")],
