@@ -81,3 +81,47 @@ def test_scoring_after_training_for_its_own_nodes_only(tmp_path, monkeypatch) ->
             others = msg["sums"][n_own:]
             assert bool((others != 0).any()) == whole, (k, whole)
             assert bool((msg["sums"][:n_own] != 0).any())   # its own rows still go
+
+
+@pytest.mark.parametrize("least", [1, 2, 3])
+def test_the_leakage_report_counts_only_the_partial_sums_sent(least: int) -> None:
+    """The report models the rule: the remote part of every row a client receives is exactly
+    the sum of the report's remote pairs that reach the sums (withheld partial sums left out),
+    its per-row remote counts are their number, and with the rule the plaintext server reads
+    fewer nodes alone."""
+    import numpy as np
+
+    from fedgl.privacy.leakage import _ClosedNeighbourhoods, leakage_report, remote_counts
+
+    graph = random_graph(nodes=150, seed=7)
+    part = random_partition(graph.num_nodes, 4, seed=7)
+    server = fedgcn_federation(graph, part, hops=2, min_partial_nodes=least)
+    server.pretrain()
+    pairs = _ClosedNeighbourhoods(graph, part, least)
+    z = graph.x * (graph.degrees() + 1).to(graph.x.dtype).pow(-0.5).unsqueeze(1)
+    counts = remote_counts(graph, part, 2, pairs)
+    for k in server.runtime.client_ids:
+        client = server.runtime.local_client(k)
+        touched = client._full_touched()
+        # its own part as it sent it (its own withheld sums are zeros too)
+        remote_part = client.received_sums - client._release()[2]
+        sel = pairs.col_owner != k
+        if pairs.sent is not None:
+            sel &= pairs.sent
+        expected = torch.zeros_like(graph.x)
+        expected.index_add_(0, torch.from_numpy(pairs.rows[sel].astype(np.int64)),
+                            z[torch.from_numpy(pairs.cols[sel].astype(np.int64))])
+        torch.testing.assert_close(remote_part, expected[touched], rtol=1e-5, atol=1e-5)
+        per_row = np.bincount(pairs.rows[sel], minlength=graph.num_nodes)
+        assert np.array_equal(counts[k], per_row[np.sort(touched.numpy())])
+    if least > 1:
+        cfg = fedgl.as_config(algorithm="fedgcn", hops=2, clients=4, secure_sum="none")
+        ruled = leakage_report(graph, part, cfg.replace(min_partial_nodes=least))
+        plain = leakage_report(graph, part, cfg)
+        assert ruled["min_partial_nodes"] == least and plain["min_partial_nodes"] == 1
+        # the plaintext server reads fewer nodes alone (no lone foreign partial sum is sent);
+        # a receiver may see more rows of one remote node (a row's owner alone, once the lone
+        # foreign parts are withheld): the report counts what is received, either way
+        assert ruled["server_view"]["nodes_in_single_contributor_rows"] < \
+            plain["server_view"]["nodes_in_single_contributor_rows"]
+        assert ruled["total"] != plain["total"]

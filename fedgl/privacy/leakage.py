@@ -76,7 +76,7 @@ class _ClosedNeighbourhoods:
     per-client passes below cost a boolean mask each, not a sort (products-sized graph: 126M
     pairs)."""
 
-    def __init__(self, graph: GraphData, part: Partition) -> None:
+    def __init__(self, graph: GraphData, part: Partition, least: int = 1) -> None:
         import numpy as np
 
         n = graph.num_nodes
@@ -89,6 +89,16 @@ class _ClosedNeighbourhoods:
         small = np.int16 if part.num_clients < 2**15 else np.int32
         self.col_owner = self.owner.astype(small)[self.cols]
         self.closed = np.bincount(dst, minlength=n) + 1  # |Ñ(i)| = degree + self-loop
+        #: which pairs reach the sums (None: all). With ``min_partial_nodes`` = ``least`` > 1 a
+        #: client sends its partial sum for another client's node i only where it aggregates at
+        #: least ``least`` of its own nodes: the pairs of a partial sum it withholds are not sent.
+        self.sent = None
+        if least > 1:
+            k_total = part.num_clients
+            key = self.rows.astype(np.int64) * k_total + self.col_owner.astype(np.int64)
+            _, inverse, count = np.unique(key, return_inverse=True, return_counts=True)
+            foreign = self.col_owner != self.owner.astype(self.col_owner.dtype)[self.rows]
+            self.sent = ~(foreign & (count[inverse.reshape(-1)] < least))
 
     def own_counts(self, k: int):
         """(mask of pairs whose j client k owns, per row i the number of such j)."""
@@ -129,9 +139,13 @@ def remote_counts(graph: GraphData, part: Partition, hops: int,
     pairs = pairs or _ClosedNeighbourhoods(graph, part)
     out = []
     for k in range(part.num_clients):
-        _, counts = pairs.own_counts(k)
+        mine, counts = pairs.own_counts(k)
         received = counts > 0 if neighbour_rows else pairs.owner == k
-        out.append((pairs.closed[received] - counts[received]).astype(np.int64))
+        if pairs.sent is None:
+            remote = pairs.closed - counts
+        else:   # the remote pairs that reach the sums (withheld partial sums left out)
+            remote = np.bincount(pairs.rows[pairs.sent & ~mine], minlength=pairs.n)
+        out.append(remote[received].astype(np.int64))
     return out
 
 
@@ -173,6 +187,8 @@ def _client_rows(graph, part, hops, min_contributors, pairs, neighbour_rows, ana
         mine, counts = pairs.own_counts(k)
         received = counts > 0 if neighbour_rows else own
         keep = received[pairs.rows] & ~mine
+        if pairs.sent is not None:
+            keep &= pairs.sent
         del mine
         row = dict(empty)
         out.append(row)
@@ -418,9 +434,10 @@ def leakage_report(graph: GraphData, part: Partition, cfg: Config,
 def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
                     workers: int) -> dict[str, Any]:
     m = cfg.min_contributors
+    least = int(getattr(cfg, "min_partial_nodes", 1))
     per_client = []
     wide = neighbour_rows(cfg)
-    pairs = _ClosedNeighbourhoods(graph, part) if cfg.hops > 0 else None
+    pairs = _ClosedNeighbourhoods(graph, part, least) if cfg.hops > 0 else None
     features = _Features(graph) if cfg.hops > 0 else None
     # the clients' systems and the server's analysed together, in batches (_analysis)
     analysis = _analysis(features, pairs.closed if pairs is not None else None, workers)
@@ -450,6 +467,7 @@ def _leakage_report(graph: GraphData, part: Partition, cfg: Config,
     alphabet = None if features is None or features.alphabet is None \
         else [float(v) for v in features.alphabet]
     return {"label": ANALYSIS_LABEL, "hops": cfg.hops, "min_contributors": m,
+            "min_partial_nodes": least,
             "note": "exact_disclosure_rows counts delivered rows made of one remote node; "
                     "remote_nodes_recoverable counts remote nodes whose (degree-scaled) features "
                     "the client solves for exactly from all its rows (without DP noise); "
@@ -494,7 +512,8 @@ def server_view(graph: GraphData, part: Partition, cfg: Config,
     contributing clients, at least one receiver). HE: nothing. The same analyses as for the
     clients run on these systems: linear algebra and the value-level attack."""
     needed = cfg.hops > 0 and cfg.secure_sum != "he"
-    pairs = pairs or (_ClosedNeighbourhoods(graph, part) if needed else None)
+    pairs = pairs or (_ClosedNeighbourhoods(graph, part, int(getattr(cfg, "min_partial_nodes", 1)))
+                      if needed else None)
     analysis = _analysis((features or _Features(graph)) if needed else None,
                          pairs.closed if pairs is not None else None)
     out = _server_rows(graph, part, cfg, pairs, analysis)
@@ -522,6 +541,9 @@ def _server_rows(graph, part, cfg, pairs, analysis) -> dict[str, Any]:
         single = np.zeros(graph.num_nodes, dtype=bool)
         for k in range(part.num_clients):
             mine, counts = pairs.own_counts(k)
+            if pairs.sent is not None:   # what client k sends: its withheld sums left out
+                mine &= pairs.sent
+                counts = np.bincount(pairs.rows[mine], minlength=pairs.n)
             r, c = pairs.rows[mine].astype(np.int64), pairs.cols[mine].astype(np.int64)
             single[c[counts[r] == 1]] = True
             systems.append((r, c))
@@ -561,6 +583,8 @@ def _masked_rows(pairs: _ClosedNeighbourhoods, part: Partition, cfg: Config):
     has_receiver = np.bincount(row[receiver], minlength=pairs.n) > 0
     sent = (members >= 2) & has_receiver
     keep = sent[pairs.rows]
+    if pairs.sent is not None:   # a withheld partial sum goes as zeros: its pairs are not in it
+        keep &= pairs.sent
     return pairs.rows[keep].astype(np.int64), pairs.cols[keep].astype(np.int64)
 
 

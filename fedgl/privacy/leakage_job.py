@@ -67,10 +67,12 @@ _CACHE_LOCK = threading.Lock()
 
 def inputs_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
     """What :func:`fedgl.privacy.leakage.leakage_report` reads, hashed: the settings it reads
-    (hops, which rows clients receive, ``min_contributors``, the secure-sum mode, DP on or off),
+    (hops, which rows clients receive, ``min_contributors``, ``min_partial_nodes``, the
+    secure-sum mode, DP on or off),
     the graph's features and edges, and the owners."""
     h = hashlib.blake2b(digest_size=20)
-    h.update(repr((cfg.hops, leakage.neighbour_rows(cfg), cfg.min_contributors, cfg.secure_sum,
+    h.update(repr((cfg.hops, leakage.neighbour_rows(cfg), cfg.min_contributors,
+                   int(getattr(cfg, "min_partial_nodes", 1)), cfg.secure_sum,
                    cfg.dp_epsilon is not None, graph.num_nodes, tuple(graph.x.shape),
                    str(graph.x.dtype), part.num_clients)).encode())
     for tensor in (graph.edge_index, graph.x):
