@@ -178,3 +178,84 @@ def test_fedgl_server_predict_scores_a_deployed_glasu_model(tmp_path):
         assert row["prediction"] == at_training[i]["prediction"], i
     assert not (outs / "client-1-out" / "scores.csv").exists()
     assert [p.name for p in (tmp_path / "scored").iterdir() if p.suffix == ".csv"] == []
+
+
+@needs_flwr
+def test_new_common_entities_are_scored_with_the_kept_parts(tmp_path):
+    """Vertical parties whose tables gain common entities the next day: each re-ingests (the
+    same secret), the PSI steps run again by files and each places its shard; scoring with the
+    parts kept from training scores every common entity, the new ones too, at the label holder
+    by its own raw ids, equal to the local ``fedgl predict`` over the next day's ingest
+    folders with the parts put together."""
+    import shutil
+
+    import fedgl
+    from fedgl.api import as_config
+    from fedgl.cli import main
+    from fedgl.deployment.model_release import keep_parts, predict_config, score_deployed
+    from fedgl.deployment.server_app import run_deployed
+    from fedgl.privacy.identity import write_keys
+    from fedgl.trained import read_model, write_model
+    from tests.test_own_vertical import write_parties
+    from tests.test_psi_files import psi_by_files
+
+    tomorrow, today = tmp_path / "tomorrow", tmp_path / "today"
+    tomorrow.mkdir()
+    truth = write_parties(tomorrow)
+    common = sorted(set(truth["held"][0]) & set(truth["held"][1]) & set(truth["held"][2]))
+    new = set(common[:6])   # party 0 has not seen these yet
+    today.mkdir()
+    for k in range(3):
+        shutil.copy(tomorrow / f"edges{k}.csv", today / f"edges{k}.csv")
+        lines = (tomorrow / f"nodes{k}.csv").read_text().splitlines()
+        keep = [ln for ln in lines if k != 0 or ln.split(",")[0] not in new]
+        (today / f"nodes{k}.csv").write_text("\n".join(keep) + "\n")
+    assert main(["secret", "--out", str(tmp_path / "secret")]) == 0
+    write_keys(tmp_path / "keys", 3)
+
+    def ingest(root: Path) -> list[Path]:
+        dirs = []
+        for k in range(3):
+            labels = ["--label-column", "label", "--split-column", "split"] if k == 0 else []
+            assert main(["ingest", "--vertical", "--nodes", str(root / f"nodes{k}.csv"),
+                         "--edges", str(root / f"edges{k}.csv"), "--client-id", str(k),
+                         *labels, "--name", "telco", "--secret", str(tmp_path / "secret"),
+                         "--out", str(root / f"party{k}")]) == 0
+            dirs.append(root / f"party{k}")
+        psi_by_files(root, dirs)
+        (root / "keys").symlink_to(tmp_path / "keys")
+        return dirs
+
+    ingest(today)
+    later = ingest(tomorrow)
+    cfg = as_config(algorithm="glasu", dataset="own:telco", clients=3, label_holders="one",
+                    rounds=3, layers=2, hidden=8, progress=False, batch_clients=False,
+                    secure_sum="none")
+    outs = [tmp_path / f"org-{k}" for k in range(3)]
+    parties = _parties(today, outs, cfg)
+    result = run_deployed(InProcessFlower({p.client_id: p.endpoint.role for p in parties}),
+                          cfg, cfg.seed, {})
+    assert len(keep_parts(PartyRuntime(parties), result, lambda _: None)) == 3
+
+    pcfg = predict_config(outs[0] / "model", {"out": str(tmp_path / "scored")})
+    summary = score_deployed(Deployed(_parties(tomorrow, outs, pcfg)), pcfg, pcfg.seed,
+                             outs[0] / "model", lambda _: None)
+    assert sorted(summary["loaded"]) == ["0", "1", "2"]
+    scored = _scores(outs[0] / "scores.csv")     # the label holder, by its own raw ids
+    assert set(scored) == set(common) and new <= set(scored)
+    assert not (outs[1] / "scores.csv").exists() and not (outs[2] / "scores.csv").exists()
+
+    whole = tmp_path / "whole"
+    parts = {}
+    for k in range(3):
+        parts.update(read_model(outs[k] / "model")[0])
+    card = json.loads((outs[0] / "model" / "model.json").read_text())
+    write_model(whole, {"parts": parts, "best_parts": None},
+                {k: v for k, v in card.items() if k not in ("files", "sha256", "received")})
+    local = fedgl.predict(whole, shards=later)
+    (org,) = local.organisations
+    assert set(org.ids) == set(common)
+    for node, probs in zip(org.ids, org.probs, strict=True):
+        row = scored[node]
+        got = torch.tensor([float(row[c]) for c in row if c.startswith("p_")])
+        torch.testing.assert_close(got, probs.float(), atol=1e-6, rtol=1e-5)
