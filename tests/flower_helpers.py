@@ -148,26 +148,34 @@ class InProcessFlower:
         return getattr(self.local, name)
 
 
+def set_up_parties(parties: list, cfg: Any, run_tag: str) -> None:
+    """The set-up messages (hello, set-up) to in-process parties as the relay hands them
+    over; none may be refused."""
+    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE
+    from fedgl.federation.codec import encode
+
+    for party in parties:
+        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
+                                  (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
+                                           "run_tag": run_tag, "resumed": False})):
+            head, _ = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
+                                    "run_id": 1}, encode(msg_type, payload).to_bytes())
+            assert "refused" not in head, head
+
+
 def deployed_in_process(root: Path, keys: dict) -> dict:
     """``keys`` through the deployed server's driver, over parties built from ``root``'s shards
     and keys exactly as ``fedgl client`` builds them; the result as ``result.json`` holds it."""
     from fedgl.api import as_config
-    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
+    from fedgl.deployment.party import Party
     from fedgl.deployment.server_app import run_deployed
-    from fedgl.federation.codec import encode
     from fedgl.privacy.policy import ClientPolicy
 
     cfg = as_config(**keys)
     plaintext = ClientPolicy(secure_sum="none")   # named: these runs are the plaintext ones
     parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
                      root / "keys" / "roster.json", plaintext) for k in range(cfg.clients)]
-    for party in parties:   # the set-up messages as the relay hands them over
-        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
-                                  (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
-                                           "run_tag": "inprocess", "resumed": False})):
-            head, _ = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
-                                    "run_id": 1}, encode(msg_type, payload).to_bytes())
-            assert "refused" not in head, head
+    set_up_parties(parties, cfg, "inprocess")
     # the driver asks every role 'setup.facts' itself here (no set-up reply carried them)
     runtime = InProcessFlower({p.client_id: p.endpoint.role for p in parties})
     result = json.loads(json.dumps(run_deployed(runtime, cfg, cfg.seed, {}).to_dict(),

@@ -18,7 +18,12 @@ import pytest
 import torch
 
 from fedgl.federation.protocol import ProtocolViolation
-from tests.flower_helpers import InProcessFlower, needs_flwr, write_deployment_files
+from tests.flower_helpers import (
+    InProcessFlower,
+    needs_flwr,
+    set_up_parties,
+    write_deployment_files,
+)
 from tests.test_model_handover import PartyRuntime
 
 RUN = {"algorithm": "glasu", "dataset": "cora", "clients": 3, "layers": 2, "hidden": 16,
@@ -43,21 +48,28 @@ class Deployed:
 
 
 def _parties(root: Path, outs: list[Path], cfg) -> list:
-    from fedgl.deployment.party import HELLO, SETUP, SETUP_PHASE, Party
-    from fedgl.federation.codec import encode
+    from fedgl.deployment.party import Party
     from fedgl.privacy.policy import ClientPolicy
 
     parties = [Party(root / "shards" / f"client-{k}.json", root / "keys" / f"client-{k}.key",
                      root / "keys" / "roster.json", ClientPolicy(secure_sum="none"),
                      out=outs[k]) for k in range(3)]
-    for party in parties:
-        for msg_type, payload in ((HELLO, {"challenge": bytes(32)}),
-                                  (SETUP, {"config": cfg.to_dict(), "seed": cfg.seed,
-                                           "run_tag": "vertical", "resumed": False})):
-            head, _ = party.answer({"op": "message", "phase": SETUP_PHASE, "node_id": 1,
-                                    "run_id": 1}, encode(msg_type, payload).to_bytes())
-            assert "refused" not in head, head
+    set_up_parties(parties, cfg, "vertical")
     return parties
+
+
+def _whole_model(outs: list[Path], folder: Path) -> Path:
+    """The parties' kept parts put together in one model folder (what no party holds; for the
+    experimenter's local reference)."""
+    from fedgl.trained import read_model, write_model
+
+    parts = {}
+    for out in outs:
+        parts.update(read_model(out / "model")[0])
+    card = json.loads((outs[0] / "model" / "model.json").read_text())
+    write_model(folder, {"parts": parts, "best_parts": None},
+                {k: v for k, v in card.items() if k not in ("files", "sha256", "received")})
+    return folder
 
 
 def _scores(path: Path) -> dict[str, dict]:
@@ -71,7 +83,6 @@ def test_parties_score_with_the_parts_they_kept(tmp_path, data_root):
     from fedgl.deployment.model_release import keep_parts, predict_config, score_deployed
     from fedgl.deployment.server_app import run_deployed
     from fedgl.errors import RunAborted
-    from fedgl.trained import read_model, write_model
 
     root = write_deployment_files(tmp_path / "files", 3, ("--algorithm", "glasu"))
     cfg = as_config(**RUN)
@@ -105,14 +116,7 @@ def test_parties_score_with_the_parts_they_kept(tmp_path, data_root):
         result.repeats[0].history[-1]["test_acc"], abs=1e-6)
 
     # the local fedgl predict of the whole model (the parts put together) agrees
-    whole = tmp_path / "whole"
-    parts = {}
-    for k in range(3):
-        parts.update(read_model(outs[k] / "model")[0])
-    card = json.loads((outs[0] / "model" / "model.json").read_text())
-    write_model(whole, {"parts": parts, "best_parts": None},
-                {k: v for k, v in card.items() if k not in ("files", "sha256", "received")})
-    local = fedgl.predict(whole, data_root=str(data_root))
+    local = fedgl.predict(_whole_model(outs, tmp_path / "whole"), data_root=str(data_root))
     assert sorted(int(o.name.removeprefix("client-")) for o in local.organisations) == holders
     for org in local.organisations:
         mine = scored[int(org.name.removeprefix("client-"))]
@@ -195,7 +199,6 @@ def test_new_common_entities_are_scored_with_the_kept_parts(tmp_path):
     from fedgl.deployment.model_release import keep_parts, predict_config, score_deployed
     from fedgl.deployment.server_app import run_deployed
     from fedgl.privacy.identity import write_keys
-    from fedgl.trained import read_model, write_model
     from tests.test_own_vertical import write_parties
     from tests.test_psi_files import psi_by_files
 
@@ -245,14 +248,7 @@ def test_new_common_entities_are_scored_with_the_kept_parts(tmp_path):
     assert set(scored) == set(common) and new <= set(scored)
     assert not (outs[1] / "scores.csv").exists() and not (outs[2] / "scores.csv").exists()
 
-    whole = tmp_path / "whole"
-    parts = {}
-    for k in range(3):
-        parts.update(read_model(outs[k] / "model")[0])
-    card = json.loads((outs[0] / "model" / "model.json").read_text())
-    write_model(whole, {"parts": parts, "best_parts": None},
-                {k: v for k, v in card.items() if k not in ("files", "sha256", "received")})
-    local = fedgl.predict(whole, shards=later)
+    local = fedgl.predict(_whole_model(outs, tmp_path / "whole"), shards=later)
     (org,) = local.organisations
     assert set(org.ids) == set(common)
     for node, probs in zip(org.ids, org.probs, strict=True):
