@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from tests.flower_helpers import needs_flwr
 
 pytestmark = needs_flwr
@@ -181,3 +183,118 @@ def test_sigterm_on_a_server_whose_run_is_pending_stops_that_run(tmp_path: Path)
     (run_id, status), = runs.items()
     assert len(lines) == 1 and f"run {run_id} was stopped on the SuperLink" in lines[0], lines
     assert status == "finished:stopped", runs
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory, data_root: Path) -> Path:
+    from tests.flower_helpers import write_deployment_files
+
+    return write_deployment_files(tmp_path_factory.mktemp("supervision"))
+
+
+def test_ctrl_c_on_a_client_is_one_line_and_exit_130(files: Path) -> None:
+    """Ctrl-C on ``fedgl client`` (SIGINT to its terminal's process group) while it serves:
+    one line on its terminal, exit 130 as docs/deployment.md says of Ctrl-C, no traceback, and
+    the SuperNode and relay runner it started end with it."""
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import PLAINTEXT
+
+    with Loopback(files / "fed-ctrl-c", files / "shards", files / "keys", 1, PLAINTEXT) as fed:
+        client = fed.procs["client-0"]
+        said = fed.folder / "client-0.log"
+        deadline = time.monotonic() + 120
+        while "joining" not in said.read_text():
+            assert client.poll() is None, said.read_text()[-2000:]
+            assert time.monotonic() < deadline, said.read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(3)   # its SuperNode and relay runner are up
+        members = _descendants(client.pid)
+        assert members, "fedgl client started no SuperNode"   # and its relay runner
+        os.killpg(client.pid, signal.SIGINT)
+        code = client.wait(timeout=60)
+        terminal = said.read_text()
+        left = [pid for pid in members if _alive(pid)]
+    assert code == 130, terminal[-2000:]
+    assert "Traceback" not in terminal and "KeyboardInterrupt" not in terminal, terminal[-2000:]
+    lines = terminal.strip().splitlines()
+    assert lines[-1].startswith("client 0: stopped (Ctrl-C)"), lines
+    assert [ln for ln in lines if "stopped" in ln] == lines[-1:], lines
+    assert left == [], left
+
+
+def _descendants(pid: int) -> list[int]:
+    """The living processes ``pid`` started, and theirs."""
+    parents: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        kids = parents.get(todo.pop(), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.slow
+def test_a_superlink_restarted_during_a_run_is_said_and_the_run_resumes(files: Path) -> None:
+    """The SuperLink (``--database``) killed after the run's first checkpoint and started again
+    5 s later: ``fedgl server`` says in one line that it does not answer, and in one that it is
+    back where it still follows the run then. The run does not survive it (Flower's SuperExec
+    ends with its SuperLink, and with it the run's ServerApp, at once or once the restarted
+    SuperLink refuses its token): one line (exit 1) with the ``--resume`` to run; the run is
+    finished on the SuperLink then (no busy federation), and that ``--resume`` finishes it."""
+    from fedgl.deployment.loopback import Loopback
+    from fedgl.deployment.run_watch import busy_runs
+    from tests.flower_helpers import PLAINTEXT, RUN, server_cmd, wait_for
+
+    out = files / "out-restart"
+    keys = {**RUN, "rounds": 20, "checkpoint_every": 1}
+    with Loopback(files / "fed-restart", files / "shards", files / "keys", 3, PLAINTEXT,
+                  database=True) as fed:
+        server = subprocess.Popen(server_cmd(files, fed, out, keys, message_timeout=120),
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                  start_new_session=True)
+        try:
+            wait_for(lambda: (out / "checkpoint.pt").is_file(), server, timeout=300)
+            fed.restart_superlink(down=5)
+            time.sleep(3)   # fedgl server checks the SuperLink every 2 s
+            following = server.poll() is None   # still following the run: it saw it back
+            _, err = server.communicate(timeout=600)
+        finally:
+            _kill(server)
+        busy = busy_runs(fed.flwr("ls", "fedgl", "--format", "json").stdout)
+        resumed = subprocess.run([sys.executable, "-m", "fedgl.cli", "server", "--resume",
+                                  str(out), "--superlink", fed.address, "--roster",
+                                  str(files / "keys" / "roster.json"), *fed.tls_flags,
+                                  "--join-timeout", "120", "--message-timeout", "120"],
+                                 capture_output=True, text=True, timeout=600, check=False)
+    lines = [ln for ln in err.strip().splitlines() if ln.strip()]
+    print(f"following when the SuperLink was back: {following}", *lines, sep="\n")
+    away = [ln for ln in lines if "does not answer" in ln]
+    back = [ln for ln in lines if "is back after" in ln]
+    assert len(away) == 1 and fed.address in away[0], lines
+    assert len(back) == (1 if following else len(back)) <= 1, lines
+    if back:
+        assert fed.address in back[0] and lines.index(away[0]) < lines.index(back[0]), lines
+    assert server.returncode == 1, lines
+    assert lines[-1].startswith(f"fedgl: run aborted: the SuperLink at {fed.address} went away "
+                                "during the run"), lines
+    assert f"fedgl server --resume {out}" in lines[-1] and "Traceback" not in err, err[-2000:]
+    assert busy == [], busy
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = json.loads((out / "result.json").read_text())
+    assert result["repeats"][0]["final"]["rounds"] == keys["rounds"]

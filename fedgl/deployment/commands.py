@@ -266,7 +266,9 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
         server.join(timeout=5)
         if log_file is not None:
             log_file.close()
-    return 0 if code in (0, -signal.SIGTERM, 130) else 1
+    if code == 130:   # Ctrl-C: 130, as every fedgl command (SIGTERM, a service's stop: 0)
+        return 130
+    return 0 if code in (0, -signal.SIGTERM) else 1
 
 
 def client_log_path(args: Any, party: Any) -> Path:
@@ -575,8 +577,16 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
         if stopped is not None:
             raise RunAborted(stopped)
         if link.was_away:
-            from fedgl.deployment.run_watch import how_to_go_on
+            from fedgl.deployment.run_watch import how_to_go_on, run_status, tcp_reachable
 
+            run_id = _submitted_run(work)
+            if run_id is not None and tcp_reachable(superlink) and not str(run_status(
+                    work / "run_id", lambda rid: flwr_json(flwr, env, "ls", "--run-id",
+                                                           str(rid)))).startswith("finished"):
+                # its ServerApp is gone, but the SuperLink back from a restart may still list
+                # the run as running, and the federation as busy to the --resume below
+                subprocess.run([flwr, "stop", str(run_id), "fedgl"], env=env,
+                               capture_output=True, timeout=30, check=False)
             raise RunAborted(f"the SuperLink at {superlink} went away during the run and the run "
                              f"ended with it; {how_to_go_on(out, 'once it is back')}")
         tail = log.read_text()[-600:].strip().splitlines()
