@@ -364,9 +364,10 @@ def _main(argv: list[str]) -> int:
     except RunAborted as exc:
         print(f"fedgl: run aborted: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         resume = "fedgl server --resume DIR" if command == "server" else "fedgl run --resume DIR"
-        stopped = "; the run was stopped on the SuperLink" if command == "server" else ""
+        said = getattr(exc, "superlink", "")   # fedgl server: what became of its run
+        stopped = f"; {said}" if said else ""
         print(f"fedgl: interrupted; no results were written (a run with --checkpoint-every "
               f"continues with `{resume}`){stopped}", file=sys.stderr)
         return 130

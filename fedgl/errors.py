@@ -44,3 +44,13 @@ class DivergenceError(FedglError):
 class RunAborted(Exception):
     """A run stopped by its failure policy (e.g. a client died under ``abort``). Not a user-input
     error: the CLI reports it in one line with exit code 1."""
+
+
+class ServerInterrupted(KeyboardInterrupt):
+    """Ctrl-C (or SIGTERM, SIGHUP) on ``fedgl server`` once it submitted a run: ``superlink``
+    says what became of that run on the SuperLink (stopped, or the ``flwr stop`` to run), the
+    clause the CLI's one line ends with."""
+
+    def __init__(self, superlink: str) -> None:
+        super().__init__(superlink)
+        self.superlink = superlink

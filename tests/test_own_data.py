@@ -30,6 +30,45 @@ def banks(tmp_path: Path) -> tuple[Path, dict, list[Path]]:
     return tmp_path, truth, ingest_banks(tmp_path, tmp_path / "secret")
 
 
+def _assert_records_the_own_partition(config: dict) -> None:
+    """A result over the organisations' own shards records their partition, and none of the
+    keys a partitioner would have read; the stored config builds the same configuration (a
+    model card's, ``fedgl run --config``), as does one stored by an earlier fedgl (which wrote
+    the default partition and β)."""
+    from fedgl.config import Config
+    from fedgl.config.schema import OWN_DECIDED
+
+    assert config["partition"] == "own"
+    assert not set(OWN_DECIDED) & set(config), sorted(set(OWN_DECIDED) & set(config))
+    if config["runtime"] == "flower":   # a deployed run's record: reloaded on the local runtime
+        config = {**config, "runtime": "local"}
+    assert Config.from_stored(config).to_dict() == config
+    earlier = {**config, "partition": "dirichlet", "beta": 1.0, "min_client_size": 10}
+    assert Config.from_stored(earlier).to_dict() == config
+
+
+def test_own_data_configs_name_their_own_partition() -> None:
+    """``own:NAME`` records partition ``own`` (any algorithm, either setting); another
+    partition or a partition key over it, or ``own`` over another data set, is one line."""
+    from fedgl.api import as_config
+    from fedgl.errors import ConfigError
+
+    for algorithm in ("fedgcn", "swift-fedgnn", "glasu"):
+        cfg = as_config(algorithm=algorithm, dataset="own:banks")
+        assert cfg.partition == "own" and cfg.to_dict()["partition"] == "own"
+        assert "beta" not in cfg.to_dict() and cfg.beta == 1.0   # read nowhere
+    assert as_config(dataset="cora").to_dict()["partition"] == "dirichlet"
+    assert as_config(dataset="cora").replace(dataset="own:banks").partition == "own"
+    for keys, named in (({"partition": "iid"}, "--partition"), ({"beta": 0.5}, "--beta"),
+                        ({"partition": "metis", "metis_max_degree": 4}, "--metis-max-degree"),
+                        ({"edge_share": 0.5}, "--edge-share")):
+        with pytest.raises(ConfigError, match="shards decide the partition") as err:
+            as_config(dataset="own:banks", **keys)
+        assert named in str(err.value)
+    with pytest.raises(ConfigError, match="--dataset own:NAME"):
+        as_config(dataset="cora", partition="own")
+
+
 def test_shards_equal_the_whole_graph_split_by_bank(banks: tuple) -> None:
     root, truth, dirs = banks
     shards, sources, facts = setup_in_process(dirs)
@@ -54,6 +93,7 @@ def test_run_shards_equals_the_whole_graph_run(banks: tuple) -> None:
     assert [{k: v for k, v in h.items()} for h in a.history] == b.history
     assert a.ledger["bytes"] == b.ledger["bytes"]
     assert mine.config["dataset"] == "own:banks" and mine.config["clients"] == 3
+    _assert_records_the_own_partition(mine.config)
     assert [s["provenance"]["nodes_file"] for s in mine.environment["data"]["shards"]] == \
         ["nodes.csv"] * 3
 
@@ -67,6 +107,16 @@ def test_cli_run_shards_records_provenance_and_refuses_other_settings(banks: tup
     result = json.loads((out / "result.json").read_text())
     assert result["config"]["dataset"] == "own:banks"
     assert result["environment"]["data"]["partition"] == "the organisations' own"
+    _assert_records_the_own_partition(result["config"])
+    # the stored config runs again as it is (fedgl run --config result's config)
+    import yaml
+
+    (root / "again.yaml").write_text(yaml.safe_dump(result["config"]))
+    assert main(["run", str(root / "again.yaml"), "--shards", *map(str, dirs),
+                 "--no-progress", "--out", str(root / "res-again")]) == 0
+    again = json.loads((root / "res-again" / "result.json").read_text())
+    assert again["config"] == {**result["config"], "out": str(root / "res-again")}
+    assert again["repeats"][0]["history"] == result["repeats"][0]["history"]
     capsys.readouterr()
     assert main(["run", "--shards", *map(str, dirs), "--dataset", "cora", "--no-progress",
                  "--out", str(root / "res2")]) == 2
@@ -292,6 +342,9 @@ def test_loopback_deployment_of_ingested_shards_equals_run_shards(banks: tuple) 
     assert_same_ledger(rep["ledger"], local.ledger)
     assert rep["ledger"]["messages"]["setup"] == {"up": 6, "down": 6}
     assert deployed["config"]["dataset"] == "own:banks"
+    _assert_records_the_own_partition(deployed["config"])
+    assert {k: v for k, v in deployed["config"].items() if k not in ("runtime", "out")} == \
+        {k: v for k, v in trial.config.items() if k not in ("runtime", "out")}
     server_files = [p.read_bytes() for p in (root / "out-own").rglob("*") if p.is_file()]
     server_files += [p.read_bytes() for p in (root / "setup").rglob("*") if p.is_file()]
     for raw in truth["ids"]:

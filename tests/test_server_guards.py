@@ -208,3 +208,88 @@ def test_a_second_node_with_the_same_identity_is_told_it_is_not_admitted(tmp_pat
     assert "same identity key" in told[0]
     log = (out / "server.log").read_text()
     assert "client 1 is already node" in log
+
+
+def _fake_flwr(folder: Path, code: int, said: str) -> Path:
+    """A ``flwr`` that records its arguments in ``folder/calls``, says ``said`` on stderr and
+    exits with ``code``."""
+    script = folder / "flwr"
+    script.write_text(f"#!/bin/sh\necho \"$@\" >> '{folder / 'calls'}'\necho \"{said}\" >&2\n"
+                      f"exit {code}\n")
+    script.chmod(0o755)
+    return script
+
+
+@pytest.mark.parametrize("case", ["pending", "started", "refused", "no-id"])
+def test_an_interrupted_server_stops_its_run_or_says_how(tmp_path: Path, monkeypatch,
+                                                         case: str) -> None:
+    """Ctrl-C / SIGTERM on ``fedgl server``: the run still pending (no ServerApp, so no
+    ``run_id`` file) is stopped by the id ``flwr run`` printed, at once; a started one by the
+    ServerApp's; "stopped on the SuperLink" only where ``flwr stop`` succeeded, else one clause
+    naming the run and the ``flwr stop`` to run; no id at all: nothing claimed."""
+    import subprocess
+    import time
+
+    from fedgl.deployment import commands
+
+    work = tmp_path / "work"
+    work.mkdir()
+    flwr = _fake_flwr(tmp_path, 1 if case == "refused" else 0,
+                      "Run 77 couldn't be stopped." if case == "refused" else "stopped")
+    monkeypatch.setattr(commands, "_flower_bin", lambda name: str(flwr))
+    if case != "no-id":
+        (work / "flwr-run.log").write_text("Loading project configuration...\n"
+                                           "Successfully started run 77\n")
+    if case == "started":
+        (work / "run_id").write_text("77")
+    proc = subprocess.Popen(["sleep", "60"] if case != "no-id" else ["true"],
+                            start_new_session=True)   # flwr run, streaming
+    if case == "no-id":
+        proc.wait()
+    begun = time.monotonic()
+    said = commands._stop_run(work, tmp_path / "home", proc)
+    assert time.monotonic() - begun < 5 and proc.poll() is not None
+    calls = (tmp_path / "calls").read_text().splitlines() if case != "no-id" else []
+    assert "\n" not in said
+    if case == "no-id":
+        assert not (tmp_path / "calls").exists() and "stopped on the SuperLink" not in said
+        assert "no run id" in said and "flwr ls" in said
+        return
+    assert calls == ["stop 77 fedgl"]
+    if case == "refused":
+        assert "stopped on the SuperLink" not in said
+        assert said.startswith("run 77 may still be on the SuperLink") and "flwr stop 77" in said
+        assert "couldn't be stopped" in said
+    else:
+        assert said == "run 77 was stopped on the SuperLink"
+
+
+def test_the_interrupted_line_claims_a_stop_only_where_one_was_made(tmp_path: Path,
+                                                                     monkeypatch, capsys) -> None:
+    """The CLI's one line (exit 130) ends with what became of the run, as ``fedgl server``
+    reported it; an interrupt before anything was submitted claims nothing of the SuperLink."""
+    from fedgl.cli import main
+    from fedgl.deployment import commands
+    from fedgl.errors import ServerInterrupted
+    from fedgl.privacy.identity import write_keys
+
+    write_keys(tmp_path / "keys", 3)
+    flags = ["server", "--superlink", "127.0.0.1:9", "--insecure", "--roster",
+             str(tmp_path / "keys" / "roster.json"), "--clients", "3", "--no-progress",
+             "--out", str(tmp_path / "out")]
+    for raised, expected in ((ServerInterrupted("run 5 may still be on the SuperLink (flwr "
+                                                "stop failed: x): stop it with `flwr stop 5` "
+                                                "against the SuperLink"), "flwr stop 5"),
+                             (KeyboardInterrupt(), None)):
+        def interrupted(cfg, args, raised=raised):
+            raise raised
+
+        monkeypatch.setattr(commands, "cmd_server", interrupted)
+        assert main(flags) == 130
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("fedgl: interrupted"), err
+        assert "was stopped on the SuperLink" not in err[0]
+        if expected:
+            assert expected in err[0]
+        else:
+            assert "SuperLink" not in err[0]

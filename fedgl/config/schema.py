@@ -21,8 +21,17 @@ from typing import Any
 import yaml
 
 from fedgl.config.fields import check_fields
-from fedgl.config.registry import AlgorithmSpec, algorithm_names, canonical_name, get_spec, load_all
+from fedgl.config.registry import (
+    HORIZONTAL_KEYS,
+    VERTICAL_KEYS,
+    AlgorithmSpec,
+    algorithm_names,
+    canonical_name,
+    get_spec,
+    load_all,
+)
 from fedgl.config.sections import (
+    OWN_PARTITION,
     SECTIONS,
     DataConfig,
     ExperimentConfig,
@@ -31,8 +40,13 @@ from fedgl.config.sections import (
     OutputConfig,
     PrivacyConfig,
     Section,
+    own_keys_line,
 )
 from fedgl.errors import ConfigError
+
+#: the data-shaping keys the organisations' own shards decide (beside ``partition``, which such a
+#: run records as ``own``): at their defaults there, and left out of its recorded config
+OWN_DECIDED = tuple(k for k in (*HORIZONTAL_KEYS, *VERTICAL_KEYS) if k != "partition")
 
 #: common key -> the section it belongs to
 COMMON_KEYS: dict[str, str] = {f.name: name for name, cls in SECTIONS.items()
@@ -236,12 +250,18 @@ class Config:
 
     # ------------------------------------------------------------------ export
     def to_dict(self) -> dict[str, Any]:
-        """Flat keys: ``algorithm``, every common key, then the algorithm's options."""
+        """Flat keys: ``algorithm``, every common key, then the algorithm's options. Over the
+        organisations' own data (``own:NAME``, partition ``own``) the keys their shards decide
+        (:data:`OWN_DECIDED`, at their defaults there) are left out: a result records what
+        ran."""
         out: dict[str, Any] = {"algorithm": self.algorithm}
         for section in self._sections.values():
             out.update(dataclasses.asdict(section))
         if self._options is not None:
             out.update(dataclasses.asdict(self._options))
+        if out.get("partition") == OWN_PARTITION:
+            for key in OWN_DECIDED:
+                out.pop(key, None)
         return out
 
     def to_nested(self) -> dict[str, Any]:
@@ -266,6 +286,7 @@ class Config:
     def validate(self) -> None:
         """Check every section, the rules between sections, and the algorithm's options."""
         spec = self._spec
+        self._check_own_data(spec)
         for section in self._sections.values():
             section.validate()
         if self._options is not None:
@@ -287,9 +308,27 @@ class Config:
         if self._options is not None and hasattr(self._options, "validate"):
             self._options.validate(self)
 
+    def _check_own_data(self, spec: AlgorithmSpec) -> None:
+        """Partition ``own`` exactly where the data set is the organisations' own, and there
+        no other data-shaping key off its default (their shards decide them)."""
+        partition = self._sections["federation"].partition
+        if not _is_own(self._sections["data"].dataset):
+            if partition == OWN_PARTITION:
+                raise ConfigError("partition own is that of the organisations' own data "
+                                  "(--dataset own:NAME, from fedgl ingest); choose another "
+                                  "--partition, e.g. dirichlet")
+            return
+        off = [k for k in OWN_DECIDED if getattr(self, k) != _default(spec, k)]
+        if partition != OWN_PARTITION:
+            off.insert(0, "partition")
+        if off:
+            raise ConfigError(own_keys_line(off))
+
     def _check_unread(self, spec: AlgorithmSpec) -> None:
         for key in spec.unread_keys():
             section = self._sections[COMMON_KEYS[key]]
+            if key == "partition" and section.partition == OWN_PARTITION:
+                continue   # the organisations' own data, in any setting
             if getattr(section, key) != _default(spec, key):
                 raise ConfigError(f"{key} is not read by {spec.name}; drop --{_flag(key)} (see "
                                   f"`fedgl run --algorithm {spec.name} --help`)")
@@ -352,6 +391,11 @@ def _flag(key: str) -> str:
 def _canonical_key(key: Any) -> str:
     name = str(key).replace("-", "_")
     return KEY_ALIASES.get(name, name)
+
+
+def _is_own(dataset: Any) -> bool:
+    """Whether ``dataset`` names the organisations' own data (``own:NAME``)."""
+    return isinstance(dataset, str) and dataset.lower().startswith("own:")
 
 
 def _field_default(cls: type, name: str) -> Any:
@@ -450,6 +494,13 @@ def _build(algorithm: Any, flat: dict[str, Any], source: str
             given.add(key)
         else:
             _refuse_foreign(key, value, spec, source)
+    if _is_own(section_values["data"].get("dataset", _field_default(DataConfig, "dataset"))):
+        # the organisations' own data: their shards are the partition, recorded as such; a
+        # partition at the algorithm's default (carried over by replace(), or stored by an
+        # earlier fedgl) is theirs, another one is refused by validate()
+        fed = section_values["federation"]
+        if fed.get("partition", _default(spec, "partition")) == _default(spec, "partition"):
+            fed["partition"] = OWN_PARTITION
     sections = {}
     for name, cls in SECTIONS.items():
         try:

@@ -27,6 +27,9 @@ NAMED_DATASETS = ("cora", "citeseer", "pubmed", "sbm", "ogbn-arxiv", "ogbn-produ
                   "ogbn-papers100m", "reddit")
 DATASET_PREFIXES = ("npz:", "synthetic:", "own:")
 PARTITIONS = ("dirichlet", "iid", "metis", "metis-train", "random", "powerlaw", "louvain", "p-split")
+#: the partition of the organisations' own data (``dataset: own:NAME``): their shards are their
+#: own tables, split by no partitioner; a run over them records this, and never another
+OWN_PARTITION = "own"
 #: partition keys and the partitions that read them (off its default elsewhere: an error)
 PARTITION_KEYS = {"beta": ("dirichlet",), "mcmahan_p": ("p-split",),
                   "metis_max_degree": ("metis", "metis-train")}
@@ -130,7 +133,8 @@ class FederationConfig(Section):
     partition: str = option("dirichlet", "horizontal node split: dirichlet (label skew), iid, "
                                          "metis, metis-train (training nodes balanced too), "
                                          "random, powerlaw (power-law client sizes), louvain or "
-                                         "p-split (--mcmahan-p)")
+                                         "p-split (--mcmahan-p); own: the organisations' own "
+                                         "shards (set by --dataset own:NAME)")
     beta: float = option(1.0, "Dirichlet concentration β (small = non-i.i.d.)")
     mcmahan_p: float = option(0.5, "p-split partition: McMahan's p (1 = i.i.d., 0 = one class "
                                    "per client)")
@@ -155,7 +159,8 @@ class FederationConfig(Section):
         at_least("min_client_size", self.min_client_size, 1)
         at_least("clients_per_round", self.clients_per_round, 0)
         at_least("metis_max_degree", self.metis_max_degree, 0)
-        choice("partition", self.partition, PARTITIONS)
+        if self.partition != OWN_PARTITION:   # own: checked with the data set (Config)
+            choice("partition", self.partition, PARTITIONS)
         choice("aggregation", self.aggregation, AGGREGATIONS)
         choice("feature_split", self.feature_split, FEATURE_SPLITS)
         if self.setting is not None:
@@ -169,6 +174,8 @@ class FederationConfig(Section):
         if not 0 < self.edge_share <= 1:
             raise ConfigError(f"edge_share must be in (0, 1] (got {self.edge_share}); use e.g. 0.8")
         for key, readers in PARTITION_KEYS.items():
+            if self.partition == OWN_PARTITION:
+                break
             if self.partition not in readers and getattr(self, key) != _default_of(key):
                 raise ConfigError(f"{key} applies to {_READERS[key]} (got --partition "
                                   f"{self.partition}); drop --{key.replace('_', '-')} or use "
@@ -176,6 +183,13 @@ class FederationConfig(Section):
         if self.clients_per_round > self.clients:
             raise ConfigError(f"clients_per_round ({self.clients_per_round}) exceeds clients "
                               f"({self.clients}); use at most {self.clients}, or 0 for all")
+
+
+def own_keys_line(keys: list[str]) -> str:
+    """The one line refusing data-shaping ``keys`` over the organisations' own shards."""
+    flags = ", ".join(f"--{k.replace('_', '-')}" for k in keys)
+    return (f"the organisations' own shards decide the partition; drop {flags} (it would not "
+            "run, only be written into the result)")
 
 
 def _default_of(key: str) -> object:

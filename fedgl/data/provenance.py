@@ -88,18 +88,20 @@ def shard_record(source: dict[str, Any], client_id: int, num_nodes: int) -> dict
 def own_keys_given(cfg: Any) -> list[str]:
     """The data-shaping keys a run over the organisations' own shards sets although the shards
     decide them (the partition and the keys it reads; the vertical split): a run records what
-    ran, so these are refused rather than written into the result."""
+    ran, so these are refused rather than written into the result. ``partition: own`` (what
+    such a run records, e.g. in a stored config run again) names them and is no such key."""
     from fedgl.config.registry import HORIZONTAL_KEYS, VERTICAL_KEYS
+    from fedgl.config.sections import OWN_PARTITION
 
-    return [k for k in (*HORIZONTAL_KEYS, *VERTICAL_KEYS) if k in cfg.given_keys]
+    return [k for k in (*HORIZONTAL_KEYS, *VERTICAL_KEYS) if k in cfg.given_keys
+            and not (k == "partition" and cfg.partition == OWN_PARTITION)]
 
 
 def refuse_own_keys(cfg: Any) -> None:
     """Raise one line naming the keys :func:`own_keys_given` finds."""
+    from fedgl.config.sections import own_keys_line
     from fedgl.errors import ConfigError
 
     given = own_keys_given(cfg)
     if given:
-        flags = ", ".join(f"--{k.replace('_', '-')}" for k in given)
-        raise ConfigError(f"the organisations' own shards decide the partition; drop {flags} "
-                          "(it would not run, only be written into the result)")
+        raise ConfigError(own_keys_line(given))

@@ -21,7 +21,7 @@ from fedgl.config import Config
 from fedgl.deployment.client_policy import add_policy_flags
 from fedgl.deployment.scratch import scratch_folder, terminate_as_interrupt
 from fedgl.deployment.tls import check_transport, trial_certificates
-from fedgl.errors import ConfigError, RunAborted
+from fedgl.errors import ConfigError, RunAborted, ServerInterrupted
 
 APP_NAME = "fedgl-deployment"
 #: seconds between the SuperNode's checks for a ClientApp task (Flower's default is 1 s)
@@ -266,7 +266,9 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
         server.join(timeout=5)
         if log_file is not None:
             log_file.close()
-    return 0 if code in (0, -signal.SIGTERM, 130) else 1
+    if code == 130:   # Ctrl-C: 130, as every fedgl command (SIGTERM, a service's stop: 0)
+        return 130
+    return 0 if code in (0, -signal.SIGTERM) else 1
 
 
 def client_log_path(args: Any, party: Any) -> Path:
@@ -556,9 +558,9 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
                     time.sleep(0.5)
         except KeyboardInterrupt:
             let_go.set()
-            _stop_run(work / "run_id", home, proc)
+            said = _stop_run(work, home, proc)
             _end_serverapp(work, status)
-            raise
+            raise ServerInterrupted(said) from None
         finally:
             watch.done.set()
             link.done.set()
@@ -575,8 +577,16 @@ def _serve_run(args: Any, cfg: Config, superlink: str, tls: list[str], out: Path
         if stopped is not None:
             raise RunAborted(stopped)
         if link.was_away:
-            from fedgl.deployment.run_watch import how_to_go_on
+            from fedgl.deployment.run_watch import how_to_go_on, run_status, tcp_reachable
 
+            run_id = _submitted_run(work)
+            if run_id is not None and tcp_reachable(superlink) and not str(run_status(
+                    work / "run_id", lambda rid: flwr_json(flwr, env, "ls", "--run-id",
+                                                           str(rid)))).startswith("finished"):
+                # its ServerApp is gone, but the SuperLink back from a restart may still list
+                # the run as running, and the federation as busy to the --resume below
+                subprocess.run([flwr, "stop", str(run_id), "fedgl"], env=env,
+                               capture_output=True, timeout=30, check=False)
             raise RunAborted(f"the SuperLink at {superlink} went away during the run and the run "
                              f"ended with it; {how_to_go_on(out, 'once it is back')}")
         tail = log.read_text()[-600:].strip().splitlines()
@@ -646,27 +656,61 @@ def _keep_log(path: Path, out: Path) -> None:
             f.write(path.read_bytes())
 
 
-def _stop_run(run_id_file: Path, flwr_home: Path, proc: subprocess.Popen) -> None:
+def _stop_run(work: Path, flwr_home: Path, proc: subprocess.Popen) -> str:
     """Ctrl-C on ``fedgl server``: stop the run on the SuperLink too (``flwr stop``; the
-    ServerApp it started would otherwise go on, orphaned), then ``flwr run`` itself. The
-    SuperLink ends the run's ServerApp and tells the SuperNodes, which end its ClientApps."""
-    run_id = None
-    for _ in range(100):  # the ServerApp writes its run id as it starts: wait up to 10 s
-        try:
-            run_id = int(run_id_file.read_text())
+    ServerApp it started would otherwise go on, orphaned, and a run still pending would start
+    with the next SuperLink), then ``flwr run`` itself. The SuperLink ends the run's ServerApp
+    and tells the SuperNodes, which end its ClientApps. The run is the one whose id the
+    ServerApp wrote as it started (``work/run_id``), else the one ``flwr run`` printed on
+    submission (a run still pending); returns what became of it (:func:`stop_clause`)."""
+    run_id = _submitted_run(work)
+    for _ in range(100):   # flwr run may be submitting right now: wait up to 10 s for its id
+        if run_id is not None or proc.poll() is not None:
             break
-        except (OSError, ValueError):
-            if proc.poll() is not None:
-                break
-            time.sleep(0.1)
+        time.sleep(0.1)
+        run_id = _submitted_run(work)
+    if run_id is None:
+        run_id = _submitted_run(work)   # printed as flwr run ended
+    why = "no run id"
     if run_id is not None:
         try:
-            subprocess.run([_flower_bin("flwr"), "stop", str(run_id), "fedgl"],
-                           env=_flower_env(flwr_home), capture_output=True, timeout=30,
-                           check=False)
-        except (subprocess.TimeoutExpired, OSError):
-            pass
+            done = subprocess.run([_flower_bin("flwr"), "stop", str(run_id), "fedgl"],
+                                  env=_flower_env(flwr_home), capture_output=True, text=True,
+                                  timeout=30, check=False)
+            said = [ln.strip() for ln in (done.stderr + done.stdout).splitlines() if ln.strip()]
+            why = "" if done.returncode == 0 else (said[-1][:200] if said else
+                                                    f"exit {done.returncode}")
+        except (subprocess.TimeoutExpired, OSError, ConfigError) as exc:
+            why = f"{type(exc).__name__}"
     _kill_group(proc)
+    return stop_clause(run_id, why)
+
+
+def _submitted_run(work: Path) -> int | None:
+    """The id of the run ``fedgl server`` submitted: the ServerApp's (``run_id``, once it
+    started), else the one ``flwr run`` printed (``flwr-run.log``); None before either."""
+    from fedgl.deployment.run_watch import run_id_from
+
+    try:
+        return int((work / "run_id").read_text())
+    except (OSError, ValueError):
+        pass
+    try:
+        return run_id_from((work / "flwr-run.log").read_text(errors="replace"))
+    except OSError:
+        return None
+
+
+def stop_clause(run_id: int | None, why: str) -> str:
+    """What the interrupted ``fedgl server``'s line says of its run on the SuperLink: stopped
+    only where ``flwr stop`` said so (``why`` empty), else how to stop it."""
+    if run_id is None:
+        return ("flwr run had reported no run id, so fedgl server stopped no run (`flwr ls` "
+                "lists the SuperLink's runs)")
+    if not why:
+        return f"run {run_id} was stopped on the SuperLink"
+    return (f"run {run_id} may still be on the SuperLink (flwr stop failed: {why}): stop it "
+            f"with `flwr stop {run_id}` against the SuperLink")
 
 
 def resumed_config(args: Any, overrides: dict[str, Any]) -> Config:

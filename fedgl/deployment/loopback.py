@@ -44,11 +44,14 @@ class Loopback:
     ``flwr supernode register`` before it starts; ``gate=True``: the clients reach the SuperLink
     through ``fedgl gate`` (:mod:`.fleet_gate`, the Fleet API only) at ``fed.client_address``,
     as docs/deployment.md sets up a coordinator, while ``fed.address`` (``fedgl server``,
-    ``flwr``) is the SuperLink's own."""
+    ``flwr``) is the SuperLink's own; ``database=True``: the SuperLink keeps its state in
+    ``superlink.db`` in the folder (``--database``), so :meth:`restart_superlink` brings it back
+    with its runs and nodes."""
 
     def __init__(self, folder: str | Path, shards: str | Path, keys: str | Path, clients: int,
                  client_args: list[str] | None = None, start_timeout: float = 60.0, *,
-                 tls: bool = False, supernode_auth: bool = False, gate: bool = False) -> None:
+                 tls: bool = False, supernode_auth: bool = False, gate: bool = False,
+                 database: bool = False) -> None:
         if supernode_auth and not tls:
             raise ValueError("Flower's SuperNode authentication needs TLS (tls=True)")
         self.folder = Path(folder)
@@ -65,6 +68,9 @@ class Loopback:
         self.tls_flags = ["--insecure"]
         self.supernode_auth = supernode_auth
         self.ca: Path | None = None
+        self.database = database
+        self._link_cmd: list[str] = []
+        self._killed_groups: list[int] = []
 
     def _spawn(self, name: str, cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
         log = open(self.folder / f"{name}.log", "w")  # noqa: SIM115 - closed with the process
@@ -92,9 +98,11 @@ class Loopback:
                 self.ca = certs["ca"]
             if self.supernode_auth:
                 link_tls.append("--enable-supernode-auth")
-            self._spawn("superlink", [_flower_bin("flower-superlink"), *link_tls, "--host",
-                                      "127.0.0.1", "--port", str(port),
-                                      "--disable-runtime-dependency-installation"],
+            if self.database:
+                link_tls += ["--database", str(self.folder / "superlink.db")]
+            self._link_cmd = [_flower_bin("flower-superlink"), *link_tls, "--host", "127.0.0.1",
+                              "--port", str(port), "--disable-runtime-dependency-installation"]
+            self._spawn("superlink", self._link_cmd,
                         _flower_env(home, task_poll=False))   # as docs/deployment.md starts it
             self._wait_port(port)
             self.client_address = self.address
@@ -177,6 +185,23 @@ class Loopback:
         raise RuntimeError(f"the {name} did not listen on {port} within "
                            f"{self.start_timeout:g} s")
 
+    def restart_superlink(self, down: float) -> None:
+        """Kill the SuperLink process at once (SIGKILL, as a crash would; what it started
+        notices its parent gone), wait ``down`` seconds, start it again on the same address
+        (its log appended to); with ``database=True`` it comes back with its state."""
+        proc = self.procs["superlink"]
+        proc.kill()
+        proc.wait()
+        self._killed_groups.append(proc.pid)   # what it started there: ended in close()
+        time.sleep(down)
+        log = open(self.folder / "superlink.log", "a")  # noqa: SIM115 - closed with the process
+        self.procs["superlink"] = subprocess.Popen(
+            self._link_cmd, env=_flower_env(self.folder / "superlink-home", task_poll=False),
+            stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            preexec_fn=_die_with_parent)
+        log.close()
+        self._wait_port(int(self.address.rpartition(":")[2]))
+
     def kill_client(self, k: int) -> None:
         """Kill client k's process (party, SuperNode and relay runner) at once, as a crash would."""
         proc = self.procs[f"client-{k}"]
@@ -205,6 +230,12 @@ class Loopback:
                     pass
                 proc.wait()
         self.procs.clear()
+        for group in self._killed_groups:   # a killed SuperLink's children, if any are left
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._killed_groups.clear()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:

@@ -12,7 +12,10 @@
   is reported in one line within seconds and stopped, instead of ``fedgl server`` waiting past
   ``--join-timeout`` in silence. Flower's own view of the runs is ``flwr ls`` / ``flwr log``.
 - :class:`LinkWatch`: while the run goes on, one line when the SuperLink stops accepting
-  connections (restarting, or gone) and one when it is back, with how long it was away.
+  connections (restarting, or gone) and one when it is back, with how long it was away. A
+  SuperLink that restarted ends the run (its SuperExec, and with it the run's ServerApp, ends
+  with it; the restarted one refuses the old ServerApp's token): ``fedgl server`` then stops
+  the run there if it is still listed, and says how to resume it.
 """
 
 from __future__ import annotations
@@ -209,7 +212,7 @@ class LinkWatch:
         if self.reachable():
             if self.away_since is not None:
                 self.say(f"the SuperLink at {self.address} is back after "
-                         f"{now - self.away_since:.0f} s; the run goes on")
+                         f"{now - self.away_since:.0f} s")
             self.failures, self.away_since = 0, None
             return
         self.failures += 1
@@ -217,8 +220,8 @@ class LinkWatch:
             self.away_since = now - self.every
             self.was_away = True
             self.say(f"the SuperLink at {self.address} does not answer (restarting, or gone; "
-                     "see its log); the run's ServerApp waits for it, and ends if it does not "
-                     "come back")
+                     "see its log); a restart of the SuperLink ends the run (Flower's SuperExec "
+                     "ends with it): fedgl server then says how to resume it")
 
     def watch(self) -> None:
         while not self.done.wait(self.every):
