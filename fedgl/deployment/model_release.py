@@ -279,12 +279,10 @@ def _score_vertical(runtime: Any, cfg: Any, seed: int, model: Path,
     run), each party loads the part it kept (``party.load_part``), the paper's joint inference
     runs as the run's evaluation did, and each party keeps its part again with the card, the
     label holder its scores and metrics (``party.own_part``): no prediction leaves it."""
-    from fedgl.algorithms.glasu.deployed import _options
-    from fedgl.algorithms.glasu.runner import glasu_params, start_server
+    from fedgl.algorithms.glasu.deployed import start_vertical_server
 
     card = read_card(model)
-    server, _ = start_server(runtime, cfg, seed,
-                             lambda num_classes: glasu_params(cfg, _options(cfg), num_classes))
+    server, _ = start_vertical_server(runtime, cfg, seed)
     loaded = _hand_over(runtime, LOAD_PART, {}, log, "load its kept part")
     missing = sorted(set(runtime.client_ids) - set(loaded))
     if missing:

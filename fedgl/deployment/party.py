@@ -334,8 +334,8 @@ class Party:
     def load_part(self) -> dict[str, Any]:
         """Scoring with a model split among the parties (``fedgl server --predict``): this
         party's own part, as it kept it under ``--out`` at the end of training, goes into its
-        role (checked against its own card; nothing is sent; again, the same part again); the
-        reply is its digest."""
+        role, checked against its own card. Nothing of it is sent (asked again, it loads the
+        same part again); the reply is its digest."""
         from fedgl.deployment.model_release import load_own_part
 
         if self._context[1] != self.run_id:

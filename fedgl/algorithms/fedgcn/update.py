@@ -157,8 +157,12 @@ class KeptExchange:
 
 @dataclass
 class _Update:
+    """This session's comparison with the kept exchange (what keeping the new one reuses)."""
+
     kept: KeptExchange
-    changed: Tensor  # bool over the full touched rows: this client's contribution changed
+    keys: np.ndarray          # S16 keys of the full touched rows, now
+    fingerprints: np.ndarray  # their contributions' fingerprints, now
+    changed: Tensor           # bool over the full touched rows: this client's contribution changed
 
 
 class UpdateClient:
@@ -211,8 +215,9 @@ class UpdateClient:
         before = np.zeros((len(keys), KEY_BYTES), dtype=np.uint8)
         known = _lookup(keys, kept.touched)
         before[known >= 0] = kept.contributions[known[known >= 0]]
-        changed = (known < 0) | (before != self._contributions()).any(axis=1)
-        self._update = _Update(kept, torch.from_numpy(changed))
+        now = self._contributions()
+        changed = (known < 0) | (before != now).any(axis=1)
+        self._update = _Update(kept, keys, now, torch.from_numpy(changed))
         return {**msg, "full": 0, "kept": kept.exchange, "changed": touched[self._update.changed]}
 
     @handles("fedgcn.restrict_rows", phases=("pretrain",), states=("pretraining",),
@@ -250,7 +255,7 @@ class UpdateClient:
         if int(fresh.sum()) != sums.size(0):
             raise ProtocolViolation(f"client {d.client_id} received {sums.size(0)} rows for the "
                                     f"{int(fresh.sum())} rows of its restricted exchange")
-        keys = stable_keys(d, n_req)
+        keys = update.keys[:n_req]
         merged = torch.empty((n_req, sums.size(1)), dtype=sums.dtype)
         merged[fresh] = sums
         old = np.flatnonzero(~fresh.numpy())
@@ -275,21 +280,22 @@ class UpdateClient:
         """After every complete exchange, with a state folder: keep it (see the module
         docstring), so that scoring after new data exchanges only what changed."""
         folder = self._kept_folder()
-        touched = self._full_touched()
         exchange, self._exchange_id = self._exchange_id, ""
+        update, self._update = self._update, None
         if folder is None:
-            self._update = None
             return
-        if len(touched) * self.data.num_features > MAX_KEPT_VALUES:
+        if len(self._full_touched()) * self.data.num_features > MAX_KEPT_VALUES:
             (folder / KEPT_FILE).unlink(missing_ok=True)   # an older one would be stale now
-            self._update = None
             return
-        n_req = sums.size(0)
-        KeptExchange(self._exchange_settings(), exchange, stable_keys(self.data, len(touched)),
-                     self._contributions(), stable_keys(self.data, n_req), sums.detach().clone(),
+        if update is None:   # a whole exchange: this client's rows as they are now
+            keys = stable_keys(self.data, len(self._full_touched()))
+            fingerprints = self._contributions()
+        else:                # computed when it compared them with the kept exchange
+            keys, fingerprints = update.keys, update.fingerprints
+        KeptExchange(self._exchange_settings(), exchange, keys, fingerprints,
+                     keys[:sums.size(0)], sums.detach().clone(),
                      degrees.clone() if degrees is not None else torch.zeros(0, dtype=torch.long)
                      ).save(folder)
-        self._update = None
 
 
 class UpdateServer:

@@ -97,6 +97,17 @@ def glasu_client(shard: Any, cfg: Config, seed: int) -> GlasuClient:
     return GlasuClient(shard, params, seed, state_dir=state_dir)
 
 
+def start_vertical_server(runtime: Any, cfg: Config, seed: int) -> tuple[Any, Any]:
+    """GLASU's server over a deployment's runtime, set up as a local run sets it up
+    (:func:`fedgl.algorithms.glasu.runner.start_server`, the run's options): the server and the
+    parties' facts. Training (:func:`run_vertical`) and scoring with the parts the parties
+    kept (``fedgl server --predict``) both start here."""
+    from fedgl.algorithms.glasu.runner import glasu_params, start_server
+
+    return start_server(runtime, cfg, seed,
+                        lambda num_classes: glasu_params(cfg, _options(cfg), num_classes))
+
+
 def run_vertical(runtime: FlowerRuntime, cfg: Config, seed: int, t0: float) -> RepeatResult:
     """One deployed GLASU repeat (see the module docstring), set up as a local run sets it up
     (:func:`fedgl.algorithms.glasu.runner.start_server`)."""
@@ -105,12 +116,11 @@ def run_vertical(runtime: FlowerRuntime, cfg: Config, seed: int, t0: float) -> R
         flower_rounds,
         resume_keeping_setup,
     )
-    from fedgl.algorithms.glasu.runner import drive_glasu, glasu_params, json_params, start_server
+    from fedgl.algorithms.glasu.runner import drive_glasu, json_params
     from fedgl.algorithms.glasu.runner import resume_repeat as resume_glasu
     from fedgl.algorithms.runner import finish_repeat
 
-    server, facts = start_server(runtime, cfg, seed,
-                                 lambda num_classes: glasu_params(cfg, _options(cfg), num_classes))
+    server, facts = start_vertical_server(runtime, cfg, seed)
     params = server.p
     setup_seconds = time.perf_counter() - t0
     cont = continuation(runtime)
