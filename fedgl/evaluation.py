@@ -13,7 +13,8 @@ from fedgl.config import Config
 from fedgl.data.client_data import SPLITS
 from fedgl.data.graph import GraphData
 from fedgl.federation.aggregate import State
-from fedgl.models import build_model, gcn_edge_weights
+from fedgl.models import GCN, build_model, gcn_edge_weights
+from fedgl.models.base import sparse_rows
 
 
 class OracleEvaluator:
@@ -25,6 +26,8 @@ class OracleEvaluator:
                                  graph.num_classes, config.layers, config.dropout).to(self.device)
         ei, w = gcn_edge_weights(graph.edge_index, graph.num_nodes, graph.degrees() + 1)
         self.x = graph.x.to(self.device)
+        if isinstance(self.model, GCN):  # its first use of x is x W^T: sparse features in CSR
+            self.x = sparse_rows(self.x)
         self.edge_index, self.edge_weight = ei.to(self.device), w.to(self.device)
         self.y = graph.y.to(self.device)
         self.masks = [getattr(graph, f"{s}_mask").to(self.device) for s in SPLITS]

@@ -39,7 +39,7 @@ from torch import Tensor
 
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
-from fedgl.models.base import dropout, scatter_sum
+from fedgl.models.base import dropout, scatter_sum, sparse_rows
 from fedgl.models.gcn import GCN
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
@@ -72,6 +72,7 @@ class Blocks:
         self.x = [b.x for b in inputs]
         self._x_all: Tensor | None = None
         self._distinct: tuple[Tensor, Tensor] | None = None
+        self._distinct_sparse: tuple[Tensor, Tensor] | None = None
         self.edges = {name: torch.cat([b.edges[name] + o
                                        for b, o in zip(inputs, offsets, strict=True)], 1)
                       for name in inputs[0].edges}
@@ -109,6 +110,15 @@ class Blocks:
             self._distinct = ((x[torch.from_numpy(first)], torch.from_numpy(index.reshape(-1)))
                               if same else (x, torch.arange(x.size(0))))
         return self._distinct
+
+    def distinct_x_for_linear(self) -> tuple[Tensor, Tensor]:
+        """:meth:`distinct_x` with its rows in CSR form where they are sparse
+        (:func:`~fedgl.models.base.sparse_rows`), for a first layer that only multiplies them;
+        computed once."""
+        if self._distinct_sparse is None:
+            rows, index = self.distinct_x()
+            self._distinct_sparse = (sparse_rows(rows), index)
+        return self._distinct_sparse
 
     def split(self, h: Tensor) -> tuple[Tensor, ...]:
         """Union rows -> each client's rows."""
@@ -314,9 +324,10 @@ def predict_gnn_clients(clients: Sequence[Any], weights: State,
 
     def run(model: torch.nn.Module, b: Blocks) -> Tensor:
         # pre-aggregated rows (FedGCN's received sums) repeat across clients: the first layer's
-        # product once per distinct row (a GCN's on the CPU; otherwise the rows as they are)
+        # product once per distinct row, on their CSR form where sparse (a GCN's on the CPU;
+        # otherwise the rows as they are)
         share = pre and isinstance(model, GCN) and b.x_all.device.type == "cpu"
-        extra = {"distinct": b.distinct_x()} if share else {}
+        extra = {"distinct": b.distinct_x_for_linear()} if share else {}
         return model(b.x_all, b.edges["edge_index"], b.edge_weight, out_rows=b.out_rows,
                      **kwargs, **extra)
 
