@@ -14,6 +14,7 @@ configuration that is refused certainly cannot fit:
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -102,14 +103,22 @@ def release_freed_memory() -> None:
     ``malloc_trim``; a no-op elsewhere). Without it a process running many cells keeps the
     high-water mark of every run it made: five CiteSeer FedSage+ cells held 6.5 GB resident
     with no tensor alive, 376 MB after the trim."""
+    trim = _malloc_trim()
+    if trim is not None:
+        trim(0)
+
+
+@functools.lru_cache(maxsize=1)
+def _malloc_trim() -> Any:
+    """glibc's ``malloc_trim``, or None; looked up once (``find_library`` runs a subprocess
+    each time, and FedGCN's exchange frees memory after every client's block)."""
     import ctypes
     import ctypes.util
 
     name = ctypes.util.find_library("c")
     try:
         libc = ctypes.CDLL(name) if name else None
-        if libc is not None and hasattr(libc, "malloc_trim"):
-            libc.malloc_trim(0)
     except OSError:
-        pass
+        return None
+    return getattr(libc, "malloc_trim", None) if libc is not None else None
 
