@@ -20,6 +20,7 @@ from torch_geometric.utils import scatter, softmax
 from fedgl.algorithms.batched import (
     BlockInput,
     Blocks,
+    autograd_step,
     cached_blocks,
     fit_many_or_idle,
     fit_stacked,
@@ -53,7 +54,7 @@ def fit_together(clients: Sequence[GATClient], weights: State, local_steps: int,
         blocks = cached_blocks(cache, "fit", key,
                                lambda: Blocks([_block_input(c) for c in active]))
         return fit_stacked(active, weights, local_steps, round, blocks,
-                           lambda p, b, g: _forward(active[0].model, p, b, g))
+                           autograd_step(lambda p, b, g: _forward(active[0].model, p, b, g)))
 
     return fit_many_or_idle(clients, weights, fit_active)
 
