@@ -12,6 +12,7 @@ fixed schema known to both ends and are not counted.
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,10 +54,21 @@ class SparseRows:
 
     @classmethod
     def from_dense(cls, x: torch.Tensor | np.ndarray) -> SparseRows:
-        import scipy.sparse as sp
+        """From a dense matrix (its non-zeros, row by row, columns ascending), by torch's CSR
+        conversion (about twice as fast as scipy's from a dense array; the same arrays)."""
+        t = x.detach().cpu() if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
+        if t.dim() != 2 or t.dtype not in (torch.float32, torch.float64):
+            import scipy.sparse as sp
 
-        arr = x.detach().cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
-        return cls.from_scipy(sp.csr_matrix(arr))
+            return cls.from_scipy(sp.csr_matrix(t.numpy()))
+        with warnings.catch_warnings():  # torch calls its CSR support "beta" on conversion
+            warnings.simplefilter("ignore", UserWarning)
+            csr = t.contiguous().to_sparse_csr()
+        rows, cols = t.shape
+        values = csr.values().numpy()
+        return cls(csr.crow_indices().numpy().astype(smallest_uint(len(values))),
+                   csr.col_indices().numpy().astype(smallest_uint(max(cols - 1, 0))),
+                   np.ascontiguousarray(values), (int(rows), int(cols)))
 
     @property
     def nnz(self) -> int:

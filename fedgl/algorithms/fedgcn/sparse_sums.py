@@ -55,7 +55,7 @@ def unscaled_features(x: Tensor) -> np.ndarray | sp.csr_matrix:
     ``1 · (x_j · s_j)``, so the sums are bitwise those of ``B_k X̃_k``."""
     arr = x.numpy()
     density = float(np.count_nonzero(arr)) / max(arr.size, 1)
-    return sp.csr_matrix(arr) if density < SPARSE_FEATURES else arr
+    return SparseRows.from_dense(x).to_scipy() if density < SPARSE_FEATURES else arr
 
 
 def scaled_incidence(b: sp.csr_matrix, deg_tilde: Tensor, dtype: torch.dtype) -> sp.csr_matrix:
