@@ -1,0 +1,90 @@
+"""The CPU run's shortcuts give what the general code gives: CSR evaluation products, loading a
+model by copying into its parameters, dense rows to SparseRows by torch's CSR conversion."""
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+import torch
+import torch.nn.functional as F
+
+from fedgl.federation.messages import SparseRows
+from fedgl.models import GCN
+from fedgl.models.base import load_state, sparse_rows
+
+
+def _sparse_matrix(rows=40, cols=30, density=0.05, dtype=torch.float32, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(rows, cols, generator=g, dtype=dtype)
+    return x * (torch.rand(rows, cols, generator=g) < density)
+
+
+def test_sparse_rows_converts_only_sparse_cpu_float_matrices():
+    x = _sparse_matrix()
+    assert sparse_rows(x).layout == torch.sparse_csr
+    dense = _sparse_matrix(density=0.5)
+    assert sparse_rows(dense) is dense                       # above the density bound
+    ints = (x > 0).long()
+    assert sparse_rows(ints) is ints                         # not floating point
+    vec = x[0]
+    assert sparse_rows(vec) is vec                           # not a matrix
+    empty = torch.zeros(0, 5)
+    assert sparse_rows(empty) is empty
+
+
+def test_a_csr_first_product_equals_the_dense_one():
+    x, w = _sparse_matrix(200, 120), torch.randn(16, 120)
+    assert torch.allclose(F.linear(sparse_rows(x), w), F.linear(x, w), atol=1e-6)
+    model = GCN(120, 16, 4).eval()
+    ei = torch.randint(0, 200, (2, 600))
+    ew = torch.rand(600)
+    with torch.no_grad():
+        assert torch.allclose(model(sparse_rows(x), ei, ew), model(x, ei, ew), atol=1e-5)
+
+
+def test_load_state_copies_exactly_what_load_state_dict_loads():
+    a, b = GCN(30, 8, 3), GCN(30, 8, 3)
+    state = {k: v.clone() + 1.0 for k, v in a.state_dict().items()}
+    load_state(a, state)
+    b.load_state_dict(state)
+    assert all(torch.equal(a.state_dict()[k], b.state_dict()[k]) for k in state)
+    assert all(a.state_dict()[k].data_ptr() != state[k].data_ptr() for k in state)  # copied
+
+
+@pytest.mark.parametrize("bad", ["missing", "extra", "shape", "not_a_tensor"])
+def test_load_state_refuses_what_load_state_dict_refuses(bad):
+    model = GCN(30, 8, 3)
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    name = next(iter(state))
+    if bad == "missing":
+        del state[name]
+    elif bad == "extra":
+        state["convs.9.bias"] = torch.zeros(3)
+    elif bad == "shape":
+        state[name] = torch.zeros(2, 2)
+    else:
+        state[name] = [1.0, 2.0]
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    with pytest.raises((RuntimeError, TypeError)):
+        load_state(model, state)
+    if bad != "not_a_tensor":   # load_state_dict's own checks come before any copy
+        assert all(torch.equal(model.state_dict()[k], before[k]) for k in before)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_sparse_rows_from_dense_equal_the_scipy_conversion(dtype):
+    x = _sparse_matrix(50, 70, 0.1, dtype)
+    x[0, 0], x[1, 1], x[2] = -0.0, float("nan"), 0.0      # a negative zero, a NaN, an empty row
+    got = SparseRows.from_dense(x)
+    ref = SparseRows.from_scipy(sp.csr_matrix(x.numpy()))
+    assert got.shape == ref.shape
+    for a, b in ((got.indptr, ref.indptr), (got.indices, ref.indices)):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert got.values.dtype == ref.values.dtype
+    assert got.values.tobytes() == ref.values.tobytes()    # bit for bit, the NaN included
+    assert torch.equal(got.to_dense().nan_to_num(7.0), x.nan_to_num(7.0))
+    assert SparseRows.from_dense(x.numpy()).values.tobytes() == ref.values.tobytes()
+
+
+def test_sparse_rows_from_dense_of_an_empty_matrix():
+    got = SparseRows.from_dense(torch.zeros(0, 4))
+    assert got.shape == (0, 4) and got.nnz == 0 and list(got.indptr) == [0]
