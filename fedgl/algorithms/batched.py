@@ -22,8 +22,8 @@ pass of that model over the union of their inputs gives every client's predictio
 (:func:`predict_union`).
 
 This module holds the model-independent part (:class:`Blocks`, :func:`fit_stacked`,
-:func:`predict_union`) and the GCN training forward; the GAT training forward is in
-:mod:`fedgl.algorithms.fedgat.batched`.
+:func:`predict_union`) and the GCN training step (its gradient written out, :func:`gcn_step`);
+the GAT training forward (through autograd) is in :mod:`fedgl.algorithms.fedgat.batched`.
 """
 
 from __future__ import annotations
