@@ -298,3 +298,37 @@ def test_a_superlink_restarted_during_a_run_is_said_and_the_run_resumes(files: P
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     result = json.loads((out / "result.json").read_text())
     assert result["repeats"][0]["final"]["rounds"] == keys["rounds"]
+
+
+def test_a_client_whose_supernode_gave_up_stops_with_one_line(files: Path) -> None:
+    """The SuperLink goes away for good: with ``--reconnect-for 4`` the SuperNode gives up
+    reconnecting after about 4 s, and ``fedgl client`` says so in one line and exits 1 instead
+    of living on with a SuperNode that answers nothing; no traceback, nothing it started left."""
+    from fedgl.deployment.client_log import gave_up_line
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import PLAINTEXT
+
+    with Loopback(files / "fed-gave-up", files / "shards", files / "keys", 1,
+                  [*PLAINTEXT, "--reconnect-for", "4"]) as fed:
+        client = fed.procs["client-0"]
+        said = fed.folder / "client-0.log"
+        deadline = time.monotonic() + 120
+        while "joining" not in said.read_text():
+            assert client.poll() is None, said.read_text()[-2000:]
+            assert time.monotonic() < deadline, said.read_text()[-2000:]
+            time.sleep(0.2)
+        time.sleep(3)   # its SuperNode has registered with the SuperLink
+        members = _descendants(client.pid)
+        fed.kill_superlink()
+        gone = time.monotonic()
+        code = client.wait(timeout=120)
+        waited = time.monotonic() - gone
+        terminal = said.read_text()
+        left = [pid for pid in members if _alive(pid)]
+    assert code == 1, terminal[-2000:]
+    assert "Traceback" not in terminal, terminal[-2000:]
+    expected = gave_up_line(0, fed.folder / "client-0.client.log")
+    assert terminal.strip().splitlines()[-1] == expected, terminal[-2000:]
+    assert "Giving up reconnection" in (fed.folder / "client-0.client.log").read_text()
+    assert waited >= 3.5, waited   # it kept trying for the time it was given
+    assert left == [], left

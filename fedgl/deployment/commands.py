@@ -180,6 +180,8 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
                    "127.0.0.1", "--port", runtime.rpartition(":")[2]]
     if args.auth_key:
         flower_args += ["--auth-supernode-private-key", str(args.auth_key)]
+    if args.reconnect_for is not None:
+        flower_args += ["--max-wait-time", f"{args.reconnect_for:g}"]
     from fedgl.deployment.client_log import (
         GAVE_UP,
         NOT_ACTIVATED,
@@ -269,6 +271,17 @@ def _serve_client(args: Any, party: Any, superlink: str, tls: list[str], layout:
     if code == 130:   # Ctrl-C: 130, as every fedgl command (SIGTERM, a service's stop: 0)
         return 130
     return 0 if code in (0, -signal.SIGTERM) else 1
+
+
+def _positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above zero."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
 
 
 def client_log_path(args: Any, party: Any) -> Path:
@@ -777,6 +790,11 @@ def add_parsers(sub: Any, add_config_flags: Any, algorithm: str | None = None) -
                              "(default: client-<k>.log in --state-dir, else beside the shard)")
     client.add_argument("--verbose", action="store_true",
                         help="also show Flower's own lines (always in the log file)")
+    client.add_argument("--reconnect-for", type=_positive_seconds, default=None,
+                        metavar="SECONDS",
+                        help="how long the SuperNode keeps trying to reach a SuperLink it "
+                             "lost before this client stops with one line (exit 1; a service "
+                             "manager then restarts it); default: keep trying")
     client.add_argument("--state-dir", default=None, metavar="DIR",
                         help="this organisation's own records (its input record: the one "
                              "secure sum each input entered, its DP noise, the ε spent; its DP "

@@ -189,10 +189,7 @@ class Loopback:
         """Kill the SuperLink process at once (SIGKILL, as a crash would; what it started
         notices its parent gone), wait ``down`` seconds, start it again on the same address
         (its log appended to); with ``database=True`` it comes back with its state."""
-        proc = self.procs["superlink"]
-        proc.kill()
-        proc.wait()
-        self._killed_groups.append(proc.pid)   # what it started there: ended in close()
+        self.kill_superlink()
         time.sleep(down)
         log = open(self.folder / "superlink.log", "a")  # noqa: SIM115 - closed with the process
         self.procs["superlink"] = subprocess.Popen(
@@ -201,6 +198,14 @@ class Loopback:
             preexec_fn=_die_with_parent)
         log.close()
         self._wait_port(int(self.address.rpartition(":")[2]))
+
+    def kill_superlink(self) -> None:
+        """Kill the SuperLink process at once (SIGKILL, as a crash would); what it started
+        there is ended in :meth:`close`."""
+        proc = self.procs["superlink"]
+        proc.kill()
+        proc.wait()
+        self._killed_groups.append(proc.pid)
 
     def kill_client(self, k: int) -> None:
         """Kill client k's process (party, SuperNode and relay runner) at once, as a crash would."""
