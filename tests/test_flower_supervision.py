@@ -200,15 +200,7 @@ def test_ctrl_c_on_a_client_is_one_line_and_exit_130(files: Path) -> None:
     from tests.flower_helpers import PLAINTEXT
 
     with Loopback(files / "fed-ctrl-c", files / "shards", files / "keys", 1, PLAINTEXT) as fed:
-        client = fed.procs["client-0"]
-        said = fed.folder / "client-0.log"
-        deadline = time.monotonic() + 120
-        while "joining" not in said.read_text():
-            assert client.poll() is None, said.read_text()[-2000:]
-            assert time.monotonic() < deadline, said.read_text()[-2000:]
-            time.sleep(0.2)
-        time.sleep(3)   # its SuperNode and relay runner are up
-        members = _descendants(client.pid)
+        client, said, members = _joined(fed)
         assert members, "fedgl client started no SuperNode"   # and its relay runner
         os.killpg(client.pid, signal.SIGINT)
         code = client.wait(timeout=60)
@@ -220,6 +212,20 @@ def test_ctrl_c_on_a_client_is_one_line_and_exit_130(files: Path) -> None:
     assert lines[-1].startswith("client 0: stopped (Ctrl-C)"), lines
     assert [ln for ln in lines if "stopped" in ln] == lines[-1:], lines
     assert left == [], left
+
+
+def _joined(fed) -> tuple[subprocess.Popen, Path, list[int]]:
+    """Client 0 of ``fed`` once it is joining and its SuperNode and relay runner are up (a few
+    seconds after): its process, its terminal's file and the processes it started."""
+    client = fed.procs["client-0"]
+    said = fed.folder / "client-0.log"
+    deadline = time.monotonic() + 120
+    while "joining" not in said.read_text():
+        assert client.poll() is None, said.read_text()[-2000:]
+        assert time.monotonic() < deadline, said.read_text()[-2000:]
+        time.sleep(0.2)
+    time.sleep(3)
+    return client, said, _descendants(client.pid)
 
 
 def _descendants(pid: int) -> list[int]:
@@ -310,15 +316,7 @@ def test_a_client_whose_supernode_gave_up_stops_with_one_line(files: Path) -> No
 
     with Loopback(files / "fed-gave-up", files / "shards", files / "keys", 1,
                   [*PLAINTEXT, "--reconnect-for", "4"]) as fed:
-        client = fed.procs["client-0"]
-        said = fed.folder / "client-0.log"
-        deadline = time.monotonic() + 120
-        while "joining" not in said.read_text():
-            assert client.poll() is None, said.read_text()[-2000:]
-            assert time.monotonic() < deadline, said.read_text()[-2000:]
-            time.sleep(0.2)
-        time.sleep(3)   # its SuperNode has registered with the SuperLink
-        members = _descendants(client.pid)
+        client, said, members = _joined(fed)
         fed.kill_superlink()
         gone = time.monotonic()
         code = client.wait(timeout=120)
