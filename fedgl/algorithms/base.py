@@ -514,7 +514,10 @@ class FedAvgServer:
         ledger and the events as they were at the end of its round (its checkpoint's state;
         resuming from it sets :attr:`resume_ride`). The rows are those of evaluating
         every round on its own; the ledger counts fewer messages (no ``fedavg.evaluate`` and no
-        second download of w_t) and a few bytes more in each fit (the flag, the counts)."""
+        second download of w_t) and a few bytes more in each fit (the flag, the counts).
+        With a strategy whose secure model sum takes the counts (secure models), the fit also
+        sets ``fuse_counts`` and the round's one secure sum gives both the model average and
+        round t's pooled counts (:meth:`pool_fused`), over the same clients."""
         cfg = self.config
         ledger = self.runtime.ledger
         # a round whose row waits for the scores riding on the next fit: (round, model,
