@@ -294,6 +294,22 @@ def test_loopback_fedgcn_robust_secure_sum_equals_local(deployment_files: Path) 
 
 
 @needs_flwr
+@pytest.mark.slow   # minutes on 2 cores
+def test_loopback_fedgcn_robust_secure_models_equals_local(deployment_files: Path) -> None:
+    """The robust secure sum with secure models (the clients' default) and no DP, three rounds:
+    rounds 1 and 2's evaluation counts ride in rounds 2 and 3's model sums (one secure sum per
+    round); history, bytes and message counts equal the local runtime's."""
+    keys = {**RUN, "rounds": 3, "secure_sum": "robust", "secure_models": True,
+            "leakage_report": False}
+    deployed = deployed_run(deployment_files, "robust-models", keys,
+                            ["--secure-sum", "robust", "--adjacency-check", "node",
+                             "--min-contributors", "1", "--feature-bound", "none"])
+    assert_same_as_local(deployed, keys)
+    phases = deployed["repeats"][0]["ledger"]["messages"]
+    assert phases["eval"]["down"] == 3 * (1 + 5)   # the last round's evaluation and its sum
+
+
+@needs_flwr
 @pytest.mark.slow
 def test_loopback_swift_fedgnn_equals_local(tmp_path: Path, data_root: Path) -> None:
     """Swift-FedGNN: local mini-batch steps and, every ``period`` iterations, the server-mediated

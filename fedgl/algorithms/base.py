@@ -514,7 +514,10 @@ class FedAvgServer:
         ledger and the events as they were at the end of its round (its checkpoint's state;
         resuming from it sets :attr:`resume_ride`). The rows are those of evaluating
         every round on its own; the ledger counts fewer messages (no ``fedavg.evaluate`` and no
-        second download of w_t) and a few bytes more in each fit (the flag, the counts)."""
+        second download of w_t) and a few bytes more in each fit (the flag, the counts).
+        With a strategy whose secure model sum takes the counts (secure models), the fit also
+        sets ``fuse_counts`` and the round's one secure sum gives both the model average and
+        round t's pooled counts (:meth:`pool_fused`), over the same clients."""
         cfg = self.config
         ledger = self.runtime.ledger
         # a round whose row waits for the scores riding on the next fit: (round, model,
@@ -532,6 +535,9 @@ class FedAvgServer:
             args = {"weights": self.weights, "local_steps": cfg.local_steps, "round": t}
             if pending is not None or rerun:
                 args["evaluate"] = 1
+            fuse = "evaluate" in args and self._may_fuse(chosen, pending)
+            if fuse:   # the counts join this round's secure model sum (one sum, not two)
+                args["fuse_counts"] = 1
             if pending is not None:   # the row's ledger and events: as of the end of its round
                 copy = Ledger.from_state_dict(self.runtime.ledger.state_dict())
                 copy.network = self.runtime.ledger.network
@@ -544,13 +550,20 @@ class FedAvgServer:
             scores = take_scores(results) if "evaluate" in args else {}
             rerun = False
             if pending is not None:
-                if set(scores) != set(pending[4]):   # a client dropped: score w_t on its own
-                    scores = self._score(pending[1], pending[3])
-                yield self._evaluated(pending, self.pool(scores))
+                if fuse:   # the round's model sum (survivors) gives the pooled counts too
+                    with ledger.timer("train"):
+                        accuracies = self.pool_fused(results, scores)
+                else:
+                    if set(scores) != set(pending[4]):   # a client dropped: score w_t alone
+                        scores = self._score(pending[1], pending[3])
+                    accuracies = self.pool(scores)
+                yield self._evaluated(pending, accuracies)
                 pending = None
             self.row_mark = None
             with ledger.timer("train"):
                 metrics = self.aggregate_fits(results)
+            if fuse:
+                self.strategy.end_round()
             if t % cfg.eval_every == 0 or t == cfg.rounds:
                 if self._may_ride(t, metrics):
                     clients = self.active_clients()
@@ -559,6 +572,23 @@ class FedAvgServer:
                     continue
                 metrics.update(self.evaluate())
             yield t, self.weights, metrics
+
+    def _may_fuse(self, chosen: list[int] | None, pending: tuple | None) -> bool:
+        """Whether the counts riding on this fit join the round's secure model sum: a strategy
+        whose sum takes them (secure models), every client taking part (the sum covers them
+        all, or the robust survivors)."""
+        return bool(getattr(self.strategy, "fuses_counts", False)) and chosen is None and (
+            pending is None or pending[3] is None)
+
+    def pool_fused(self, results: dict[int, dict], scores: dict[int, dict]) -> dict[str, float]:
+        """The pooled accuracies from the round's one secure sum of the updates and the
+        evaluation counts they carry (:meth:`SecureFedAvg.fused_counts
+        <fedgl.privacy.secure_models.SecureFedAvg.fused_counts>`), over exactly the clients
+        that sum covers."""
+        if not scores or any("secure_counts" not in s for s in scores.values()):
+            raise RunAborted("the clients answered an evaluation whose counts were to join the "
+                             "secure model sum in the clear, or not at all; the run stops")
+        return self.strategy.fused_counts([results[k]["weights"] for k in sorted(results)])
 
     def _may_ride(self, t: int, metrics: dict) -> bool:
         """Whether round ``t``'s evaluation may ride on round t+1's fit (see :meth:`rounds`)."""

@@ -191,22 +191,30 @@ class InputRecord:
         return [dict(e) for e in self._noise.values() if data is None or e["data"] == data]
 
     # -- commitments
-    def commit(self, input_id: str, aggregate: str, members: Sequence[int], what: str) -> None:
+    def commit(self, input_id: str | Sequence[str], aggregate: str, members: Sequence[int],
+               what: str) -> None:
         """Record that ``input_id`` enters ``aggregate``; the same again is a no-op, another
-        aggregate raises :class:`InputReused` (nothing is written)."""
+        aggregate raises :class:`InputReused` (nothing is written). Several names (one upload
+        that holds several inputs, e.g. a model update and the counts of the model it started
+        from) are committed together: each must be new or already in this very aggregate,
+        else none is written."""
+        ids = [input_id] if isinstance(input_id, str) else list(input_id)
         with self._locked():
-            prior = self._aggregates.get(input_id)
-            if prior is not None:
-                if prior["aggregate"] != aggregate:
+            for name in ids:
+                prior = self._aggregates.get(name)
+                if prior is not None and prior["aggregate"] != aggregate:
                     raise InputReused(
-                        f"{what} ('{short(input_id)}') already went into another secure sum "
+                        f"{what} ('{short(name)}') already went into another secure sum "
                         f"(with clients {prior['members']}); a second, different sum over it "
                         "would let the server difference the two; the run stops")
+            entries = [{"input": name, "aggregate": aggregate,
+                        "members": sorted(int(m) for m in members)}
+                       for name in dict.fromkeys(ids) if name not in self._aggregates]
+            if not entries:
                 return
-            entry = {"input": input_id, "aggregate": aggregate,
-                     "members": sorted(int(m) for m in members)}
-            self._append(INPUTS_FILE, entry)
-            self._aggregates[input_id] = entry
+            self._append(INPUTS_FILE, *entries)
+            for entry in entries:
+                self._aggregates[entry["input"]] = entry
             if self.folder is not None:
                 self._write_stamp()
 
@@ -358,7 +366,8 @@ class InputRecord:
                                   "aggregates its inputs entered")
         return out
 
-    def _append(self, name: str, entry: dict) -> None:
+    def _append(self, name: str, *entries: dict) -> None:
+        """Append ``entries`` (one line each) in one durable write."""
         if self.folder is None:
             return
         from fedgl.privacy.dp import append_durably
@@ -370,7 +379,8 @@ class InputRecord:
                 data = path.read_bytes()
                 if not data.endswith(b"\n"):
                     os.truncate(path, data.rfind(b"\n") + 1)
-            append_durably(path, (json.dumps(entry, sort_keys=True) + "\n").encode())
+            append_durably(path, "".join(json.dumps(entry, sort_keys=True) + "\n"
+                                         for entry in entries).encode())
         except OSError as exc:  # not recorded: the value it covers is not sent
             raise OutputError(f"the input record '{path}' could not be written "
                               f"({exc.strerror or type(exc).__name__}); nothing was sent; "

@@ -197,6 +197,11 @@ class _Session:
     segments: list = field(default_factory=list)  # co-members of each uploaded segment
     layout: list = field(default_factory=list)  # (length, co-members) of every segment
     values: bytes | None = None  # names what was uploaded: its values or selection (aggregate id)
+    #: the inputs this upload holds, committed together (default: ``input_id`` alone)
+    consumes: tuple[str, ...] = ()
+
+    def inputs(self) -> tuple[str, ...]:
+        return self.consumes or (self.input_id,)
 
 
 class SecAggClient:
@@ -219,14 +224,18 @@ class SecAggClient:
         self.record = record if record is not None else InputRecord()
 
     # -- step 0: advertise signed ephemeral keys
-    def advertise(self, session: bytes, instance: str, input_id: str | None = None) -> dict:
+    def advertise(self, session: bytes, instance: str, input_id: str | None = None,
+                  consumes: Sequence[str] | None = None) -> dict:
         """Fresh signed ephemeral keys for the sum ``instance``. ``input_id`` names this
-        client's input by content (default: the instance): it enters one aggregate only."""
+        client's input by content (default: the instance): it enters one aggregate only.
+        ``consumes``: where the upload holds several inputs (a model update and the counts of
+        the model it started from), their names; each enters this one aggregate only."""
         c_key, c_pub = _x25519_pair()
         s_key, s_pub = _x25519_pair()
         sig = self.identity.sign(frame(b"fedgl/adv/v2", session, instance, self.me, c_pub, s_pub))
         advert = {"c": c_pub, "s": s_pub, "sig": sig}
-        self._st = _Session(bytes(session), instance, input_id or instance, c_key, s_key, advert)
+        self._st = _Session(bytes(session), instance, input_id or instance, c_key, s_key, advert,
+                            consumes=tuple(consumes or ()))
         return dict(advert)
 
     def current(self, session: bytes) -> _Session | None:
@@ -286,12 +295,14 @@ class SecAggClient:
         if self.mode == "robust" and len(members) < self.threshold:
             raise RunAborted(f"only {len(members)} clients in the secure sum, below the threshold "
                              f"{self.threshold}: the sum cannot be unmasked safely; the run stops")
-        prior = self.record.aggregate_of(st.input_id)
-        if prior is not None and (not set(prior["members"]) <= members if self.mode == "robust"
-                                  else set(prior["members"]) != members):
-            raise AttackDetected(f"a second secure sum over the same values "
-                                 f"('{short(st.input_id)}') with other clients: differencing "
-                                 "the two sums would reveal a client's input; the run stops")
+        for name in st.inputs():
+            prior = self.record.aggregate_of(name)
+            if prior is not None and (not set(prior["members"]) <= members
+                                      if self.mode == "robust"
+                                      else set(prior["members"]) != members):
+                raise AttackDetected(f"a second secure sum over the same values "
+                                     f"('{short(name)}') with other clients: differencing "
+                                     "the two sums would reveal a client's input; the run stops")
         st.directory = {k: (bytes(c), bytes(s)) for k, (c, s, _) in entries.items()}
         st.dir_hash = directory_hash(st.session, st.instance, directory)
 
@@ -368,7 +379,7 @@ class SecAggClient:
         members = sorted(st.directory)
         st.layout = [(int(n), sorted(int(p) for p in ps)) for n, ps in segments]
         st.values = digest("selection", np.asarray(selection)).encode()
-        self.record.commit(st.input_id, aggregate_id("he", members, st.layout, st.values),
+        self.record.commit(st.inputs(), aggregate_id("he", members, st.layout, st.values),
                            members, "this client's input")
 
     def mask(self, session: bytes, values: np.ndarray, segments: Segments,
@@ -405,7 +416,7 @@ class SecAggClient:
         st.values = values_hash(out) if selection is None else \
             digest("selection", np.asarray(selection)).encode()
         if self.mode == "mask":  # every upload of a complete session is summed: commit now
-            self.record.commit(st.input_id, aggregate_id("mask", sorted(st.u2), st.layout,
+            self.record.commit(st.inputs(), aggregate_id("mask", sorted(st.u2), st.layout,
                                                          st.values), st.u2, "this client's input")
         for v in sorted(peers):
             apply_pair_mask(out, pair_spans(segments, v), st.masks[v], self.me < v)
@@ -423,12 +434,13 @@ class SecAggClient:
             raise AttackDetected(f"the claimed survivor set {sorted(u3)} is not a subset of the "
                                  f"session's clients containing this one, or is below the "
                                  f"threshold {self.threshold}; the run stops")
-        prior = self.record.aggregate_of(st.input_id)
-        if prior is not None and set(prior["members"]) != u3:
-            raise AttackDetected(f"a second secure sum over the same values "
-                                 f"('{short(st.input_id)}') with other survivors {sorted(u3)} "
-                                 f"(it was summed with {prior['members']}): differencing the two "
-                                 "sums would reveal a client's input; the run stops")
+        for name in st.inputs():
+            prior = self.record.aggregate_of(name)
+            if prior is not None and set(prior["members"]) != u3:
+                raise AttackDetected(f"a second secure sum over the same values "
+                                     f"('{short(name)}') with other survivors {sorted(u3)} (it "
+                                     f"was summed with {prior['members']}): differencing the "
+                                     "two sums would reveal a client's input; the run stops")
         st.u3 = u3
         if any(not (ps & u3) for ps in st.segments):
             # every co-member of a segment gone (claimed or real): unmasking would hand the
@@ -459,7 +471,7 @@ class SecAggClient:
             raise AttackDetected("asked to reveal shares for a session this client uploaded "
                                  "nothing in; the run stops")
         # the sum revealed: the survivors' inputs (dropped clients' masks are removed)
-        self.record.commit(st.input_id, aggregate_id("robust", sorted(st.u3), st.layout,
+        self.record.commit(st.inputs(), aggregate_id("robust", sorted(st.u3), st.layout,
                                                      st.values), st.u3, "this client's input")
         st.revealed = True
         return {"b": {u: st.shares_b[u] for u in sorted(st.u3)},
@@ -546,6 +558,12 @@ class SecureSumParty:
         vector itself."""
         return digest("sum", np.asarray(self.secagg_input(instance), dtype=np.float64))
 
+    def secagg_consumes(self, instance: str) -> tuple[str, ...] | None:
+        """Where this client's input for the sum ``instance`` holds several named inputs, their
+        names (each enters that sum's aggregate only); None: the input is one
+        (:meth:`secagg_instance`)."""
+        return None
+
     def input_record(self) -> InputRecord:
         """This party's record of its inputs: the one given by :meth:`use_input_record` (a
         deployed party's, kept across runs), or one under the configuration's
@@ -579,8 +597,8 @@ class SecureSumParty:
     @handles("secagg.advertise", schema={"session": SESSION, "instance": Str(max_len=256)},
              needs=SECURE_MODEL_SUMS)
     def secagg_advertise(self, session: bytes, instance: str) -> dict:
-        return {"adv": self._agg(instance=instance).advertise(session, instance,
-                                                              self.secagg_instance(instance))}
+        return {"adv": self._agg(instance=instance).advertise(
+            session, instance, self.secagg_instance(instance), self.secagg_consumes(instance))}
 
     @handles("secagg.keys", schema={"session": SESSION, "directory": DIRECTORY},
              needs=KEY_EXCHANGE)

@@ -415,18 +415,35 @@ class FedGCNClient(UpdateClient, GNNClient, SecureModelParty):
                 "the run stops")
 
     # ------------------------------------------------------------------ training, in order
-    @handles("fedavg.fit", phases=("train",), optional=("round", "evaluate"), states=("ready",),
-             rides={"evaluate": "fedavg.evaluate"}, schema={
+    @handles("fedavg.fit", phases=("train",), optional=("round", "evaluate", "fuse_counts"),
+             states=("ready",), rides={"evaluate": "fedavg.evaluate"}, schema={
                  "weights": MODEL, "local_steps": Int(1, MAX_LOCAL_STEPS), "round": Int(0),
-                 "evaluate": Int(1, 1)})
-    def fit(self, weights: State, local_steps: int, round: int = 1) -> dict:
+                 "evaluate": Int(1, 1), "fuse_counts": Int(1, 1)})
+    def fit(self, weights: State, local_steps: int, round: int = 1,
+            fuse_counts: int = 0) -> dict:
         """FedAvg's local training (:meth:`GNNClient.fit`), accepted only once the
         pre-training sums it trains on have arrived (state ``ready``). With secure models the
-        update is named by the global model received (one aggregate per update)."""
+        update is named by the global model received (one aggregate per update).
+        ``fuse_counts=1``: the evaluation counts this client holds for ``weights`` (it was
+        just asked to score them) join the update in the round's one secure model sum
+        (:meth:`SecureModelParty.fuse_counts`)."""
         self._fit_round = round  # an encrypted update is signed for its round
+        self._fuse_with = None
         if self.secure_models:
             self.bind_model_input(weights)
+        if fuse_counts:
+            self.fuse_counts(weights)
         return super().fit(weights, local_steps, round)
+
+    @classmethod
+    def fit_many(cls, clients: list[GNNClient], weights: State, local_steps: int,
+                 round: int = 1, fuse_counts: int = 0, *, cache: dict | None = None
+                 ) -> list[dict] | None:
+        """:meth:`GNNClient.fit_many`; a fit whose update carries counts runs client by
+        client (:meth:`fit`)."""
+        if fuse_counts:
+            return None
+        return super().fit_many(clients, weights, local_steps, round, cache=cache)
 
     @handles("fedavg.evaluate", phases=("train", "eval"), states=("ready",),
              schema={"weights": MODEL})
