@@ -330,3 +330,37 @@ def test_a_client_whose_supernode_gave_up_stops_with_one_line(files: Path) -> No
     assert "Giving up reconnection" in (fed.folder / "client-0.client.log").read_text()
     assert waited >= 3.5, waited   # it kept trying for the time it was given
     assert left == [], left
+
+
+@pytest.mark.slow
+def test_a_client_whose_superlink_came_back_under_another_ca_exits_with_one_line(
+        files: Path) -> None:
+    """The SuperLink comes back with another CA (as after a new ``fedgl certs`` that did not
+    keep the CA), and no ``--reconnect-for``: the client's SuperNode gives up reconnecting on
+    its own, and ``fedgl client`` ends at once with exit 1 and the one line of
+    :func:`~fedgl.deployment.client_log.gave_up_line`, no traceback, and the SuperNode and relay
+    runner it started end with it."""
+    from fedgl.deployment.client_log import gave_up_line
+    from fedgl.deployment.loopback import Loopback
+    from tests.flower_helpers import PLAINTEXT
+
+    folder = files / "fed-new-ca"
+    with Loopback(folder, files / "shards", files / "keys", 1, PLAINTEXT, tls=True) as fed:
+        client, said, members = _joined(fed)
+        assert members, "fedgl client started no SuperNode"
+        assert client.poll() is None, said.read_text()[-2000:]
+        # down long enough for a failed try, then back under a CA the client does not trust
+        fed.restart_superlink(down=12, certs=folder / "certs-new-ca")
+        try:
+            code = client.wait(timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.fail("fedgl client kept running after its SuperNode gave up: "
+                        + (folder / "client-0.client.log").read_text()[-2000:])
+        terminal = said.read_text()
+        left = [pid for pid in members if _alive(pid)]
+    assert code == 1, terminal[-2000:]
+    assert "Traceback" not in terminal, terminal[-2000:]
+    lines = terminal.strip().splitlines()
+    assert lines[-1] == gave_up_line(0, folder / "client-0.client.log"), lines[-5:]
+    assert sum("gave up" in ln for ln in lines) == 1, lines
+    assert left == [], left

@@ -185,10 +185,26 @@ class Loopback:
         raise RuntimeError(f"the {name} did not listen on {port} within "
                            f"{self.start_timeout:g} s")
 
-    def restart_superlink(self, down: float) -> None:
+    def restart_superlink(self, down: float, certs: str | Path | None = None) -> None:
         """Kill the SuperLink process at once (SIGKILL, as a crash would; what it started
         notices its parent gone), wait ``down`` seconds, start it again on the same address
-        (its log appended to); with ``database=True`` it comes back with its state."""
+        (its log appended to); with ``database=True`` it comes back with its state. ``certs``
+        (with ``tls=True``): a folder of trial certificates under another CA (made there if
+        it has none) that the SuperLink comes back with, as one restarted after a new
+        ``fedgl certs`` would; the clients still hold the first CA."""
+        if certs is not None:
+            if not self.tls:
+                raise ValueError("restart_superlink(certs=...) needs tls=True")
+            from fedgl.deployment.tls import trial_certificates
+
+            new = trial_certificates(certs)
+            flags = {"--ssl-ca-certfile": new["ca"], "--ssl-certfile": new["cert"],
+                     "--ssl-keyfile": new["key"]}
+            cmd = list(self._link_cmd)
+            for i, arg in enumerate(cmd[:-1]):
+                if arg in flags:
+                    cmd[i + 1] = str(flags[arg])
+            self._link_cmd = cmd
         self.kill_superlink()
         time.sleep(down)
         log = open(self.folder / "superlink.log", "a")  # noqa: SIM115 - closed with the process
