@@ -329,12 +329,7 @@ class GNNClient(FactsParty, ABC):
         return out
 
     def _counts(self, log_probs: Tensor) -> dict:
-        hit = log_probs.argmax(dim=-1) == self._y
-        masks = [self._masks[s] for s in SPLITS]
-        # one device-to-host copy for the six counts (not one per count)
-        counts = torch.stack([hit[m].sum() for m in masks] + [m.sum() for m in masks]).tolist()
-        return {"correct": [int(c) for c in counts[:len(SPLITS)]],
-                "total": [int(c) for c in counts[len(SPLITS):]]}
+        return _counts_many([self], [log_probs])[0]
 
     @classmethod
     def evaluate_many(cls, clients: list[GNNClient], weights: State, *,

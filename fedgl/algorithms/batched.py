@@ -39,7 +39,7 @@ from torch import Tensor
 
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
-from fedgl.models.base import dropout, scatter_sum, sparse_rows
+from fedgl.models.base import dropout, keep_mask, scatter_sum, sparse_rows
 from fedgl.models.gcn import GCN
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
@@ -424,6 +424,5 @@ def per_client_keep(h: Tensor, blocks: Blocks, p: float,
                     generators: Sequence[torch.Generator]) -> Tensor:
     """The dropout keep mask (0/1, ``h``'s dtype) of :func:`per_client_dropout`: each client's
     rows from its own generator, drawn in the same order (so the same mask)."""
-    keep = [torch.rand(part.shape, generator=g, device=part.device) >= p
-            for part, g in zip(blocks.split(h), generators, strict=True)]
+    keep = [keep_mask(part, p, g) for part, g in zip(blocks.split(h), generators, strict=True)]
     return torch.cat(keep).to(h.dtype)

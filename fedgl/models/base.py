@@ -18,8 +18,12 @@ def dropout(x: Tensor, p: float, training: bool, generator: torch.Generator | No
     own and identical in every runtime (the global torch RNG is shared by in-process clients)."""
     if not training or p == 0.0:
         return x
-    keep = torch.rand(x.shape, generator=generator, device=x.device) >= p
-    return x * keep / (1.0 - p)
+    return x * keep_mask(x, p, generator) / (1.0 - p)
+
+
+def keep_mask(x: Tensor, p: float, generator: torch.Generator | None) -> Tensor:
+    """The entries :func:`dropout` keeps (boolean, ``x``'s shape), drawn from ``generator``."""
+    return torch.rand(x.shape, generator=generator, device=x.device) >= p
 
 
 def scatter_sum(src: Tensor, index: Tensor, dim_size: int) -> Tensor:
