@@ -95,3 +95,33 @@ def test_colliding_row_hashes_leave_every_row_its_own(monkeypatch):
         assert torch.equal(lp, c.predict(w))
     rows, index = cache["evaluate"][1].distinct_x()
     assert torch.equal(index, torch.arange(rows.size(0)))
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_gcn_scores_distinct_rows_and_only_the_returned_rows_bit_for_bit(layers):
+    """In evaluation the rows stay distinct until an aggregation reads them, and the last layer
+    sums only the edges into ``out_rows``: the same floats as the plain forward pass."""
+    from fedgl.algorithms.batched import BlockInput, Blocks
+    from fedgl.models.gcn import GCN
+
+    torch.manual_seed(0)
+    rows = torch.randn(30, 12)
+    index = torch.randint(0, 30, (90,))
+    x = rows[index]
+    edges = torch.randint(0, 90, (2, 400))
+    weight = torch.rand(400)
+    out_rows = torch.randperm(90)[:40]
+    blocks = Blocks([BlockInput(x, {"edge_index": edges}, out_rows, torch.zeros(40).long(),
+                                weight)])
+    model = GCN(12, 16, 5, layers=layers).eval()
+    plain = model(x, edges, weight, pre_aggregated=True, out_rows=out_rows)
+    fast = model(x, edges, weight, pre_aggregated=True, out_rows=out_rows,
+                 distinct=(rows, index), out_edges=blocks.out_edges())
+    assert torch.equal(fast, plain)
+    assert torch.equal(model(x, edges, weight, out_rows=out_rows, out_edges=blocks.out_edges()),
+                       model(x, edges, weight, out_rows=out_rows))
+    kept, _ = blocks.out_edges()
+    assert kept.size(1) == int(torch.isin(edges[1], out_rows).sum()) < 400
+    repeated = Blocks([BlockInput(x, {"edge_index": edges}, torch.tensor([3, 3]),
+                                  torch.zeros(2).long(), weight)])
+    assert repeated.out_edges() is None

@@ -76,6 +76,7 @@ class Blocks:
         self._distinct: tuple[Tensor, Tensor] | None = None
         self._distinct_sparse: tuple[Tensor, Tensor] | None = None
         self._own_columns: dict[int, Tensor] = {}
+        self._out_edges: tuple[tuple[Tensor, Tensor | None] | None] | None = None
         self.edges = {name: torch.cat([b.edges[name] + o
                                        for b, o in zip(inputs, offsets, strict=True)], 1)
                       for name in inputs[0].edges}
@@ -130,6 +131,23 @@ class Blocks:
             self._own_columns[width] = (self.client_of.unsqueeze(1) * width
                                         + torch.arange(width, device=self.client_of.device))
         return self._own_columns[width]
+
+    def out_edges(self, name: str = "edge_index") -> tuple[Tensor, Tensor | None] | None:
+        """``(edge_index, edge_weight)``: the edges whose target is one of ``out_rows``, in
+        their order, targets renumbered by position in ``out_rows``; for a last layer that sums
+        only the rows it returns. None where ``out_rows`` repeats a row. Computed once."""
+        if self._out_edges is None:
+            src, dst = self.edges[name]
+            n_out = self.out_rows.numel()
+            position = torch.full((self.total,), -1, dtype=torch.long, device=dst.device)
+            position[self.out_rows] = torch.arange(n_out, device=dst.device)
+            if int((position >= 0).sum()) != n_out:
+                self._out_edges = (None,)
+            else:
+                into = position[dst] >= 0
+                weight = None if self.edge_weight is None else self.edge_weight[into]
+                self._out_edges = ((torch.stack([src[into], position[dst[into]]]), weight),)
+        return self._out_edges[0]
 
     def split(self, h: Tensor) -> tuple[Tensor, ...]:
         """Union rows -> each client's rows."""
@@ -408,6 +426,8 @@ def predict_gnn_clients(clients: Sequence[Any], weights: State,
         # otherwise the rows as they are)
         share = pre and isinstance(model, GCN) and b.x_all.device.type == "cpu"
         extra = {"distinct": b.distinct_x_for_linear()} if share else {}
+        if isinstance(model, GCN):   # the last layer sums only the rows it scores
+            extra["out_edges"] = b.out_edges()
         return model(b.x_all, b.edges["edge_index"], b.edge_weight, out_rows=b.out_rows,
                      **kwargs, **extra)
 

@@ -64,12 +64,15 @@ class GCNLayer(nn.Module):
             self.lin.weight.uniform_(-bound, bound)
             self.bias.zero_()
 
-    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *,
+                num_out: int | None = None) -> Tensor:
+        """``num_out`` rows out (default: as many as ``x``); ``edge_index[1]`` numbers them."""
         h = self.lin(x)
         msg = h.index_select(-2, edge_index[0])
         if edge_weight is not None:
             msg = edge_weight.view(-1, 1) * msg
-        return scatter_sum(msg, edge_index[1], h.size(0)) + self.bias
+        return scatter_sum(msg, edge_index[1], h.size(0) if num_out is None else num_out) \
+            + self.bias
 
     def extra_repr(self) -> str:
         return f"{self.in_channels}, {self.out_channels}"
@@ -94,23 +97,44 @@ class GCN(nn.Module):
     def forward(self, x: Tensor, edge_index: Tensor, edge_weight: Tensor | None = None, *,
                 pre_aggregated: bool = False, generator: torch.Generator | None = None,
                 out_rows: Tensor | None = None,
-                distinct: tuple[Tensor, Tensor] | None = None) -> Tensor:
+                distinct: tuple[Tensor, Tensor] | None = None,
+                out_edges: tuple[Tensor, Tensor | None] | None = None) -> Tensor:
         """Log-probabilities for every row, or only ``out_rows`` if given.
 
         ``distinct = (rows, index)`` with ``x == rows[index]`` (bit for bit, pre-aggregated
         input): the first layer's product is computed once per distinct row,
         ``(rows W_1^T)[index]``, the same floats as ``x W_1^T`` (each output row of the product
-        depends only on its input row)."""
-        h = x
+        depends only on its input row). In evaluation (no dropout) the rows stay distinct through
+        the bias, the ReLU and the next layer's product, all row by row, and are gathered only
+        where that layer's edges read them: the same floats again.
+
+        ``out_edges = (edge_index, edge_weight)``: with ``out_rows``, the last layer's edges
+        into ``out_rows`` only, in their order in ``edge_index`` and with targets numbered by
+        position in ``out_rows`` (:meth:`fedgl.algorithms.batched.Blocks.out_edges`): the last
+        layer then sums only the rows it returns, each in the same order as over all edges."""
+        h, index = x, None   # index: where set, this layer's input rows are h[index]
+        last = len(self.convs) - 1
         for i, conv in enumerate(self.convs):
-            if i == 0 and pre_aggregated and distinct is not None:
-                h = conv.lin(distinct[0]).index_select(0, distinct[1]) + conv.bias
-            elif i == 0 and pre_aggregated:
-                h = conv.lin(h) + conv.bias
+            if i == 0 and pre_aggregated:
+                if distinct is None:
+                    h = conv.lin(h) + conv.bias
+                elif self.training:
+                    h = conv.lin(distinct[0]).index_select(0, distinct[1]) + conv.bias
+                else:
+                    h, index = conv.lin(distinct[0]) + conv.bias, distinct[1]
             else:
-                h = conv(h, edge_index, edge_weight)
-            if i < len(self.convs) - 1:
+                ei, ew, num_out = edge_index, edge_weight, None
+                if i == last and out_rows is not None and out_edges is not None:
+                    (ei, ew), num_out, out_rows = out_edges, out_rows.numel(), None
+                if index is not None:   # gathered where the edges read the rows
+                    ei = torch.stack([index[ei[0]], ei[1]])
+                    num_out = index.numel() if num_out is None else num_out
+                    index = None
+                h = conv(h, ei, ew, num_out=num_out)
+            if i < last:
                 h = dropout(torch.relu(h), self.dropout, self.training, generator)
+        if index is not None:
+            h = h.index_select(0, index)
         if out_rows is not None:
             h = h[out_rows]
         return torch.log_softmax(h, dim=-1)
