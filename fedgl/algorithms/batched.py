@@ -28,6 +28,7 @@ the GAT training forward (through autograd) is in :mod:`fedgl.algorithms.fedgat.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -39,7 +40,7 @@ from torch import Tensor
 
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
-from fedgl.models.base import dropout, keep_mask, scatter_sum, sparse_rows
+from fedgl.models.base import SPARSE_INPUT_DENSITY, dropout, keep_mask, scatter_sum, sparse_rows
 from fedgl.models.gcn import GCN
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
@@ -77,6 +78,7 @@ class Blocks:
         self._distinct_sparse: tuple[Tensor, Tensor] | None = None
         self._own_columns: dict[int, Tensor] = {}
         self._out_edges: tuple[tuple[Tensor, Tensor | None] | None] | None = None
+        self._block_diagonal: tuple[tuple[Tensor, Tensor] | None] | None = None
         self.edges = {name: torch.cat([b.edges[name] + o
                                        for b, o in zip(inputs, offsets, strict=True)], 1)
                       for name in inputs[0].edges}
@@ -131,6 +133,36 @@ class Blocks:
             self._own_columns[width] = (self.client_of.unsqueeze(1) * width
                                         + torch.arange(width, device=self.client_of.device))
         return self._own_columns[width]
+
+    def sparse_block_diagonal(self) -> tuple[Tensor, Tensor] | None:
+        """The inputs as one block-diagonal CSR matrix ``D`` (``[rows, K · width]``: row r of
+        client k holds its features in columns ``k·width …``) and ``Dᵀ`` (CSR), where they are
+        sparse (:func:`~fedgl.models.base.sparse_rows`'s bound) and on the CPU; else None.
+        Computed once: with ``W`` the K weights stacked ``[K · width, out]``, ``D W`` is every
+        client's ``H_k W_kᵀ`` and ``Dᵀ G`` every client's ``G_kᵀ H_k`` (transposed), one sparse
+        product each."""
+        if self._block_diagonal is None:
+            first = self.x[0]
+            sparse = (first.device.type == "cpu" and first.is_floating_point()
+                      and sum(int(torch.count_nonzero(x)) for x in self.x)
+                      <= SPARSE_INPUT_DENSITY * sum(x.numel() for x in self.x))
+            csr = sparse_rows(torch.cat(self.x)) if sparse else first
+            if csr.layout != torch.sparse_csr:
+                self._block_diagonal = (None,)
+            else:
+                width = first.size(1)
+                crow, col = csr.crow_indices(), csr.col_indices()
+                row = torch.repeat_interleave(torch.arange(self.total), crow.diff())
+                col = col + self.client_of[row] * width
+                shape = (self.total, self.k * width)
+                with warnings.catch_warnings():   # CSR support is "beta" on every conversion
+                    warnings.simplefilter("ignore", UserWarning)
+                    d = torch.sparse_csr_tensor(crow, col, csr.values(), shape,
+                                                check_invariants=False)  # valid by construction
+                    dt = torch.sparse_coo_tensor(torch.stack([col, row]), csr.values(),
+                                                 shape[::-1]).coalesce().to_sparse_csr()
+                self._block_diagonal = ((d, dt),)
+        return self._block_diagonal[0]
 
     def out_edges(self, name: str = "edge_index") -> tuple[Tensor, Tensor | None] | None:
         """``(edge_index, edge_weight)``: the edges whose target is one of ``out_rows``, in
@@ -193,12 +225,23 @@ class ClientLinear:
     rows by all K weights side by side, ``H [W_1; …; W_K]ᵀ``, and keeps each row's own client's
     ``out`` columns; its gradients go through the same side-by-side layout, with ``G`` placed in
     each row's own columns (zeros elsewhere): ``∂W = G_sideᵀ H`` and ``∂H = G_side [W_1; …; W_K]``.
-    A wide one loops over the clients (``per_client_linear``; ``∂W_k = G_kᵀ H_k``)."""
+    A wide one loops over the clients (``per_client_linear``; ``∂W_k = G_kᵀ H_k``), except on
+    the clients' own inputs where these are sparse (FedGCN's received rows on Cora: 7 %
+    non-zero): there both products are one block-diagonal CSR product
+    (:meth:`Blocks.sparse_block_diagonal`), about a third of the K dense products' time on Cora's
+    ten clients (0.17 against 0.46 ms forward, 0.15 against 0.47 ms for the weight gradient)."""
 
     def __init__(self, blocks: Blocks, w: Tensor) -> None:
         self.blocks, self.w = blocks, w
         k, self.out, self.fan_in = w.shape
         self.side_by_side = blocks.total * k * self.out * self.fan_in <= SIDE_BY_SIDE_WORK
+
+    def _sparse(self, h: Sequence[Tensor] | Tensor) -> tuple[Tensor, Tensor] | None:
+        """The clients' own sparse inputs as one block-diagonal CSR product
+        (:meth:`Blocks.sparse_block_diagonal`), where these are its inputs and it applies."""
+        if h is not self.blocks.x or self.side_by_side:
+            return None
+        return self.blocks.sparse_block_diagonal()
 
     def _whole(self, h: Sequence[Tensor] | Tensor) -> Tensor:
         if isinstance(h, Tensor):
@@ -212,6 +255,9 @@ class ClientLinear:
         return self.w.reshape(-1, self.fan_in)
 
     def forward(self, h: Sequence[Tensor] | Tensor) -> Tensor:
+        sparse = self._sparse(h)
+        if sparse is not None:
+            return sparse[0] @ self.w.transpose(1, 2).reshape(-1, self.out)
         if not self.side_by_side:
             return per_client_linear(self._parts(h), self.w)
         return (self._whole(h) @ self._stacked().t()).gather(1, self.blocks.own_columns(self.out))
@@ -222,6 +268,9 @@ class ClientLinear:
 
     def weight_grad(self, g: Tensor, h: Sequence[Tensor] | Tensor) -> Tensor:
         """``∂W_k = G_kᵀ H_k``, stacked ``[K, out, in]``."""
+        sparse = self._sparse(h)
+        if sparse is not None:
+            return (sparse[1] @ g).view(-1, self.fan_in, self.out).transpose(1, 2).contiguous()
         if self.side_by_side:
             return (self._side(g).t() @ self._whole(h)).view_as(self.w)
         return torch.stack([gk.t() @ x for gk, x in
