@@ -107,3 +107,29 @@ def test_distinct_bits_equal_numpys_unique(dtype, n):
     ref_table, ref_codes = np.unique(bits, return_inverse=True)
     assert table.dtype == ref_table.dtype and np.array_equal(table, ref_table)
     assert np.array_equal(codes, ref_codes.reshape(-1))
+
+
+@pytest.mark.parametrize("density", [0.0, 0.02, 0.3, 1.0])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_picked_rows_are_compact_rows_of_the_dense_rows(density, dtype):
+    """FedGCN's server picks each client's rows from one CSR form of its block: the same wire
+    form (sparse or dense, the same arrays) as ``compact_rows`` of the dense rows."""
+    from fedgl.federation.messages import RowPicker, SparseRows, compact_rows
+
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(60, 40, generator=g, dtype=dtype)
+    x[torch.rand(60, 40, generator=g) >= density] = 0.0
+    x[5] = -0.0   # a row of negative zeros is no entry either way
+    picker = RowPicker(x)
+    for index in (np.array([], dtype=np.int64), np.array([5]), np.array([0, 7, 7, 59, 3]),
+                  np.arange(60)):
+        got, want = picker.pick(index), compact_rows(x[torch.from_numpy(index)])
+        assert type(got) is type(want)
+        if isinstance(want, SparseRows):
+            assert got.shape == want.shape
+            for a, b in ((got.indptr, want.indptr), (got.indices, want.indices),
+                         (got.values, want.values)):
+                assert a.dtype == b.dtype and np.array_equal(a, b)
+            assert got.packed() == want.packed()
+        else:
+            assert torch.equal(got, want) and got.dtype == want.dtype

@@ -107,9 +107,44 @@ def compact_rows(x: torch.Tensor) -> torch.Tensor | SparseRows:
     """``x`` as :class:`SparseRows` when that is smaller on the wire, else ``x`` itself."""
     nnz = int(torch.count_nonzero(x))
     rows, cols = x.shape
-    sparse_bytes = (nnz * (x.element_size() + smallest_uint(max(cols - 1, 0)).itemsize)
+    return SparseRows.from_dense(x) if _sparse_is_smaller(rows, cols, x.element_size(), nnz) \
+        else x
+
+
+def _sparse_is_smaller(rows: int, cols: int, itemsize: int, nnz: int) -> bool:
+    sparse_bytes = (nnz * (itemsize + smallest_uint(max(cols - 1, 0)).itemsize)
                     + (rows + 1) * smallest_uint(nnz).itemsize + 16)
-    return SparseRows.from_dense(x) if sparse_bytes < x.numel() * x.element_size() else x
+    return sparse_bytes < rows * cols * itemsize
+
+
+class RowPicker:
+    """``compact_rows(x[index])`` for many ``index`` of one dense 2-D ``x`` (float32/64, CPU),
+    without a dense copy of the picked rows: ``x``'s non-zeros are found once (CSR), and each
+    pick gathers its rows' entries. The same arrays and the same choice as ``compact_rows``;
+    FedGCN's server answers every client's requested rows of a block this way."""
+
+    def __init__(self, x: torch.Tensor) -> None:
+        self.x = x
+        with warnings.catch_warnings():  # torch calls its CSR support "beta" on conversion
+            warnings.simplefilter("ignore", UserWarning)
+            csr = x.contiguous().to_sparse_csr()
+        self.crow = csr.crow_indices().numpy()
+        self.col = csr.col_indices().numpy()
+        self.values = csr.values().numpy()
+
+    def pick(self, index: np.ndarray) -> torch.Tensor | SparseRows:
+        index = np.asarray(index, dtype=np.int64)
+        starts = self.crow[index]
+        lengths = self.crow[index + 1] - starts
+        nnz, cols = int(lengths.sum()), int(self.x.shape[1])
+        if not _sparse_is_smaller(len(index), cols, self.x.element_size(), nnz):
+            return self.x[torch.from_numpy(index)]
+        crow = np.zeros(len(index) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=crow[1:])
+        at = np.repeat(starts - crow[:-1], lengths) + np.arange(nnz)
+        return SparseRows(crow.astype(smallest_uint(nnz)),
+                          self.col[at].astype(smallest_uint(max(cols - 1, 0))),
+                          np.ascontiguousarray(self.values[at]), (len(index), cols))
 
 
 def as_dense(x: torch.Tensor | SparseRows) -> torch.Tensor:

@@ -36,7 +36,7 @@ from torch import Tensor
 
 from fedgl.algorithms.fedgcn.sparse_sums import _compact, partial_sum_rows
 from fedgl.errors import RunAborted
-from fedgl.federation.messages import SparseRows, as_dense
+from fedgl.federation.messages import RowPicker, SparseRows, as_dense
 from fedgl.resources import release_freed_memory
 
 DEFAULT_BLOCK_ROWS = 1 << 18
@@ -214,10 +214,10 @@ class ServerBlocks:
                                  as_dense(rows).to(block.dtype))
             del rows
         out = {}
+        picker = RowPicker(block)   # the block's non-zeros found once for every client's rows
         for k in self.clients:
             a, b = np.searchsorted(self.wanted[k], [lo, hi])
-            reply: dict = {"sums": _compact(block[torch.from_numpy(self.wanted[k][a:b] - lo)]
-                                            .numpy())}
+            reply: dict = {"sums": picker.pick(self.wanted[k][a:b] - lo)}
             if self.degree is not None:
                 r = self.remote_wanted[k]
                 ra, rb = np.searchsorted(r, [lo, hi])
