@@ -133,3 +133,43 @@ def test_picked_rows_are_compact_rows_of_the_dense_rows(density, dtype):
             assert got.packed() == want.packed()
         else:
             assert torch.equal(got, want) and got.dtype == want.dtype
+
+
+def _framed_digest(tag, *parts):
+    """The digest as first written: every part framed into one bytes object, then hashed."""
+    import hashlib
+    from collections.abc import Mapping
+
+    from fedgl.privacy.identity import frame
+
+    def part_bytes(part):
+        if hasattr(part, "detach"):
+            part = part.detach().cpu().contiguous().numpy()
+        if isinstance(part, np.ndarray):
+            a = np.ascontiguousarray(part)
+            return frame(a.dtype.str, repr(a.shape), a.tobytes())
+        if isinstance(part, Mapping):
+            return frame(*[frame(str(k), part_bytes(v)) for k, v in part.items()])
+        if isinstance(part, bytes | str | int):
+            return frame(part)
+        return frame(repr(part))
+
+    return f"{tag}:{hashlib.sha256(frame(tag, *[part_bytes(p) for p in parts])).hexdigest()}"
+
+
+def test_digest_hashes_the_same_bytes_as_framing_every_part():
+    """Names already written (input records, stored reports, evaluation keys) stay valid."""
+    from fedgl.privacy.inputs import digest
+
+    g = torch.Generator().manual_seed(1)
+    cases = [
+        ("evaluate", {"convs.0.lin.weight": torch.randn(16, 30, generator=g),
+                      "convs.0.bias": torch.zeros(16)}),
+        ("data", torch.randn(7, 5, generator=g).t(), np.arange(12).reshape(3, 4)[:, ::2],
+         np.array(3.5), np.zeros((0, 4), np.float32), torch.tensor([True, False])),
+        ("mixed", b"raw", "text", 12, -7, True, None, (1, 2), 2.5, {"nested": {"a": np.ones(3)}}),
+        ("empty",),
+    ]
+    for tag, *parts in cases:
+        assert digest(tag, *parts) == _framed_digest(tag, *parts)
+    assert digest("x", np.ones(3)) != digest("x", np.ones(3, np.float32))

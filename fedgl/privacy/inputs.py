@@ -97,23 +97,50 @@ class ReleasesExceeded(RunAborted):
 
 
 # ---------------------------------------------------------------------- naming
-def _part_bytes(part: Any) -> bytes:
+Pieces = list[bytes | memoryview]
+
+
+def _size(pieces: Pieces) -> int:
+    return sum(p.nbytes if isinstance(p, memoryview) else len(p) for p in pieces)
+
+
+def _framed(*parts: Pieces) -> Pieces:
+    """The pieces of :func:`fedgl.privacy.identity.frame` of the parts (each given by its
+    pieces): every part length-prefixed, nothing copied."""
+    out: Pieces = []
+    for pieces in parts:
+        out.append(_size(pieces).to_bytes(4, "little"))
+        out.extend(pieces)
+    return out
+
+
+def _atom(part: bytes | str | int) -> Pieces:
+    return [part.encode() if isinstance(part, str) else
+            part.to_bytes(8, "little", signed=True) if isinstance(part, int) else bytes(part)]
+
+
+def _part_pieces(part: Any) -> Pieces:
+    """The bytes naming ``part``, in pieces (an array's values as a view of its memory)."""
     if hasattr(part, "detach"):  # a torch tensor
         part = part.detach().cpu().contiguous().numpy()
     if isinstance(part, np.ndarray):
         a = np.ascontiguousarray(part)
-        return frame(a.dtype.str, repr(a.shape), a.tobytes())
+        return _framed(_atom(a.dtype.str), _atom(repr(a.shape)),
+                       [memoryview(a.reshape(-1).view(np.uint8))])
     if isinstance(part, Mapping):  # a model state: names, then values, in order
-        return frame(*[frame(str(k), _part_bytes(v)) for k, v in part.items()])
+        return _framed(*[_framed(_atom(str(k)), _part_pieces(v)) for k, v in part.items()])
     if isinstance(part, bytes | str | int):
-        return frame(part)
-    return frame(repr(part))
+        return _framed(_atom(part))
+    return _framed(_atom(repr(part)))
 
 
 def digest(tag: str, *parts: Any) -> str:
     """``tag:`` + SHA-256 (hex) of the parts: tensors and arrays by dtype, shape and bytes, model
-    states by names and values, other values by ``repr``."""
-    h = hashlib.sha256(frame(tag, *[_part_bytes(p) for p in parts]))
+    states by names and values, other values by ``repr``. The hash reads the parts' framing
+    (:func:`~fedgl.privacy.identity.frame`, nested) piece by piece, arrays where they lie."""
+    h = hashlib.sha256()
+    for piece in _framed(_atom(tag), *[_part_pieces(p) for p in parts]):
+        h.update(piece)
     return f"{tag}:{h.hexdigest()}"
 
 
