@@ -75,9 +75,9 @@ def inputs_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
                    int(getattr(cfg, "min_partial_nodes", 1)), cfg.secure_sum,
                    cfg.dp_epsilon is not None, graph.num_nodes, tuple(graph.x.shape),
                    str(graph.x.dtype), part.num_clients)).encode())
-    for tensor in (graph.edge_index, graph.x):
-        h.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).tobytes())
-    h.update(np.ascontiguousarray(part.owner, dtype=np.int64).tobytes())
+    for tensor in (graph.edge_index, graph.x):   # hashed where the arrays lie (no copy)
+        h.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).reshape(-1).view(np.uint8))
+    h.update(np.ascontiguousarray(part.owner, dtype=np.int64).reshape(-1).view(np.uint8))
     return h.hexdigest()
 
 
