@@ -173,3 +173,30 @@ def test_digest_hashes_the_same_bytes_as_framing_every_part():
     for tag, *parts in cases:
         assert digest(tag, *parts) == _framed_digest(tag, *parts)
     assert digest("x", np.ones(3)) != digest("x", np.ones(3, np.float32))
+
+
+def test_oracle_scores_only_the_split_nodes_with_the_whole_graphs_floats():
+    """The oracle's GCN computes its last layer only for nodes in some split: the same
+    log-probabilities for them as the whole graph's pass, so the same accuracies."""
+    from fedgl.api import as_config, load_graph
+    from fedgl.evaluation import OracleEvaluator
+
+    cfg = as_config(dataset="sbm", sbm_nodes=200, sbm_classes=3, sbm_features=12, progress=False)
+    graph = load_graph(cfg)
+    graph.test_mask[:50] = False   # some nodes in no split
+    graph.val_mask[:50] = False
+    graph.train_mask[:50] = False
+    oracle = OracleEvaluator(graph, cfg)
+    assert oracle.scored is not None and oracle.scored[0].numel() < graph.num_nodes
+    g = torch.Generator().manual_seed(0)
+    weights = {k: v + torch.randn(v.shape, generator=g) for k, v in
+               oracle.model.state_dict().items()}
+    full = oracle.logits(weights)
+    rows, edges = oracle.scored
+    part = oracle.model(oracle.x, oracle.edge_index, oracle.edge_weight, out_rows=rows,
+                        out_edges=edges)
+    assert torch.equal(part, full[rows])
+    hit = full.argmax(-1) == graph.y
+    want = {f"oracle_{s}_acc": float(hit[getattr(graph, f"{s}_mask")].float().mean())
+            for s in ("train", "val", "test")}
+    assert oracle(weights) == want

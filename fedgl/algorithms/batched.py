@@ -41,7 +41,7 @@ from torch import Tensor
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
 from fedgl.models.base import SPARSE_INPUT_DENSITY, dropout, keep_mask, scatter_sum, sparse_rows
-from fedgl.models.gcn import GCN
+from fedgl.models.gcn import GCN, edges_into
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
 #: one local step's loss and gradients: ``(params, blocks, generators, 1 / n_k) -> K losses``
@@ -169,16 +169,8 @@ class Blocks:
         their order, targets renumbered by position in ``out_rows``; for a last layer that sums
         only the rows it returns. None where ``out_rows`` repeats a row. Computed once."""
         if self._out_edges is None:
-            src, dst = self.edges[name]
-            n_out = self.out_rows.numel()
-            position = torch.full((self.total,), -1, dtype=torch.long, device=dst.device)
-            position[self.out_rows] = torch.arange(n_out, device=dst.device)
-            if int((position >= 0).sum()) != n_out:
-                self._out_edges = (None,)
-            else:
-                into = position[dst] >= 0
-                weight = None if self.edge_weight is None else self.edge_weight[into]
-                self._out_edges = ((torch.stack([src[into], position[dst[into]]]), weight),)
+            self._out_edges = (edges_into(self.out_rows, self.edges[name], self.edge_weight,
+                                          self.total),)
         return self._out_edges[0]
 
     def split(self, h: Tensor) -> tuple[Tensor, ...]:

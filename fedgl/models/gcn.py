@@ -78,6 +78,22 @@ class GCNLayer(nn.Module):
         return f"{self.in_channels}, {self.out_channels}"
 
 
+def edges_into(rows: Tensor, edge_index: Tensor, edge_weight: Tensor | None, num_nodes: int
+               ) -> tuple[Tensor, Tensor | None] | None:
+    """``(edge_index, edge_weight)`` of the edges whose target is one of ``rows``, in their
+    order, targets renumbered by position in ``rows``: what a last layer needs to compute only
+    ``rows`` (``GCN.forward(..., out_rows=rows, out_edges=...)``), each row's sum in the same
+    order as over all edges. None where ``rows`` repeats a node."""
+    src, dst = edge_index
+    position = torch.full((num_nodes,), -1, dtype=torch.long, device=dst.device)
+    position[rows] = torch.arange(rows.numel(), device=dst.device)
+    if int((position >= 0).sum()) != rows.numel():
+        return None
+    into = position[dst] >= 0
+    weight = None if edge_weight is None else edge_weight[into]
+    return torch.stack([src[into], position[dst[into]]]), weight
+
+
 class GCN(nn.Module):
     """L-layer GCN: ReLU between layers, dropout between layers (FedGCN appendix E.2), and
     log-softmax output.
