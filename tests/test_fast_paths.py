@@ -200,3 +200,27 @@ def test_oracle_scores_only_the_split_nodes_with_the_whole_graphs_floats():
     want = {f"oracle_{s}_acc": float(hit[getattr(graph, f"{s}_mask")].float().mean())
             for s in ("train", "val", "test")}
     assert oracle(weights) == want
+
+
+@pytest.mark.parametrize("values_dtype", [np.float32, np.float64])
+def test_sparse_rows_put_where_they_go_as_their_dense_rows(values_dtype):
+    """A client places received sparse rows straight into its input: the same floats as the
+    dense rows (an explicit -0.0 arrives as 0.0, as SciPy's toarray makes it), every other
+    entry of those rows zeroed, the rest untouched; rows that repeat a column are added."""
+    from fedgl.federation.messages import SparseRows
+
+    indptr = np.array([0, 2, 2, 5])
+    indices = np.array([1, 3, 0, 2, 4])
+    values = np.array([1.5, -0.0, 2.0, -3.25, 7.0], dtype=values_dtype)
+    rows = SparseRows(indptr, indices, values, (3, 5))
+    repeated = SparseRows(np.array([0, 2, 2, 3]), np.array([1, 1, 4]),
+                          np.array([1.0, 2.0, 3.0], dtype=values_dtype), (3, 5))
+    at = torch.tensor([4, 0, 2])
+    for sparse in (rows, repeated, SparseRows(np.zeros(4, np.int64), np.zeros(0, np.int64),
+                                               np.zeros(0, values_dtype), (3, 5))):
+        want = torch.full((6, 5), 9.0)
+        want[at] = sparse.to_dense().to(torch.float32)
+        got = torch.full((6, 5), 9.0)
+        sparse.put_rows(got, at)
+        assert torch.equal(got, want)
+        assert torch.equal(torch.signbit(got), torch.signbit(want))

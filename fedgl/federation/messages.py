@@ -83,6 +83,24 @@ class SparseRows:
     def to_dense(self) -> torch.Tensor:
         return torch.from_numpy(self.to_scipy().toarray())
 
+    def put_rows(self, out: torch.Tensor, at: torch.Tensor) -> None:
+        """``out[at] = self.to_dense().to(out.dtype)`` (``at``: distinct row positions) without
+        the dense copy: the rows are zeroed, then the entries written. Each entry is written
+        as ``v + 0.0``, the value SciPy's ``toarray`` sums into its zeros (so an explicit
+        ``-0.0`` arrives as ``0.0`` there too); rows that repeat a column (which no decoded
+        message has) go the dense way, which adds them."""
+        from fedgl.federation.packed_rows import ascending_columns
+
+        indptr = self.indptr.astype(np.int64)
+        if not ascending_columns(indptr, self.indices):
+            out[at] = self.to_dense().to(out.dtype)
+            return
+        out.index_fill_(0, at, 0)
+        if self.nnz:
+            rows = np.repeat(np.arange(self.shape[0]), np.diff(indptr))
+            out[at[torch.from_numpy(rows)], torch.from_numpy(self.indices.astype(np.int64))] = \
+                torch.from_numpy(self.values + 0.0).to(out.dtype)
+
     def packed(self) -> tuple[dict, bytes]:
         """The wire form (:func:`fedgl.federation.packed_rows.pack`), computed once: the
         arrays are not to be changed after a message is built from them."""

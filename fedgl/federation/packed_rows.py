@@ -55,7 +55,7 @@ def _unplanes(raw: memoryview | bytes, n: int, dtype: np.dtype) -> np.ndarray:
     return np.ascontiguousarray(planes.T).view(dtype.newbyteorder("<")).reshape(n)
 
 
-def _ascending(indptr: np.ndarray, indices: np.ndarray) -> bool:
+def ascending_columns(indptr: np.ndarray, indices: np.ndarray) -> bool:
     """Whether the columns strictly ascend within every row."""
     if len(indices) < 2:
         return True
@@ -99,7 +99,7 @@ def pack(indptr: np.ndarray, indices: np.ndarray, values: np.ndarray,
     rows, cols = int(shape[0]), int(shape[1])
     nnz = int(len(values))
     ip = indptr.astype(np.int64)
-    if not _ascending(ip, indices):
+    if not ascending_columns(ip, indices):
         import scipy.sparse as sp
 
         mat = sp.csr_matrix((values, indices.astype(np.int64), ip), shape=(rows, cols),

@@ -115,7 +115,11 @@ class ClientStream:
         a, b = np.searchsorted(self.want_ids, [lo, hi])
         self._expect(sums, b - a, "rows")
         if b > a:
-            self.incoming[self.want_pos[a:b]] = as_dense(sums).to(self.incoming.dtype)
+            at = torch.from_numpy(self.want_pos[a:b])
+            if isinstance(sums, SparseRows):   # written where they go, without a dense copy
+                sums.put_rows(self.incoming, at)
+            else:
+                self.incoming[at] = sums.to(self.incoming.dtype)
         self.filled += b - a
         if self.remote_degrees is not None:
             remote = self.want_ids[a:b][self.want_pos[a:b] >= self.num_own]
