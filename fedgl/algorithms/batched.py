@@ -142,27 +142,29 @@ class Blocks:
         client's ``H_k W_kᵀ`` and ``Dᵀ G`` every client's ``G_kᵀ H_k`` (transposed), one sparse
         product each."""
         if self._block_diagonal is None:
-            first = self.x[0]
-            sparse = (first.device.type == "cpu" and first.is_floating_point()
-                      and sum(int(torch.count_nonzero(x)) for x in self.x)
-                      <= SPARSE_INPUT_DENSITY * sum(x.numel() for x in self.x))
-            csr = sparse_rows(torch.cat(self.x)) if sparse else first
-            if csr.layout != torch.sparse_csr:
-                self._block_diagonal = (None,)
-            else:
-                width = first.size(1)
-                crow, col = csr.crow_indices(), csr.col_indices()
-                row = torch.repeat_interleave(torch.arange(self.total), crow.diff())
-                col = col + self.client_of[row] * width
-                shape = (self.total, self.k * width)
-                with warnings.catch_warnings():   # CSR support is "beta" on every conversion
-                    warnings.simplefilter("ignore", UserWarning)
-                    d = torch.sparse_csr_tensor(crow, col, csr.values(), shape,
-                                                check_invariants=False)  # valid by construction
-                    dt = torch.sparse_coo_tensor(torch.stack([col, row]), csr.values(),
-                                                 shape[::-1]).coalesce().to_sparse_csr()
-                self._block_diagonal = ((d, dt),)
+            self._block_diagonal = (self._build_block_diagonal(),)
         return self._block_diagonal[0]
+
+    def _build_block_diagonal(self) -> tuple[Tensor, Tensor] | None:
+        first = self.x[0]
+        # the density counted per client: no dense union of inputs that stay dense
+        if first.dim() != 2 or first.device.type != "cpu" or not first.is_floating_point() \
+                or self.total == 0 or sum(int(torch.count_nonzero(x)) for x in self.x) \
+                > SPARSE_INPUT_DENSITY * sum(x.numel() for x in self.x):
+            return None
+        width = first.size(1)
+        with warnings.catch_warnings():   # CSR support is "beta" on every conversion
+            warnings.simplefilter("ignore", UserWarning)
+            csr = torch.cat(self.x).to_sparse_csr()
+            crow, values = csr.crow_indices(), csr.values()
+            row = torch.repeat_interleave(torch.arange(self.total), crow.diff())
+            col = csr.col_indices() + self.client_of[row] * width
+            shape = (self.total, self.k * width)
+            d = torch.sparse_csr_tensor(crow, col, values, shape,
+                                        check_invariants=False)  # valid by construction
+            dt = torch.sparse_coo_tensor(torch.stack([col, row]), values,
+                                         shape[::-1]).coalesce().to_sparse_csr()
+        return d, dt
 
     def out_edges(self, name: str = "edge_index") -> tuple[Tensor, Tensor | None] | None:
         """``(edge_index, edge_weight)``: the edges whose target is one of ``out_rows``, in

@@ -38,10 +38,15 @@ def frame(*parts: bytes | str | int) -> bytes:
     """Unambiguous concatenation (each part length-prefixed) for signing and hashing."""
     out = bytearray()
     for p in parts:
-        b = p.encode() if isinstance(p, str) else (p.to_bytes(8, "little", signed=True)
-                                                   if isinstance(p, int) else bytes(p))
+        b = part_bytes(p)
         out += len(b).to_bytes(4, "little") + b
     return bytes(out)
+
+
+def part_bytes(part: bytes | str | int) -> bytes:
+    """One part of :func:`frame` as it is framed: text as UTF-8, an integer as 8 bytes."""
+    return part.encode() if isinstance(part, str) else (
+        part.to_bytes(8, "little", signed=True) if isinstance(part, int) else bytes(part))
 
 
 class Identity:

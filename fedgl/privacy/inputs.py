@@ -60,7 +60,7 @@ from typing import Any
 import numpy as np
 
 from fedgl.errors import OutputError, RunAborted
-from fedgl.privacy.identity import AttackDetected, frame
+from fedgl.privacy.identity import AttackDetected, frame, part_bytes
 
 INPUTS_FILE = "inputs.jsonl"
 NOISE_FILE = "dp-noise.jsonl"
@@ -115,8 +115,7 @@ def _framed(*parts: Pieces) -> Pieces:
 
 
 def _atom(part: bytes | str | int) -> Pieces:
-    return [part.encode() if isinstance(part, str) else
-            part.to_bytes(8, "little", signed=True) if isinstance(part, int) else bytes(part)]
+    return [part_bytes(part)]
 
 
 def _part_pieces(part: Any) -> Pieces:
