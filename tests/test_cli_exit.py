@@ -53,3 +53,24 @@ def test_a_running_thread_gets_the_ordinary_exit(tmp_path):
 def test_a_caller_of_main_gets_the_exit_code(tmp_path):
     assert main([*ARGS, "--out", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "history.csv").is_file()
+
+
+def test_a_stopped_client_ends_with_its_own_last_line(tmp_path):
+    """``fedgl client`` ends as a run does: its own line stays the last one, whatever the
+    interpreter's teardown of threads would print (here: a teardown hook that speaks)."""
+    code = ("import sys, threading\n"
+            "import torch  # noqa: F401 - as a client that has loaded its party\n"
+            "threading._register_atexit(lambda: print('teardown spoke', file=sys.stderr))\n"
+            "from fedgl.cli import main\n"
+            "sys.argv[0] = 'fedgl'\n"
+            "main()\n"
+            "raise SystemExit('main() returned: the client did not end the process')\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-c", code, "client", "--data",
+                           str(tmp_path / "missing.json"), "--key", "k", "--roster", "r",
+                           "--superlink", "127.0.0.1:1"], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert done.returncode == 2, done.stderr
+    assert "teardown spoke" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("fedgl: error: give either"), \
+        done.stderr
