@@ -393,8 +393,7 @@ def _preload() -> None:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        import scipy.sparse  # noqa: F401
-
+        # (not SciPy: a run that needs it imports it there; a Planetoid FedGCN run does not)
         import fedgl.api  # noqa: F401 - torch, numpy, the data and run machinery
     finally:
         if collecting:

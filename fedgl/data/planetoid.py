@@ -19,6 +19,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from fedgl.data.csr import CSR
 from fedgl.data.safe_pickle import restricted_load
 from fedgl.errors import DataError
 
@@ -26,9 +27,7 @@ VALIDATION_NODES = 500
 
 
 def _dense(obj: object, path: Path) -> np.ndarray:
-    import scipy.sparse as sp
-
-    if sp.issparse(obj):
+    if isinstance(obj, CSR):
         return np.asarray(obj.toarray(), dtype=np.float32)
     if isinstance(obj, np.ndarray) and obj.ndim == 2:
         return obj.astype(np.float32)

@@ -10,8 +10,8 @@ understands exactly what the Planetoid files hold:
 - plain data: ``None``, booleans, numbers, strings, bytes, tuples, lists and dicts;
 - numpy arrays (``numpy.core.multiarray._reconstruct`` of ``numpy.ndarray`` with a numeric
   ``numpy.dtype``) and numpy scalars, built by fedgl from their raw bytes (``numpy.frombuffer``);
-- scipy CSR matrices, built by fedgl with ``csr_matrix((data, indices, indptr), shape)`` from the
-  arrays the file's state names, and checked (``check_format(full_check=True)``);
+- scipy CSR matrices, built by fedgl as a :class:`~fedgl.data.csr.CSR` from the arrays the
+  file's state names, and checked as SciPy's ``check_format(full_check=True)`` checks;
 - ``collections.defaultdict(list)``, read as a plain dict (the Planetoid graph).
 
 A global outside the allow-list of (module, name) pairs, a dotted name, any call other than those
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from fedgl.data.csr import CSR
 from fedgl.errors import DataError
 
 # (module, name) a Planetoid file may name -> what fedgl builds for it. Python-2 pickles say
@@ -356,9 +357,7 @@ def _array(state: Any) -> np.ndarray:
     return flat.reshape(shape, order="F" if fortran else "C")
 
 
-def _csr(state: Any) -> Any:
-    import scipy.sparse as sp
-
+def _csr(state: Any) -> CSR:
     if not isinstance(state, dict) or not all(isinstance(k, str) for k in state):
         raise _Corrupt("a sparse matrix with a malformed state")
     extra = sorted(set(state) - CSR_STATE_KEYS)
@@ -378,11 +377,9 @@ def _csr(state: Any) -> Any:
     if indices.dtype.kind not in "iu" or indptr.dtype.kind not in "iu":
         raise _Corrupt("a sparse matrix with non-integer indices")
     try:
-        matrix = sp.csr_matrix((data, indices, indptr), shape=shape)
-        matrix.check_format(full_check=True)
-    except (ValueError, TypeError, IndexError) as exc:
+        return CSR.from_arrays(data, indices, indptr, shape)
+    except ValueError as exc:
         raise _Corrupt(f"an inconsistent sparse matrix: {str(exc).splitlines()[0]}") from None
-    return matrix
 
 
 def _finish(obj: Any, seen: dict[int, Any]) -> Any:

@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from fedgl.data.csr import CSR
+
 
 def smallest_uint(max_value: int) -> np.dtype:
     """The smallest unsigned integer dtype holding 0..max_value."""
@@ -53,6 +55,21 @@ class SparseRows:
                    np.ascontiguousarray(mat.data), (int(rows), int(cols)))
 
     @classmethod
+    def from_csr(cls, mat: CSR) -> SparseRows:
+        """From a :class:`~fedgl.data.csr.CSR` matrix in canonical form (columns ascending in
+        each row, none repeated: what its products give), explicit zeros dropped."""
+        if mat.nnz and not bool(np.all(mat.data != 0)):
+            kept = mat.data != 0
+            counts = np.bincount(mat.entry_rows()[kept], minlength=mat.shape[0])
+            indptr = np.zeros(mat.shape[0] + 1, dtype=np.int64)
+            np.cumsum(counts, out=indptr[1:])
+            mat = CSR(indptr, mat.indices[kept], mat.data[kept], mat.shape)
+        rows, cols = mat.shape
+        return cls(mat.indptr.astype(smallest_uint(mat.nnz)),
+                   mat.indices.astype(smallest_uint(max(cols - 1, 0))),
+                   np.ascontiguousarray(mat.data), (int(rows), int(cols)))
+
+    @classmethod
     def from_dense(cls, x: torch.Tensor | np.ndarray) -> SparseRows:
         """From a dense matrix (its non-zeros, row by row, columns ascending), by torch's CSR
         conversion (about twice as fast as scipy's from a dense array; the same arrays)."""
@@ -80,8 +97,12 @@ class SparseRows:
         return sp.csr_matrix((self.values, self.indices.astype(np.int64),
                               self.indptr.astype(np.int64)), shape=self.shape)
 
+    def to_csr(self) -> CSR:
+        """The matrix as a checked :class:`~fedgl.data.csr.CSR` (ValueError if inconsistent)."""
+        return CSR.from_arrays(self.values, self.indices, self.indptr, self.shape)
+
     def to_dense(self) -> torch.Tensor:
-        return torch.from_numpy(self.to_scipy().toarray())
+        return torch.from_numpy(self.to_csr().toarray())
 
     def put_rows(self, out: torch.Tensor, at: torch.Tensor) -> None:
         """``out[at] = self.to_dense().to(out.dtype)`` (``at``: distinct row positions) without

@@ -29,9 +29,12 @@ is the reference's in every case. ``tests/test_leakage_fast.py`` compares whole 
 from __future__ import annotations
 
 from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING
 
 import numpy as np
-import scipy.sparse as sp
+
+if TYPE_CHECKING:   # SciPy loads when a report is computed, not with every run
+    import scipy.sparse as sp
 
 #: the reference's eigenvalue threshold, relative to ``max(λ_max, 1)``
 EIG_THRESHOLD = 1e-9
@@ -109,6 +112,7 @@ def _found_by_pivoted_cholesky(block: sp.csr_matrix) -> np.ndarray | None:
 def blocks(a: sp.csr_matrix) -> list[tuple[np.ndarray, np.ndarray]]:
     """The connected blocks of ``a`` (rows and columns linked by a non-zero): per block its
     row and column indices, ascending. Rows without a non-zero are in no block."""
+    import scipy.sparse as sp
     from scipy.sparse.csgraph import connected_components
 
     nr, nc = a.shape

@@ -211,7 +211,7 @@ class FedGCNClient(UpdateClient, GNNClient, SecureModelParty):
             j, i = d.edge_index
             b = incidence(self._row_of(j, touched), d.global_to_local(i), len(touched),
                           d.num_nodes)
-            source = scaled_incidence(b[order.numpy()], self.deg_tilde, d.x.dtype)
+            source = scaled_incidence(b.take_rows(order.numpy()), self.deg_tilde, d.x.dtype)
             del b
             features = unscaled_features(d.x)  # a view: no scaled copy of the own features
         else:

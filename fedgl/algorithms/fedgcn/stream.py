@@ -30,11 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-import scipy.sparse as sp
 import torch
 from torch import Tensor
 
 from fedgl.algorithms.fedgcn.sparse_sums import _compact, partial_sum_rows
+from fedgl.data.csr import CSR
 from fedgl.errors import RunAborted
 from fedgl.federation.messages import RowPicker, SparseRows, as_dense
 from fedgl.resources import release_freed_memory
@@ -56,8 +56,8 @@ class ClientStream:
     drawn once, sent in slices)."""
 
     sorted_ids: np.ndarray  # touched ids, ascending
-    source: sp.csr_matrix | Tensor
-    features: np.ndarray | sp.csr_matrix | None  # X_k (own, unscaled) with the incidence
+    source: CSR | Tensor
+    features: np.ndarray | CSR | None  # X_k (own, unscaled) with the incidence
     chunk_rows: int
     want_ids: np.ndarray  # requested ids, ascending
     want_pos: np.ndarray  # their positions in the request order (own first, then remote)
@@ -69,7 +69,7 @@ class ClientStream:
     filled: int = 0
     degrees_filled: int = 0
     done: bool = field(default=False)
-    pieces: dict[int, sp.csr_matrix] | None = None  # the incidence cut by block, see split
+    pieces: dict[int, CSR] | None = None  # the incidence cut by block, see split
     piece_rows: int = 0
 
     def split_by_block(self, block_rows: int) -> None:
@@ -77,13 +77,14 @@ class ClientStream:
         that each piece is freed once uploaded: the incidence shrinks block by block while
         the received rows fill ``incoming`` (which the caller allocates without touching its
         pages). Uploads stay bitwise the same (each row is computed on its own)."""
-        if not sp.issparse(self.source):
+        if not isinstance(self.source, CSR):
             return
         n = len(self.sorted_ids)
         blocks = int(self.sorted_ids[-1]) // block_rows + 1 if n else 0
         cuts = np.searchsorted(self.sorted_ids, np.arange(blocks + 1, dtype=np.int64) * block_rows)
-        self.pieces = {i: self.source[int(cuts[i]):int(cuts[i + 1])] for i in range(blocks)}
-        self.pieces[-1] = self.source[0:0]  # the empty piece of every later block
+        self.pieces = {i: self.source.row_slice(int(cuts[i]), int(cuts[i + 1]))
+                       for i in range(blocks)}
+        self.pieces[-1] = self.source.row_slice(0, 0)  # the empty piece of every later block
         self.piece_rows, self.source = block_rows, None
 
     def upload(self, block_rows: int) -> Tensor | SparseRows:
@@ -99,7 +100,7 @@ class ClientStream:
         a, b = np.searchsorted(self.sorted_ids, [lo, hi])
         if isinstance(self.source, Tensor):
             return _compact(self.source[a:b].numpy())
-        return partial_sum_rows(self.features, self.source[a:b], self.chunk_rows)
+        return partial_sum_rows(self.features, self.source.row_slice(a, b), self.chunk_rows)
 
     def download(self, block_rows: int, sums: Tensor | SparseRows,
                  degrees: Tensor | None) -> bool:
