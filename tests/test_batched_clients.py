@@ -159,3 +159,28 @@ def _fit_block(client):
     train = client._masks["train"].nonzero().flatten()
     return BlockInput(inp.x, {"edge_index": inp.edge_index}, inp.own_rows, client._y[train],
                       inp.edge_weight)
+
+
+def test_a_transposed_first_weight_trains_to_the_same_floats(data_root):
+    """Stored ``[K, in, out]`` where it multiplies sparse inputs (no transposing copy a step),
+    the first layer's weight ends every client's round with the same floats as stored
+    ``[K, out, in]``; the states handed back are contiguous either way."""
+    from fedgl.algorithms.batched import Blocks, fit_stacked, gcn_step
+
+    server, clients = _clients(dataset="cora", data_root=str(data_root), clients=10, hops=2,
+                               beta=10000.0)
+    blocks = Blocks([_fit_block(c) for c in clients])
+    step = gcn_step(clients[0].model, clients[0]._cached_inputs().pre_aggregated)
+    assert step.transposed(blocks) == ("convs.0.lin.weight",)
+
+    def plain(*args):
+        return step(*args)
+
+    results = {}
+    for name, s in (("transposed", step), ("plain", plain)):
+        results[name] = fit_stacked(clients, server.weights, 3, 1, blocks, s)
+    for a, b in zip(results["transposed"], results["plain"], strict=True):
+        assert a["loss"] == b["loss"]
+        for key in a["weights"]:
+            assert a["weights"][key].is_contiguous()
+            assert torch.equal(a["weights"][key], b["weights"][key]), key

@@ -211,6 +211,16 @@ def per_client_linear(parts: Sequence[Tensor], w: Tensor) -> Tensor:
 SIDE_BY_SIDE_WORK = 1 << 22
 
 
+def _side_by_side(blocks: Blocks, out: int, fan_in: int) -> bool:
+    return blocks.total * blocks.k * out * fan_in <= SIDE_BY_SIDE_WORK
+
+
+def sparse_products(blocks: Blocks, out: int, fan_in: int) -> bool:
+    """Whether a ``fan_in → out`` layer on the clients' own inputs multiplies them as one
+    block-diagonal CSR product (:class:`ClientLinear`)."""
+    return not _side_by_side(blocks, out, fan_in) and blocks.sparse_block_diagonal() is not None
+
+
 class ClientLinear:
     """``H ↦ H W_kᵀ`` on each client's rows (``w`` stacked ``[K, out, in]``) with its two
     gradients, for a step that writes its backward out (:func:`gcn_step`).
@@ -227,8 +237,8 @@ class ClientLinear:
 
     def __init__(self, blocks: Blocks, w: Tensor) -> None:
         self.blocks, self.w = blocks, w
-        k, self.out, self.fan_in = w.shape
-        self.side_by_side = blocks.total * k * self.out * self.fan_in <= SIDE_BY_SIDE_WORK
+        _, self.out, self.fan_in = w.shape
+        self.side_by_side = _side_by_side(blocks, self.out, self.fan_in)
 
     def _sparse(self, h: Sequence[Tensor] | Tensor) -> tuple[Tensor, Tensor] | None:
         """The clients' own sparse inputs as one block-diagonal CSR product
@@ -263,8 +273,8 @@ class ClientLinear:
     def weight_grad(self, g: Tensor, h: Sequence[Tensor] | Tensor) -> Tensor:
         """``∂W_k = G_kᵀ H_k``, stacked ``[K, out, in]``."""
         sparse = self._sparse(h)
-        if sparse is not None:
-            return (sparse[1] @ g).view(-1, self.fan_in, self.out).transpose(1, 2).contiguous()
+        if sparse is not None:   # in the layout :func:`fit_stacked` stores such a weight in
+            return (sparse[1] @ g).view(-1, self.fan_in, self.out).transpose(1, 2)
         if self.side_by_side:
             return (self._side(g).t() @ self._whole(h)).view_as(self.w)
         return torch.stack([gk.t() @ x for gk, x in
@@ -323,8 +333,10 @@ def fit_stacked(clients: Sequence[Any], weights: State, local_steps: int, round:
     first = clients[0]
     cfg = first.config
     ref = first.model.state_dict()
-    params = {name: weights[name].to(device=first.device, dtype=ref[name].dtype)
-              .unsqueeze(0).repeat(blocks.k, *([1] * ref[name].dim())).requires_grad_()
+    wants = getattr(step, "transposed", None)   # names of weights stored transposed
+    transposed = wants(blocks) if wants is not None else ()
+    params = {name: _stacked(weights[name].to(device=first.device, dtype=ref[name].dtype),
+                             blocks.k, name in transposed).requires_grad_()
               for name in ref}
     for c in clients:
         c.generator.manual_seed(client_seed(c.seed, c.data.client_id) + round)
@@ -347,11 +359,22 @@ def fit_stacked(clients: Sequence[Any], weights: State, local_steps: int, round:
     mean_loss = torch.stack(losses).mean(0).tolist()
     out = []
     for k, c in enumerate(clients):
-        state = {name: t[k].detach().clone().cpu() for name, t in params.items()}
+        state = {name: t[k].detach().clone(memory_format=torch.contiguous_format).cpu()
+                 for name, t in params.items()}
         if getattr(c, "keep_model", True):  # its model holds its local result, as after ``fit``
             c.load_weights(state)
         out.append({"weights": state, "num_train": blocks.num_train[k], "loss": mean_loss[k]})
     return out
+
+
+def _stacked(w: Tensor, k: int, transposed: bool) -> Tensor:
+    """``w`` repeated ``[K, ...]``; ``transposed`` (a matrix): stored as ``[K, in, out]`` and
+    returned as its ``[K, out, in]`` view, the layout in which a step's products and gradients
+    need no transposing copy (:meth:`ClientLinear.forward` on sparse inputs). The values, and
+    every elementwise update of them, are the same either way."""
+    if not transposed:
+        return w.unsqueeze(0).repeat(k, *([1] * w.dim()))
+    return w.t().unsqueeze(0).repeat(k, 1, 1).transpose(1, 2)
 
 
 def fit_many_or_idle(clients: Sequence[Any], weights: State,
@@ -495,6 +518,13 @@ def gcn_step(model: torch.nn.Module, pre_aggregated: bool) -> Step:
     layers = len(model.convs)
     p_drop = float(model.dropout)
 
+    def transposed(blocks: Blocks) -> tuple[str, ...]:
+        """The first layer's weight, where it multiplies the clients' sparse inputs: stored
+        ``[K, in, out]`` by :func:`fit_stacked`, so that neither ``D W`` nor ``∂W = (Dᵀ G)ᵀ``
+        copies it transposed (three 0.9 MB copies a step on Cora's ten clients)."""
+        out, fan_in = model.convs[0].lin.weight.shape
+        return ("convs.0.lin.weight",) if sparse_products(blocks, out, fan_in) else ()
+
     def step(params: dict[str, Tensor], blocks: Blocks, gens: Sequence[torch.Generator],
              inv_n: Tensor) -> Tensor:
         src, dst = blocks.edges["edge_index"]
@@ -544,6 +574,7 @@ def gcn_step(model: torch.nn.Module, pre_aggregated: bool) -> Step:
                     g = g * (z_prev > 0)
         return per_client
 
+    step.transposed = transposed  # type: ignore[attr-defined]   # read by fit_stacked
     return step
 
 
