@@ -184,3 +184,22 @@ def test_a_transposed_first_weight_trains_to_the_same_floats(data_root):
         for key in a["weights"]:
             assert a["weights"][key].is_contiguous()
             assert torch.equal(a["weights"][key], b["weights"][key]), key
+
+
+def test_each_client_model_holds_its_own_result_after_a_batched_fit():
+    """A batched round leaves each client's result held, copied into its model on first use:
+    its model then holds exactly its result, as after its own ``fit``; a global model loaded
+    before that replaces it."""
+    server, clients = _clients(hops=2)
+    outs = FedGCNClient.fit_many(clients, server.weights, 2, 1)
+    assert outs is not None
+    for c, out in zip(clients, outs, strict=True):
+        assert c._held is not None
+        got = c.get_weights()
+        assert c._held is None
+        assert all(torch.equal(got[k], out["weights"][k]) for k in got)
+    FedGCNClient.fit_many(clients, server.weights, 2, 2)
+    clients[0].load_weights(server.weights)
+    assert clients[0]._held is None
+    got = clients[0].get_weights()
+    assert all(torch.equal(got[k], server.weights[k]) for k in got)

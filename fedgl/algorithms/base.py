@@ -76,6 +76,7 @@ class GNNClient(FactsParty, ABC):
         self.device = torch.device(config.device)
         self._model: torch.nn.Module | None = None
         self._model_is_default = False  # built by :meth:`_build_model` (so it can be rebuilt)
+        self._held: State | None = None  # a local result not yet in the model (hold_weights)
         # Cross-device federations (clients sampled per round) keep no model between rounds.
         self.keep_model = not getattr(config, "clients_per_round", 0)
         self.seed = seed
@@ -102,11 +103,21 @@ class GNNClient(FactsParty, ABC):
         if self._model is None:
             self._model = self._build_model()
             self._model_is_default = True
+        if self._held is not None:
+            held, self._held = self._held, None
+            load_state(self._model, held)
         return self._model
 
     @model.setter
     def model(self, module: torch.nn.Module) -> None:
-        self._model, self._model_is_default = module, False
+        self._model, self._model_is_default, self._held = module, False, None
+
+    def hold_weights(self, state: State) -> None:
+        """Make ``state`` (this client's own result, a plain state dict) its local model,
+        copied in when the model is next used: what a batched round leaves each client, mostly
+        replaced by the next round's global model before anything reads it (ten copies a round
+        saved on Cora's ten clients)."""
+        self._held = state
 
     def _build_model(self) -> torch.nn.Module:
         cfg, d = self.config, self.data
@@ -118,7 +129,7 @@ class GNNClient(FactsParty, ABC):
         the stateless SGD optimiser) and ``keep_model`` is off."""
         if (not self.keep_model and self._model_is_default
                 and type(self)._optimizer is GNNClient._optimizer):
-            self._model = None
+            self._model, self._held = None, None
 
     # ----------------------------------------------------------------- subclass hook
     @abstractmethod
@@ -209,6 +220,7 @@ class GNNClient(FactsParty, ABC):
                           out_rows=inp.own_rows, **kwargs)
 
     def load_weights(self, weights: State) -> None:
+        self._held = None   # replaced before it was ever read
         load_state(self.model, self.decode_weights(weights))
 
     def get_weights(self) -> State:

@@ -362,7 +362,7 @@ def fit_stacked(clients: Sequence[Any], weights: State, local_steps: int, round:
         state = {name: t[k].detach().clone(memory_format=torch.contiguous_format).cpu()
                  for name, t in params.items()}
         if getattr(c, "keep_model", True):  # its model holds its local result, as after ``fit``
-            c.load_weights(state)
+            c.hold_weights(state)
         out.append({"weights": state, "num_train": blocks.num_train[k], "loss": mean_loss[k]})
     return out
 

@@ -139,6 +139,7 @@ class GATClient(GNNClient):
         return self._opt
 
     def load_weights(self, weights: State) -> None:
+        self._held = None   # replaced before it was ever read
         ref = self.model.state_dict()
         self.model.load_state_dict({k: v.to(device=self.device, dtype=ref[k].dtype)
                                     for k, v in weights.items()})
