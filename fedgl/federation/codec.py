@@ -164,19 +164,17 @@ def _buffer(arr: np.ndarray, buffers: list[memoryview]) -> int:
 def _to_tree(obj: Any, buffers: list[memoryview], depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise WireError("payload nested too deeply")
+    kind = type(obj)   # the two commonest nodes first (exact types: no other branch takes them)
+    if kind is torch.Tensor:
+        return _tensor_node(obj, buffers)
+    if kind is dict:
+        return _dict_node(obj, buffers, depth)
     if obj is None or isinstance(obj, bool | str):
         return obj
     if isinstance(obj, int | float) and not isinstance(obj, np.generic):
         return obj
     if isinstance(obj, torch.Tensor):
-        if obj.layout != torch.strided:
-            raise WireError("a sparse torch tensor cannot cross the wire (send SparseRows)")
-        t = obj.detach().cpu().contiguous()
-        name = str(t.dtype).removeprefix("torch.")
-        if name not in _TORCH_DTYPES:
-            raise WireError(f"tensor dtype {name} cannot cross the wire")
-        raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
-        return {"$T": _buffer(raw, buffers), "dtype": name, "shape": list(t.shape)}
+        return _tensor_node(obj, buffers)
     if isinstance(obj, np.ndarray | np.generic):
         arr = np.asarray(obj)
         key = arr.dtype.newbyteorder("<").str if arr.dtype.byteorder == ">" else arr.dtype.str
@@ -196,12 +194,7 @@ def _to_tree(obj: Any, buffers: list[memoryview], depth: int) -> Any:
         buffers.append(memoryview(body))
         return {"$P": len(buffers) - 1, **node}
     if isinstance(obj, dict):
-        items = []
-        for k, v in obj.items():
-            if isinstance(k, bool) or not isinstance(k, str | int | np.integer):
-                raise WireError(f"dict key of type {type(k).__name__} cannot cross the wire")
-            items.append([k if isinstance(k, str) else int(k), _to_tree(v, buffers, depth + 1)])
-        return {"$D": items}
+        return _dict_node(obj, buffers, depth)
     if isinstance(obj, list):
         return [_to_tree(v, buffers, depth + 1) for v in obj]
     if isinstance(obj, tuple):
@@ -211,6 +204,26 @@ def _to_tree(obj: Any, buffers: list[memoryview], depth: int) -> Any:
             return {"$W": wt.tag, "v": _to_tree(wt.to_tree(obj), buffers, depth + 1)}
     raise WireError(f"a {type(obj).__name__} cannot cross the wire (arrays, numbers, strings, "
                     "bytes and containers of them only)")
+
+
+def _tensor_node(obj: torch.Tensor, buffers: list[memoryview]) -> dict:
+    if obj.layout != torch.strided:
+        raise WireError("a sparse torch tensor cannot cross the wire (send SparseRows)")
+    t = obj.detach().cpu().contiguous()
+    name = str(t.dtype).removeprefix("torch.")
+    if name not in _TORCH_DTYPES:
+        raise WireError(f"tensor dtype {name} cannot cross the wire")
+    raw = t.reshape(-1).view(torch.uint8).numpy() if t.numel() else np.zeros(0, np.uint8)
+    return {"$T": _buffer(raw, buffers), "dtype": name, "shape": list(t.shape)}
+
+
+def _dict_node(obj: dict, buffers: list[memoryview], depth: int) -> dict:
+    items = []
+    for k, v in obj.items():
+        if type(k) is not str and (isinstance(k, bool) or not isinstance(k, str | int | np.integer)):
+            raise WireError(f"dict key of type {type(k).__name__} cannot cross the wire")
+        items.append([k if isinstance(k, str) else int(k), _to_tree(v, buffers, depth + 1)])
+    return {"$D": items}
 
 
 def _take(index: Any, buffers: list[memoryview], used: set[int]) -> memoryview:
@@ -243,11 +256,13 @@ def _count(shape: tuple[int, ...]) -> int:
 def _from_tree(node: Any, buffers: list[memoryview], used: set[int], depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise WireError("payload nested too deeply")
-    if node is None or isinstance(node, bool | int | float | str):
-        return node
-    if isinstance(node, list):
-        return [_from_tree(v, buffers, used, depth + 1) for v in node]
-    if not isinstance(node, dict) or len(node) == 0:
+    if type(node) is not dict:   # (a JSON header's objects are exactly dicts)
+        if node is None or isinstance(node, bool | int | float | str):
+            return node
+        if isinstance(node, list):
+            return [_from_tree(v, buffers, used, depth + 1) for v in node]
+        raise WireError("malformed payload node in message")
+    if len(node) == 0:
         raise WireError("malformed payload node in message")
     if "$T" in node:
         dtype = _TORCH_DTYPES.get(node.get("dtype"))
