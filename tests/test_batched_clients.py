@@ -203,3 +203,22 @@ def test_each_client_model_holds_its_own_result_after_a_batched_fit():
     assert clients[0]._held is None
     got = clients[0].get_weights()
     assert all(torch.equal(got[k], server.weights[k]) for k in got)
+
+
+def test_per_client_keep_draws_each_clients_own_mask():
+    """The batched dropout mask: client k's rows are exactly the mask its own generator gives
+    (``keep_mask`` on its rows alone), and each generator ends in the same state."""
+    from fedgl.algorithms.batched import BlockInput, Blocks, per_client_keep
+    from fedgl.models.base import keep_mask
+
+    sizes = [5, 0, 17, 3]
+    blocks = Blocks([BlockInput(torch.zeros(n, 4), {"edge_index": torch.zeros(2, 0).long()},
+                                torch.arange(n), torch.zeros(n).long(), None) for n in sizes])
+    h = torch.randn(sum(sizes), 9)
+    gens = [torch.Generator().manual_seed(s) for s in (1, 2, 3, 4)]
+    refs = [torch.Generator().manual_seed(s) for s in (1, 2, 3, 4)]
+    got = per_client_keep(h, blocks, 0.5, gens)
+    want = torch.cat([keep_mask(part, 0.5, g)
+                      for part, g in zip(h.split(sizes), refs, strict=True)])
+    assert got.dtype == h.dtype and torch.equal(got, want.to(h.dtype))
+    assert all(torch.equal(a.get_state(), b.get_state()) for a, b in zip(gens, refs, strict=True))

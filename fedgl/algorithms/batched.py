@@ -40,7 +40,7 @@ from torch import Tensor
 
 from fedgl.algorithms.base import client_seed
 from fedgl.federation.aggregate import State
-from fedgl.models.base import SPARSE_INPUT_DENSITY, dropout, keep_mask, scatter_sum, sparse_rows
+from fedgl.models.base import SPARSE_INPUT_DENSITY, dropout, scatter_sum, sparse_rows
 from fedgl.models.gcn import GCN, edges_into
 
 Forward = Callable[[dict[str, Tensor], "Blocks", Sequence[torch.Generator]], Tensor]
@@ -582,5 +582,9 @@ def per_client_keep(h: Tensor, blocks: Blocks, p: float,
                     generators: Sequence[torch.Generator]) -> Tensor:
     """The dropout keep mask (0/1, ``h``'s dtype) of :func:`per_client_dropout`: each client's
     rows from its own generator, drawn in the same order (so the same mask)."""
-    keep = [keep_mask(part, p, g) for part, g in zip(blocks.split(h), generators, strict=True)]
-    return torch.cat(keep).to(h.dtype)
+    # each client's uniforms drawn into its rows of one buffer (the same numbers as its own
+    # ``keep_mask``: one generator, the same count, in row order), then one comparison
+    u = torch.empty(h.shape, device=h.device)
+    for part, g in zip(blocks.split(u), generators, strict=True):
+        torch.rand(part.shape, generator=g, device=h.device, out=part)
+    return (u >= p).to(h.dtype)
