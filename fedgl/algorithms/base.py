@@ -362,7 +362,7 @@ class GNNClient(FactsParty, ABC):
         if log_probs is None:
             return None
         out = []
-        for c, counts in zip(clients, _counts_many(clients, log_probs), strict=True):
+        for c, counts in zip(clients, _counts_many(clients, log_probs, cache), strict=True):
             counts = c.evaluated.setdefault(key, counts)   # an earlier answer stands
             out.append(_copy_counts(counts))
         return out
@@ -395,23 +395,30 @@ def evaluation_key(weights: State) -> str:
     return digest("evaluate", weights)
 
 
-def _counts_many(clients: list[GNNClient], log_probs: list[Tensor]) -> list[dict]:
+def _counts_many(clients: list[GNNClient], log_probs: list[Tensor],
+                 cache: dict | None = None) -> list[dict]:
     """``[c._counts(lp) for c, lp in zip(clients, log_probs)]`` in a few vectorised steps and
-    one device-to-host copy (the batched evaluation's: each client's own counts)."""
-    hit = torch.cat(log_probs).argmax(dim=-1) == torch.cat([c._y for c in clients])
-    sizes = torch.tensor([lp.size(0) for lp in log_probs], device=hit.device)
-    owner = torch.repeat_interleave(torch.arange(len(clients), device=hit.device), sizes)
-    rows = []
-    for split in SPLITS:
-        mask = torch.cat([c._masks[split] for c in clients])
-        rows.append(torch.zeros(len(clients), dtype=torch.long, device=hit.device)
-                    .index_add_(0, owner, (hit & mask).long()))
-        rows.append(torch.zeros(len(clients), dtype=torch.long, device=hit.device)
-                    .index_add_(0, owner, mask.long()))
-    table = torch.stack(rows).tolist()   # [correct, total] per split, per client
-    n = len(SPLITS)
-    return [{"correct": [int(table[2 * i][k]) for i in range(n)],
-             "total": [int(table[2 * i + 1][k]) for i in range(n)]} for k in range(len(clients))]
+    one device-to-host copy (the batched evaluation's: each client's own counts). The labels,
+    split masks and totals of a group of clients are kept in ``cache`` (the runtime's, which
+    holds the clients anyway): they change with no round."""
+    sizes = tuple(lp.size(0) for lp in log_probs)
+    ident = (tuple(id(c) for c in clients), sizes)
+    fixed = cache.get("counts") if cache is not None else None
+    if fixed is None or fixed[0] != ident:
+        device = log_probs[0].device
+        owner = torch.repeat_interleave(torch.arange(len(clients), device=device),
+                                        torch.tensor(sizes, device=device))
+        masks = torch.stack([torch.cat([c._masks[s] for c in clients]) for s in SPLITS], 1)
+        totals = torch.zeros(len(clients), len(SPLITS), dtype=torch.long, device=device) \
+            .index_add_(0, owner, masks.long()).tolist()
+        fixed = (ident, torch.cat([c._y for c in clients]), owner, masks, totals)
+        if cache is not None:
+            cache["counts"] = fixed
+    _, y, owner, masks, totals = fixed
+    hit = torch.cat(log_probs).argmax(dim=-1) == y
+    correct = torch.zeros(len(clients), len(SPLITS), dtype=torch.long, device=hit.device) \
+        .index_add_(0, owner, (masks & hit.unsqueeze(1)).long()).tolist()
+    return [{"correct": list(correct[k]), "total": list(totals[k])} for k in range(len(clients))]
 
 
 def _copy_counts(counts: dict) -> dict:
