@@ -177,3 +177,15 @@ def test_mutated_real_files_load_or_fail_in_one_line(tmp_path, data_root):
                 outcomes["refused"] += 1
     assert outcomes["refused"] > 0 and sum(outcomes.values()) == 150
     assert sp.csr_matrix.toarray is ORIGINAL_TOARRAY
+
+
+def test_a_file_above_the_in_memory_size_is_parsed_from_disk_alike(tmp_path, monkeypatch):
+    """Small files are parsed from memory, larger ones from the file: the same values."""
+    import fedgl.data.safe_pickle as safe_pickle
+
+    path = tmp_path / "graph.pkl"
+    obj = collections.defaultdict(list, {k: [k + 1, k + 2] for k in range(300)})
+    path.write_bytes(pickle.dumps(obj, protocol=2))
+    in_memory = restricted_load(path)
+    monkeypatch.setattr(safe_pickle, "IN_MEMORY_BYTES", 10)
+    assert restricted_load(path) == in_memory == dict(obj)
