@@ -154,9 +154,11 @@ def _algorithm_in(argv: list[str]) -> str | None:
 
 
 def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
-                 run_flags: bool = True) -> argparse.ArgumentParser:
+                 run_flags: bool = True, run_only: bool = False) -> argparse.ArgumentParser:
     """The whole command line; ``run_flags=False`` leaves out the flags of ``fedgl run``
-    (every algorithm's options) when another command (or ``--help``/``--version``) is given."""
+    (every algorithm's options) when another command (or ``--help``/``--version``) is given;
+    ``run_only``: ``fedgl run`` alone (the other commands' parsers, and the deployment modules
+    they import, cost a run 15 to 20 ms)."""
     parser = _Parser(prog="fedgl", description="Federated graph learning (FedGCN and friends).")
     parser.add_argument("--version", action="version", version=f"fedgl {__version__}")
     sub = parser.add_subparsers(dest="command", parser_class=_Parser)
@@ -173,6 +175,8 @@ def build_parser(algorithm: str | None = None, plugin: str | None = None, *,
                           "of their own data, docs/own-data.md)")
     if run_flags:
         _add_config_flags(run, algorithm=algorithm, plugin=plugin)
+    if run_only:
+        return parser
 
     part = sub.add_parser("partition", help="show (and plot) how a dataset splits across clients")
     _add_config_flags(part, ("dataset", "data_root", "clients", "partition", "beta", "mcmahan_p",
@@ -320,7 +324,8 @@ def _main(argv: list[str]) -> int:
         helping = "-h" in argv or "--help" in argv
         command = _command_of(argv)
         parser = build_parser(canonical_name(chosen) if chosen and helping else None,
-                              plugin=None if helping else chosen, run_flags=command == "run")
+                              plugin=None if helping else chosen, run_flags=command == "run",
+                              run_only=command == "run" and not helping)
         args, unknown = parser.parse_known_args(argv)
         if unknown:
             where = f"fedgl {args.command}" if getattr(args, "command", None) else "fedgl"
