@@ -92,7 +92,8 @@ def test_no_party_holds_rows_of_nodes_it_neither_owns_nor_received():
         server = fedgcn_federation(graph, part, hops=hops)
         server.pretrain()
         next(server.rounds())  # one round through the runtime: batched fit and evaluate
-        assert set(server.runtime._batch_cache) == {"fit", "evaluate"}  # (kept by the runtime)
+        # (kept by the runtime: the blocks, and the labels and masks the counts need)
+        assert set(server.runtime._batch_cache) == {"fit", "evaluate", "counts"}
         for k in server.runtime.client_ids:
             client = server.runtime.local_client(k)
             client.fit(server.weights, local_steps=1)  # populate every cache
