@@ -85,19 +85,22 @@ def inputs_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
 
 def _update_with_matrix(h: Any, x: Any) -> None:
     """Hash a feature matrix's bits: where at most a tenth of them are non-zero (Cora's
-    features: 1.3 %), their positions and bit patterns, a fortieth of the bytes (15 MB of
-    hashing for Cora's matrix: 14 against 4 ms); else every value. Either way the exact bits
-    (``-0.0`` is not ``0.0``), and which form was hashed."""
-    flat = np.ascontiguousarray(x.detach().cpu().numpy()).reshape(-1)
-    bits = flat.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[flat.itemsize])
-    if np.count_nonzero(bits) * 10 <= bits.size:
-        where = np.flatnonzero(bits)
+    features: 1.3 %), their positions and bit patterns, a fortieth of the bytes (Cora's
+    matrix: 11 against 2.5 ms, torch finding the non-zeros); else every value. Either way the
+    exact bits (``-0.0`` is not ``0.0``), and which form was hashed."""
+    import torch
+
+    flat = x.detach().cpu().contiguous().reshape(-1)
+    ints = flat.view({1: torch.uint8, 2: torch.int16, 4: torch.int32,
+                      8: torch.int64}[flat.element_size()])
+    if int(torch.count_nonzero(ints)) * 10 <= ints.numel():
+        where = torch.nonzero(ints).reshape(-1)
         h.update(b"sparse")
-        h.update(where.astype(np.int64).view(np.uint8))
-        h.update(bits[where].view(np.uint8))
+        h.update(where.numpy().view(np.uint8))
+        h.update(ints[where].numpy().view(np.uint8))
     else:
         h.update(b"dense")
-        h.update(bits.view(np.uint8))
+        h.update(ints.numpy().view(np.uint8))
 
 
 def report_digest(graph: GraphData, part: Partition, cfg: Config) -> str:
