@@ -137,3 +137,24 @@ def test_a_planetoid_fedgcn_run_loads_no_scipy(data_root, tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "loaded: []" in done.stdout, done.stdout[-2000:]
+
+
+def test_large_products_go_to_scipy_with_the_same_floats(monkeypatch):
+    """Above SCIPY_WORK multiply-adds (SCIPY_PAIRS pairs) the products (the arrangement) run in
+    SciPy: the same floats, pattern and dtype as the numpy kernels below the bound."""
+    import fedgl.data.csr as csr
+
+    rng = np.random.default_rng(3)
+    a = _adversarial(rng, 60, 40, 0.2, np.float32)
+    b = _adversarial(rng, 40, 30, 0.3, np.float32)
+    dense = b.toarray()
+    r, c = rng.integers(0, 9, 50), rng.integers(0, 7, 50)
+    small = (_ours(a) @ _ours(b), _ours(a) @ dense, CSR.from_pairs(r, c, (9, 7)))
+    monkeypatch.setattr(csr, "SCIPY_WORK", 0)
+    monkeypatch.setattr(csr, "SCIPY_PAIRS", 0)
+    large = (_ours(a) @ _ours(b), _ours(a) @ dense, CSR.from_pairs(r, c, (9, 7)))
+    for s, g in ((small[0], large[0]), (small[2], large[2])):
+        assert np.array_equal(s.indptr, g.indptr) and np.array_equal(s.indices, g.indices)
+        assert s.data.dtype == g.data.dtype and np.array_equal(_bits(s.data), _bits(g.data))
+    assert small[1].dtype == large[1].dtype
+    assert np.array_equal(_bits(small[1]), _bits(large[1]))
