@@ -312,3 +312,22 @@ def test_a_bad_message_cap_is_refused_in_one_line(size: str,
     err = capsys.readouterr().err.strip()
     assert err == (f"fedgl: error: --max-message-mb {float(size):g} must be a positive size in "
                    "MiB below 2^24, e.g. 1024")
+
+
+def test_the_party_socket_appears_only_once_it_listens(tmp_path: Path) -> None:
+    """The socket is bound under a temporary name and renamed when it listens: whoever waits
+    for the file can connect at once (mode 0600, nothing left under the temporary name)."""
+    import os
+    import stat
+
+    from fedgl.deployment.party import _listening_socket
+
+    path = str(tmp_path / "party.sock")
+    server = _listening_socket(path)
+    try:
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+        assert not os.path.exists(path + "~")
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+            client.connect(path)
+    finally:
+        server.close()

@@ -117,6 +117,28 @@ def hello_message(challenge: bytes, node_id: int, run_id: int, roster: Roster) -
     return frame(HELLO_CONTEXT, challenge, str(node_id), str(run_id), roster.digest())
 
 
+def _listening_socket(path: str) -> socket.socket:
+    """A Unix socket listening at ``path`` (mode 0600) that appears there only once it listens:
+    bound under a temporary name beside it, then renamed, so that a peer waiting for the file
+    never finds a socket that is bound but not yet listening (its connection would be
+    refused)."""
+    staged = path + "~"
+    if len(os.fsencode(staged)) >= 108:   # no room for the temporary name: bound in place
+        staged = path
+    if os.path.exists(staged):
+        os.unlink(staged)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    old = os.umask(0o177)
+    try:
+        sock.bind(staged)
+    finally:
+        os.umask(old)
+    sock.listen(16)
+    if staged != path:
+        os.replace(staged, path)
+    return sock
+
+
 def warm_up() -> None:
     """Pay torch's lazy imports now rather than inside a run: the first optimizer a process
     builds imports torch's compiler stack (``torch._dynamo``, about 1 CPU second on the 2-core
@@ -498,13 +520,7 @@ class Party:
         path = str(path)
         if os.path.exists(path):
             os.unlink(path)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        old = os.umask(0o177)
-        try:
-            sock.bind(path)
-        finally:
-            os.umask(old)
-        sock.listen(16)
+        sock = _listening_socket(path)
         sock.settimeout(0.5)
         try:
             while stop is None or not stop.is_set():
