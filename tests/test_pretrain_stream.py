@@ -225,29 +225,3 @@ def test_the_touched_row_bound_is_counted_once():
     touched = client.data.num_nodes + len(remote())
     assert client.protocol_limits()["touched"] == touched > client.data.num_nodes
     assert client.protocol_limits()["plan_rows"] == touched
-
-
-def test_received_rows_land_in_zeros_once_and_a_repeated_block_replaces_them():
-    """Sparse rows are written into the calloc'd zeros without zeroing them first; should a
-    (hostile) server send a block's rows again, they replace the earlier ones entirely."""
-    import numpy as np
-
-    from fedgl.algorithms.fedgcn.stream import ClientStream, zeroed_rows
-    from fedgl.federation.messages import SparseRows
-
-    ids = np.array([1, 2, 6])   # blocks of 4 ids: rows 0 and 1 in block 0, row 2 in block 1
-    stream = ClientStream(sorted_ids=ids, source=torch.zeros(3, 4), features=None, chunk_rows=8,
-                          want_ids=ids, want_pos=np.array([0, 1, 2]), num_own=3,
-                          incoming=zeroed_rows(3, 4, torch.float32), remote_degrees=None)
-    assert torch.equal(stream.incoming, torch.zeros(3, 4))
-    first = torch.tensor([[1.0, 0, 2, 0], [0, 0, 0, 3]])
-    again = torch.tensor([[0.0, 7, 0, 0], [0, 0, 0, 0]])
-    last = torch.tensor([[4.0, 5, 0, 0]])
-    stream.upload(4)
-    assert not stream.download(4, SparseRows.from_dense(first), None)
-    assert torch.equal(stream.incoming[:2], first)
-    assert not stream.download(4, SparseRows.from_dense(again), None)
-    assert torch.equal(stream.incoming[:2], again)
-    stream.upload(4)
-    stream.download(4, SparseRows.from_dense(last), None)
-    assert torch.equal(stream.incoming, torch.cat([again, last]))

@@ -104,20 +104,19 @@ class SparseRows:
     def to_dense(self) -> torch.Tensor:
         return torch.from_numpy(self.to_csr().toarray())
 
-    def put_rows(self, out: torch.Tensor, at: torch.Tensor, *, zeroed: bool = False) -> None:
+    def put_rows(self, out: torch.Tensor, at: torch.Tensor) -> None:
         """``out[at] = self.to_dense().to(out.dtype)`` (``at``: distinct row positions) without
-        the dense copy: the rows are zeroed (``zeroed``: they are zeros already), then the
-        entries written. Each entry is written as ``v + 0.0``, the value ``toarray`` sums into
-        its zeros (so an explicit ``-0.0`` arrives as ``0.0`` there too); rows that repeat a
-        column (which no decoded message has) go the dense way, which adds them."""
+        the dense copy: the rows are zeroed, then the entries written. Each entry is written
+        as ``v + 0.0``, the value SciPy's ``toarray`` sums into its zeros (so an explicit
+        ``-0.0`` arrives as ``0.0`` there too); rows that repeat a column (which no decoded
+        message has) go the dense way, which adds them."""
         from fedgl.federation.packed_rows import ascending_columns
 
         indptr = self.indptr.astype(np.int64)
         if not ascending_columns(indptr, self.indices):
             out[at] = self.to_dense().to(out.dtype)
             return
-        if not zeroed:
-            out.index_fill_(0, at, 0)
+        out.index_fill_(0, at, 0)
         if self.nnz:
             rows = np.repeat(np.arange(self.shape[0]), np.diff(indptr))
             out[at[torch.from_numpy(rows)], torch.from_numpy(self.indices.astype(np.int64))] = \

@@ -41,7 +41,7 @@ from fedgl.algorithms.fedgcn.sparse_sums import (
     scaled_incidence,
     unscaled_features,
 )
-from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ClientStream, zeroed_rows
+from fedgl.algorithms.fedgcn.stream import DEFAULT_BLOCK_ROWS, ClientStream
 from fedgl.algorithms.fedgcn.update import UpdateClient
 from fedgl.config import Config
 from fedgl.data.client_data import ClientData
@@ -223,9 +223,8 @@ class FedGCNClient(UpdateClient, GNNClient, SecureModelParty):
             chunk_rows=self.chunk_rows, want_ids=wanted[want_order].numpy(),
             want_pos=want_order.numpy(), num_own=d.num_nodes,
             # every requested row is written exactly once before the rows are used, so the
-            # buffer's pages become resident only as the blocks arrive (zeroed by the system
-            # as they do: no pass over them first)
-            incoming=zeroed_rows(n_req, d.num_features, d.x.dtype),
+            # buffer's pages become resident only as the blocks arrive
+            incoming=torch.empty((n_req, d.num_features), dtype=d.x.dtype),
             remote_degrees=(torch.zeros(n_req - d.num_nodes, dtype=torch.long)
                             if self.neighbour_rows else None))
         del source

@@ -42,14 +42,6 @@ from fedgl.resources import release_freed_memory
 DEFAULT_BLOCK_ROWS = 1 << 18
 
 
-def zeroed_rows(rows: int, width: int, dtype: torch.dtype) -> Tensor:
-    """A ``rows × width`` buffer of zeros whose pages the system zeroes as they are first
-    written (numpy's ``calloc``): no pass over it before the received rows arrive, and the
-    sparse rows written into it need no zeroing of their own (:meth:`ClientStream.download`)."""
-    numpy_dtype = torch.empty(0, dtype=dtype).numpy().dtype
-    return torch.from_numpy(np.zeros((rows, width), dtype=numpy_dtype))
-
-
 def block_bounds(i: int, block_rows: int) -> tuple[int, int]:
     """Global ids ``[lo, hi)`` of block ``i``."""
     return i * block_rows, (i + 1) * block_rows
@@ -79,7 +71,6 @@ class ClientStream:
     done: bool = field(default=False)
     pieces: dict[int, CSR] | None = None  # the incidence cut by block, see split
     piece_rows: int = 0
-    placed: set[int] = field(default_factory=set)  # blocks whose rows were written
 
     def split_by_block(self, block_rows: int) -> None:
         """Cut a sparse ``source`` into one piece per block (its rows of that block's ids), so
@@ -127,11 +118,9 @@ class ClientStream:
         if b > a:
             at = torch.from_numpy(self.want_pos[a:b])
             if isinstance(sums, SparseRows):   # written where they go, without a dense copy
-                # into zeros (:func:`zeroed_rows`) unless this block's rows came before
-                sums.put_rows(self.incoming, at, zeroed=self.block not in self.placed)
+                sums.put_rows(self.incoming, at)
             else:
                 self.incoming[at] = sums.to(self.incoming.dtype)
-        self.placed.add(self.block)
         self.filled += b - a
         if self.remote_degrees is not None:
             remote = self.want_ids[a:b][self.want_pos[a:b] >= self.num_own]
