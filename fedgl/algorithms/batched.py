@@ -112,13 +112,10 @@ class Blocks:
             _, first, index = np.unique(np.concatenate([_row_hashes(b, step) for b in bits]),
                                         return_index=True, return_inverse=True)
             index = index.reshape(-1)
-            rep, start = first[index], 0
-            same = True
-            for b in bits:
-                same = same and all(bool(np.array_equal(
-                    b[a:a + step], _take_rows(bits, rep[start + a:start + min(a + step, len(b))])))
-                    for a in range(0, len(b), step))
-                start += len(b)
+            rep = first[index]
+            same = all(bool(np.array_equal(_take_rows(bits, np.arange(a, min(a + step, self.total))),
+                                           _take_rows(bits, rep[a:a + step])))
+                       for a in range(0, self.total, step))
             self._distinct = ((_take_rows(self.x, first), torch.from_numpy(index)) if same
                               else (self.x_all, torch.arange(self.total)))
         return self._distinct

@@ -151,13 +151,15 @@ class CSR:
 
     def __matmul__(self, other: np.ndarray | CSR) -> np.ndarray | CSR:
         if isinstance(other, CSR):
-            if self.shape[1] == other.shape[0] and \
-                    int(np.diff(other.indptr)[self.indices].sum()) >= SCIPY_WORK:
+            if self.shape[1] != other.shape[0]:
+                raise ValueError(f"dimension mismatch: {self.shape} @ {other.shape}")
+            lengths = np.diff(other.indptr)[self.indices]   # b's row j for every entry a_ij
+            if int(lengths.sum()) >= SCIPY_WORK:
                 product = (self.to_scipy() @ other.to_scipy()).tocsr()
                 product.sort_indices()   # (csr_matmat stores no exact zero)
                 return CSR(product.indptr.astype(np.int64), product.indices.astype(np.int64),
                            product.data, product.shape)
-            return _times_sparse(self, other)
+            return _times_sparse(self, other, lengths)
         x = np.asarray(other)
         if x.ndim == 2 and x.shape[0] == self.shape[1] and self.nnz * x.shape[1] >= SCIPY_WORK:
             return np.asarray(self.to_scipy() @ x)
@@ -212,15 +214,13 @@ def _times_dense(a: CSR, x: np.ndarray) -> np.ndarray:
     return y
 
 
-def _times_sparse(a: CSR, b: CSR) -> CSR:
-    """``a @ b`` in canonical form (columns ascending, no exact zeros): every product
-    ``a_ij b_jk`` in ``a``'s stored order, added into its (i, k) by ``np.add.at`` (which adds
-    in array order), so each sum is SciPy's."""
-    if a.shape[1] != b.shape[0]:
-        raise ValueError(f"dimension mismatch: {a.shape} @ {b.shape}")
+def _times_sparse(a: CSR, b: CSR, lengths: np.ndarray) -> CSR:
+    """``a @ b`` in canonical form (columns ascending, no exact zeros; ``lengths``: the
+    entries of b's row j for every entry a_ij): every product ``a_ij b_jk`` in ``a``'s stored
+    order, added into its (i, k) by ``np.add.at`` (which adds in array order), so each sum is
+    SciPy's."""
     dtype = np.result_type(a.data.dtype, b.data.dtype)
     n_rows, n_cols = a.shape[0], b.shape[1]
-    lengths = np.diff(b.indptr)[a.indices]   # entries of b's row j, for every entry a_ij
     pos = _ranges(b.indptr[:-1][a.indices], lengths)
     rows = np.repeat(a.entry_rows(), lengths)
     products = (np.repeat(a.data.astype(dtype, copy=False), lengths)

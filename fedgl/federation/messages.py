@@ -47,12 +47,9 @@ class SparseRows:
     def from_scipy(cls, mat) -> SparseRows:
         """From a scipy CSR matrix (explicit zeros dropped, columns ascending in each row)."""
         mat = mat.tocsr()
-        mat.eliminate_zeros()
         mat.sort_indices()  # canonical, as the receiver gets it
-        rows, cols = mat.shape
-        return cls(mat.indptr.astype(smallest_uint(mat.nnz)),
-                   mat.indices.astype(smallest_uint(max(cols - 1, 0))),
-                   np.ascontiguousarray(mat.data), (int(rows), int(cols)))
+        return cls.from_csr(CSR(mat.indptr.astype(np.int64), mat.indices.astype(np.int64),
+                                mat.data, (int(mat.shape[0]), int(mat.shape[1]))))
 
     @classmethod
     def from_csr(cls, mat: CSR) -> SparseRows:
